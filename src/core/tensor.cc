@@ -1,0 +1,226 @@
+#include "core/tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+
+namespace kiln {
+
+namespace {
+std::shared_ptr<uint8_t[]> alloc_aligned(size_t bytes) {
+  size_t n = (bytes + 63) / 64 * 64;
+  if (n == 0) n = 64;
+  auto* p = static_cast<uint8_t*>(::operator new[](n, std::align_val_t(64)));
+  std::memset(p, 0, n);
+  return std::shared_ptr<uint8_t[]>(p, [](uint8_t* q) { ::operator delete[](q, std::align_val_t(64)); });
+}
+
+template <typename To>
+To saturate_cast(double v) {
+  if (std::isnan(v)) return To(0);
+  if constexpr (std::is_same_v<To, bool>) {
+    return v != 0;
+  } else if constexpr (std::is_integral_v<To>) {
+    // Truncate toward zero like C, but clamp instead of undefined behaviour.
+    double t = std::trunc(v);
+    if (t <= static_cast<double>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
+    if (t >= static_cast<double>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+    return static_cast<To>(t);
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+int64_t sub_byte_wrap(int64_t v, DataType t) {
+  switch (t) {
+    case DataType::kUInt4: return v & 0xf;
+    case DataType::kInt4: { int64_t x = v & 0xf; return x >= 8 ? x - 16 : x; }
+    case DataType::kUInt2: return v & 0x3;
+    case DataType::kInt2: { int64_t x = v & 0x3; return x >= 2 ? x - 4 : x; }
+    default: return v;
+  }
+}
+}  // namespace
+
+bool dtype_is_builtin(DataType t) {
+  switch (t) {
+    case DataType::kFloat32: case DataType::kFloat64: case DataType::kInt8: case DataType::kInt16:
+    case DataType::kInt32: case DataType::kInt64: case DataType::kUInt8: case DataType::kUInt16:
+    case DataType::kUInt32: case DataType::kUInt64: case DataType::kBool:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Tensor::Tensor(DataType dtype, Dims shape) : dtype_(dtype), shape_(std::move(shape)) {
+  for (int64_t d : shape_) KILN_CHECK(d >= 0);
+  if (dtype_ == DataType::kString) {
+    strings_ = std::make_shared<std::vector<std::string>>(static_cast<size_t>(numel()));
+  } else {
+    buffer_ = alloc_aligned(nbytes());
+  }
+}
+
+Tensor Tensor::reshaped(Dims shape) const {
+  KILN_CHECK(dims_numel(shape) == numel());
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t(dtype_, shape_);
+  if (dtype_ == DataType::kString) {
+    *t.strings_ = *strings_;
+  } else if (nbytes()) {
+    std::memcpy(t.raw(), raw(), nbytes());
+  }
+  return t;
+}
+
+double Tensor::get_f64(int64_t i) const {
+  const uint8_t* p = static_cast<const uint8_t*>(raw());
+  switch (dtype_) {
+    case DataType::kFloat16: return half_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DataType::kBFloat16: return bfloat16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DataType::kFloat8E4M3FN: case DataType::kFloat8E4M3FNUZ: case DataType::kFloat8E5M2:
+    case DataType::kFloat8E5M2FNUZ: case DataType::kFloat8E8M0:
+      return float8_to_float(p[i], dtype_);
+    case DataType::kFloat4E2M1: return float4e2m1_to_float(p[i]);
+    case DataType::kUInt4: case DataType::kUInt2: return p[i];
+    case DataType::kInt4: case DataType::kInt2: return static_cast<int8_t>(p[i]);
+    default:
+      return dispatch_builtin(dtype_, [&](auto tag) -> double {
+        using T = decltype(tag);
+        return static_cast<double>(reinterpret_cast<const T*>(p)[i]);
+      });
+  }
+}
+
+int64_t Tensor::get_i64(int64_t i) const {
+  const uint8_t* p = static_cast<const uint8_t*>(raw());
+  switch (dtype_) {
+    case DataType::kInt64: return reinterpret_cast<const int64_t*>(p)[i];
+    case DataType::kUInt64: return static_cast<int64_t>(reinterpret_cast<const uint64_t*>(p)[i]);
+    case DataType::kInt32: return reinterpret_cast<const int32_t*>(p)[i];
+    case DataType::kUInt32: return reinterpret_cast<const uint32_t*>(p)[i];
+    case DataType::kInt16: return reinterpret_cast<const int16_t*>(p)[i];
+    case DataType::kUInt16: return reinterpret_cast<const uint16_t*>(p)[i];
+    case DataType::kInt8: case DataType::kInt4: case DataType::kInt2:
+      return reinterpret_cast<const int8_t*>(p)[i];
+    case DataType::kUInt8: case DataType::kBool: case DataType::kUInt4: case DataType::kUInt2:
+      return p[i];
+    default:
+      return saturate_cast<int64_t>(get_f64(i));
+  }
+}
+
+void Tensor::set_f64(int64_t i, double v) {
+  uint8_t* p = static_cast<uint8_t*>(raw());
+  switch (dtype_) {
+    case DataType::kFloat16: reinterpret_cast<uint16_t*>(p)[i] = float_to_half(static_cast<float>(v)); return;
+    case DataType::kBFloat16: reinterpret_cast<uint16_t*>(p)[i] = float_to_bfloat16(static_cast<float>(v)); return;
+    case DataType::kFloat8E4M3FN: case DataType::kFloat8E4M3FNUZ: case DataType::kFloat8E5M2:
+    case DataType::kFloat8E5M2FNUZ: case DataType::kFloat8E8M0:
+      p[i] = float_to_float8(static_cast<float>(v), dtype_, true);
+      return;
+    case DataType::kFloat4E2M1: p[i] = float_to_float4e2m1(static_cast<float>(v), true); return;
+    case DataType::kUInt4: case DataType::kInt4: case DataType::kUInt2: case DataType::kInt2:
+      set_i64(i, saturate_cast<int64_t>(v));
+      return;
+    default:
+      dispatch_builtin(dtype_, [&](auto tag) {
+        using T = decltype(tag);
+        reinterpret_cast<T*>(p)[i] = saturate_cast<T>(v);
+      });
+  }
+}
+
+void Tensor::set_i64(int64_t i, int64_t v) {
+  uint8_t* p = static_cast<uint8_t*>(raw());
+  switch (dtype_) {
+    case DataType::kInt64: reinterpret_cast<int64_t*>(p)[i] = v; return;
+    case DataType::kUInt64: reinterpret_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v); return;
+    case DataType::kInt32: reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); return;
+    case DataType::kUInt32: reinterpret_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v); return;
+    case DataType::kInt16: reinterpret_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); return;
+    case DataType::kUInt16: reinterpret_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v); return;
+    case DataType::kInt8: reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); return;
+    case DataType::kUInt8: p[i] = static_cast<uint8_t>(v); return;
+    case DataType::kBool: p[i] = v != 0; return;
+    case DataType::kInt4: case DataType::kInt2:
+      reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(sub_byte_wrap(v, dtype_));
+      return;
+    case DataType::kUInt4: case DataType::kUInt2:
+      p[i] = static_cast<uint8_t>(sub_byte_wrap(v, dtype_));
+      return;
+    default:
+      set_f64(i, static_cast<double>(v));
+  }
+}
+
+Result<Tensor> Tensor::cast(DataType to, bool saturate) const {
+  if (to == dtype_) return clone();
+  Tensor out(to, shape_);
+  int64_t n = numel();
+  if (dtype_ == DataType::kString || to == DataType::kString) {
+    if (dtype_ == DataType::kString) {
+      for (int64_t i = 0; i < n; ++i) {
+        const std::string& s = strings_->at(static_cast<size_t>(i));
+        char* end = nullptr;
+        double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end == s.c_str())
+          return InvalidArgument("cannot convert string '", s, "' to ", dtype_name(to));
+        if (dtype_is_float(to) || to == DataType::kBool) out.set_f64(i, v);
+        else out.set_i64(i, std::strtoll(s.c_str(), nullptr, 10));
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        std::string s;
+        if (dtype_is_float(dtype_)) {
+          double v = get_f64(i);
+          if (std::isnan(v)) s = "NaN";
+          else if (std::isinf(v)) s = v > 0 ? "INF" : "-INF";
+          else {
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%.9g", v);
+            s = buf;
+          }
+        } else if (dtype_ == DataType::kBool) {
+          s = get_i64(i) ? "1" : "0";
+        } else if (dtype_ == DataType::kUInt64) {
+          s = std::to_string(data<uint64_t>()[i]);
+        } else {
+          s = std::to_string(get_i64(i));
+        }
+        out.strings()[i] = s;
+      }
+    }
+    return out;
+  }
+  bool float_src = dtype_is_float(dtype_);
+  bool f8_dst = to == DataType::kFloat8E4M3FN || to == DataType::kFloat8E4M3FNUZ ||
+                to == DataType::kFloat8E5M2 || to == DataType::kFloat8E5M2FNUZ || to == DataType::kFloat8E8M0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (f8_dst) {
+      static_cast<uint8_t*>(out.raw())[i] = float_to_float8(static_cast<float>(get_f64(i)), to, saturate);
+    } else if (to == DataType::kFloat4E2M1) {
+      static_cast<uint8_t*>(out.raw())[i] = float_to_float4e2m1(static_cast<float>(get_f64(i)), saturate);
+    } else if (float_src || dtype_is_float(to)) {
+      if (dtype_ == DataType::kUInt64) out.set_f64(i, static_cast<double>(data<uint64_t>()[i]));
+      else if (to == DataType::kUInt64 && !float_src) out.data<uint64_t>()[i] = static_cast<uint64_t>(get_i64(i));
+      else if (to == DataType::kUInt64) out.data<uint64_t>()[i] = saturate_cast<uint64_t>(get_f64(i));
+      else if (!float_src) out.set_f64(i, static_cast<double>(get_i64(i)));
+      else out.set_f64(i, get_f64(i));
+    } else {
+      out.set_i64(i, get_i64(i));  // integer to integer: wraps like C (two's complement)
+    }
+  }
+  return out;
+}
+
+std::string Tensor::describe() const { return std::string(dtype_name(dtype_)) + dims_str(shape_); }
+
+}  // namespace kiln

@@ -1,0 +1,105 @@
+// Tensor: a typed, shaped view of shared, 64-byte-aligned storage. Copies share storage;
+// clone() makes an independent copy. Strings live in their own vector.
+#pragma once
+
+#include <complex>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/status.h"
+
+namespace kiln {
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Zero-initialized tensor (empty strings for kString).
+  Tensor(DataType dtype, Dims shape);
+
+  template <typename T>
+  static Tensor scalar(DataType dtype, T value) {
+    Tensor t(dtype, {});
+    *t.data<T>() = value;
+    return t;
+  }
+  template <typename T>
+  static Tensor from_vector(DataType dtype, Dims shape, const std::vector<T>& values) {
+    Tensor t(dtype, std::move(shape));
+    KILN_CHECK(static_cast<int64_t>(values.size()) == t.numel());
+    for (size_t i = 0; i < values.size(); ++i) t.data<T>()[i] = values[i];
+    return t;
+  }
+
+  bool defined() const { return dtype_ != DataType::kUndefined; }
+  DataType dtype() const { return dtype_; }
+  const Dims& shape() const { return shape_; }
+  int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t dim(int64_t i) const { return shape_[static_cast<size_t>(i)]; }
+  int64_t numel() const { return dims_numel(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+
+  template <typename T>
+  T* data() { return reinterpret_cast<T*>(raw()); }
+  template <typename T>
+  const T* data() const { return reinterpret_cast<const T*>(raw()); }
+  void* raw() { return buffer_ ? buffer_.get() + offset_ : nullptr; }
+  const void* raw() const { return buffer_ ? buffer_.get() + offset_ : nullptr; }
+  std::string* strings() { return strings_ ? strings_->data() : nullptr; }
+  const std::string* strings() const { return strings_ ? strings_->data() : nullptr; }
+
+  // Same storage, new shape (numel must match).
+  Tensor reshaped(Dims shape) const;
+  Tensor clone() const;
+
+  // Element access through a common type, for reference kernels that are type-generic.
+  double get_f64(int64_t i) const;
+  int64_t get_i64(int64_t i) const;
+  void set_f64(int64_t i, double v);
+  void set_i64(int64_t i, int64_t v);
+
+  // Converts to another dtype with ONNX Cast semantics (float->int saturates instead of UB;
+  // `saturate` applies to float8 targets).
+  Result<Tensor> cast(DataType to, bool saturate = true) const;
+
+  std::string describe() const;  // "float32[1,3,224,224]"
+
+ private:
+  DataType dtype_ = DataType::kUndefined;
+  Dims shape_;
+  std::shared_ptr<uint8_t[]> buffer_;
+  size_t offset_ = 0;
+  std::shared_ptr<std::vector<std::string>> strings_;
+};
+
+// Calls fn(T{}) with the C++ type of a numeric dtype. Float16/BFloat16 map to Float16/BFloat16
+// wrappers (raw bits); most reference kernels upcast those to float first.
+#define KILN_DISPATCH_CASE(DT, T) \
+  case DataType::DT:              \
+    return fn(T{});
+
+template <typename Fn>
+auto dispatch_builtin(DataType t, Fn&& fn) {
+  switch (t) {
+    KILN_DISPATCH_CASE(kFloat32, float)
+    KILN_DISPATCH_CASE(kFloat64, double)
+    KILN_DISPATCH_CASE(kInt8, int8_t)
+    KILN_DISPATCH_CASE(kInt16, int16_t)
+    KILN_DISPATCH_CASE(kInt32, int32_t)
+    KILN_DISPATCH_CASE(kInt64, int64_t)
+    KILN_DISPATCH_CASE(kUInt8, uint8_t)
+    KILN_DISPATCH_CASE(kUInt16, uint16_t)
+    KILN_DISPATCH_CASE(kUInt32, uint32_t)
+    KILN_DISPATCH_CASE(kUInt64, uint64_t)
+    KILN_DISPATCH_CASE(kBool, bool)
+    default:
+      return fn(float{});  // callers check dtype_is_builtin first
+  }
+}
+// True for dtypes with a native C++ type (everything dispatch_builtin handles).
+bool dtype_is_builtin(DataType t);
+
+}  // namespace kiln

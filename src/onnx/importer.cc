@@ -1,0 +1,542 @@
+#include "onnx/importer.h"
+
+#include <google/protobuf/io/coded_stream.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "onnx/onnx.pb.h"
+#include "onnx/onnx_data.pb.h"
+#include "ops/shape_inference.h"
+
+namespace kiln::onnx_import {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Result<std::string> read_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return NotFound("file '", path, "' does not exist");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return IOError("cannot open '", path, "'");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+template <typename Msg>
+bool parse_message(const std::string& bytes, Msg* msg) {
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                           static_cast<int>(std::min<size_t>(bytes.size(), INT32_MAX)));
+  in.SetTotalBytesLimit(INT32_MAX);
+  in.SetRecursionLimit(200);
+  return msg->ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
+}
+
+// Unpacks sub-byte elements (int4/uint4/float4/int2/uint2) from packed little-endian bytes.
+void unpack_sub_byte(const uint8_t* src, Tensor& t) {
+  int bits = dtype_packed_bits(t.dtype());
+  int per_byte = 8 / bits;
+  uint8_t mask = static_cast<uint8_t>((1u << bits) - 1);
+  auto* dst = static_cast<uint8_t*>(t.raw());
+  bool sign = t.dtype() == DataType::kInt4 || t.dtype() == DataType::kInt2;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    uint8_t v = static_cast<uint8_t>((src[i / per_byte] >> ((i % per_byte) * bits)) & mask);
+    if (sign && (v & (1u << (bits - 1)))) v = static_cast<uint8_t>(v | ~mask);  // sign-extend
+    dst[i] = v;
+  }
+}
+
+size_t packed_bytes(const Tensor& t) {
+  int bits = dtype_packed_bits(t.dtype());
+  return static_cast<size_t>((t.numel() * bits + 7) / 8);
+}
+
+Status fill_from_raw(const std::string& raw, Tensor& t, const std::string& what) {
+  if (t.dtype() == DataType::kString) return InvalidModel(what, ": string tensors cannot use raw_data");
+  size_t need = dtype_packed_bits(t.dtype()) < 8 ? packed_bytes(t) : t.nbytes();
+  if (raw.size() != need)
+    return InvalidModel(what, ": raw_data holds ", raw.size(), " bytes but ", t.describe(), " needs ", need);
+  if (dtype_packed_bits(t.dtype()) < 8) unpack_sub_byte(reinterpret_cast<const uint8_t*>(raw.data()), t);
+  else if (need) std::memcpy(t.raw(), raw.data(), need);
+  return Status::Ok();
+}
+
+template <typename Field>
+Status check_count(const Field& f, int64_t expected, const std::string& what, const char* field) {
+  if (static_cast<int64_t>(f.size()) != expected)
+    return InvalidModel(what, ": ", field, " holds ", f.size(), " values but the dims need ", expected);
+  return Status::Ok();
+}
+
+Result<std::string> read_external(const onnx::TensorProto& p, const std::string& base_dir, const std::string& what) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : p.external_data()) {
+    try {
+      if (kv.key() == "location") location = kv.value();
+      else if (kv.key() == "offset") offset = std::stoll(kv.value());
+      else if (kv.key() == "length") length = std::stoll(kv.value());
+    } catch (...) {
+      return InvalidModel(what, ": external_data '", kv.key(), "' has a non-numeric value '", kv.value(), "'");
+    }
+  }
+  if (location.empty()) return InvalidModel(what, ": external data without a 'location'");
+  fs::path rel(location);
+  if (rel.is_absolute() || location.find("..") != std::string::npos)
+    return InvalidModel(what, ": external data location '", location, "' must be a path inside the model's folder");
+  if (base_dir.empty()) return InvalidModel(what, ": uses external data but the model was not loaded from a file");
+  fs::path full = fs::path(base_dir) / rel;
+  std::ifstream f(full, std::ios::binary);
+  if (!f) return NotFound(what, ": external data file '", full.string(), "' is missing");
+  f.seekg(0, std::ios::end);
+  int64_t size = f.tellg();
+  if (offset < 0 || offset > size)
+    return InvalidModel(what, ": external data offset ", offset, " is outside '", full.string(), "' (", size, " bytes)");
+  if (length < 0) length = size - offset;
+  if (offset + length > size)
+    return InvalidModel(what, ": external data [", offset, ", ", offset + length, ") runs past the end of '",
+                        full.string(), "' (", size, " bytes)");
+  std::string buf(static_cast<size_t>(length), '\0');
+  f.seekg(offset);
+  f.read(buf.data(), length);
+  if (!f) return IOError(what, ": cannot read external data from '", full.string(), "'");
+  return buf;
+}
+
+Result<ir::TypeInfo> convert_type(const onnx::TypeProto& tp, const std::string& what) {
+  switch (tp.value_case()) {
+    case onnx::TypeProto::kTensorType: {
+      const auto& tt = tp.tensor_type();
+      if (tt.elem_type() != 0 && !dtype_is_known(tt.elem_type()))
+        return Unsupported(what, ": unknown element type code ", tt.elem_type());
+      SymShape shape;
+      if (tt.has_shape()) {
+        std::vector<Dim> dims;
+        for (const auto& d : tt.shape().dim()) {
+          if (d.has_dim_value()) {
+            if (d.dim_value() < 0) return InvalidModel(what, ": negative dimension ", d.dim_value());
+            dims.emplace_back(d.dim_value());
+          } else if (d.has_dim_param() && !d.dim_param().empty()) {
+            dims.push_back(Dim::symbol(d.dim_param()));
+          } else {
+            dims.emplace_back();
+          }
+        }
+        shape = SymShape(std::move(dims));
+      }
+      return ir::TypeInfo::tensor(static_cast<DataType>(tt.elem_type()), shape);
+    }
+    case onnx::TypeProto::kSequenceType: {
+      KILN_ASSIGN_OR_RETURN(ir::TypeInfo e, convert_type(tp.sequence_type().elem_type(), what));
+      return ir::TypeInfo::sequence(e);
+    }
+    case onnx::TypeProto::kOptionalType: {
+      KILN_ASSIGN_OR_RETURN(ir::TypeInfo e, convert_type(tp.optional_type().elem_type(), what));
+      return ir::TypeInfo::optional(e);
+    }
+    case onnx::TypeProto::kMapType: {
+      KILN_ASSIGN_OR_RETURN(ir::TypeInfo v, convert_type(tp.map_type().value_type(), what));
+      ir::TypeInfo t;
+      t.kind = ir::TypeInfo::Kind::kMap;
+      t.map_key = static_cast<DataType>(tp.map_type().key_type());
+      t.inner = std::make_shared<ir::TypeInfo>(v);
+      return t;
+    }
+    case onnx::TypeProto::kSparseTensorType:
+      return Unsupported(what, ": sparse tensor values are not supported");
+    default:
+      return ir::TypeInfo();
+  }
+}
+
+struct Importer {
+  std::string base_dir;
+  std::map<std::string, int> opsets;
+  int node_counter = 0;
+
+  Status convert_graph(const onnx::GraphProto& gp, ir::Graph& g, const ir::Graph* parent) {
+    g.name = gp.name();
+    g.parent = parent;
+    g.opset_imports = opsets;
+    for (const auto& tp : gp.initializer()) {
+      std::string what = "initializer '" + tp.name() + "'";
+      if (tp.name().empty()) return InvalidModel("graph '", g.name, "' has an initializer without a name");
+      KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, base_dir));
+      g.initializers[tp.name()] = std::move(t);
+    }
+    for (const auto& sp : gp.sparse_initializer()) {
+      KILN_ASSIGN_OR_RETURN(Tensor t, sparse_to_dense(sp));
+      g.initializers[sp.values().name()] = std::move(t);
+    }
+    for (const auto& vi : gp.input()) {
+      KILN_ASSIGN_OR_RETURN(ir::TypeInfo t, convert_type(vi.type(), "graph input '" + vi.name() + "'"));
+      if (vi.name().empty()) return InvalidModel("graph '", g.name, "' has an input without a name");
+      g.inputs.push_back({vi.name(), t});
+    }
+    for (const auto& vi : gp.output()) {
+      KILN_ASSIGN_OR_RETURN(ir::TypeInfo t, convert_type(vi.type(), "graph output '" + vi.name() + "'"));
+      g.outputs.push_back({vi.name(), t});
+    }
+    for (const auto& vi : gp.value_info()) {
+      auto t = convert_type(vi.type(), "value_info '" + vi.name() + "'");
+      if (t.ok()) g.value_types[vi.name()] = t.value();
+    }
+    for (const auto& np : gp.node()) {
+      ir::Node n;
+      KILN_RETURN_IF_ERROR(convert_node(np, n, g));
+      g.nodes.push_back(std::move(n));
+    }
+    // Some old files list node outputs as graph inputs too; the node is the real producer.
+    std::set<std::string> produced;
+    for (const auto& n : g.nodes)
+      for (const auto& o : n.outputs) produced.insert(o);
+    std::erase_if(g.inputs, [&](const ir::ValueInfo& v) { return produced.count(v.name) > 0; });
+    return Status::Ok();  // sorted once every graph is complete (sort_all)
+  }
+
+  Result<Tensor> sparse_to_dense(const onnx::SparseTensorProto& sp) {
+    KILN_ASSIGN_OR_RETURN(Tensor values, tensor_from_proto(sp.values(), base_dir));
+    KILN_ASSIGN_OR_RETURN(Tensor indices, tensor_from_proto(sp.indices(), base_dir));
+    Dims dims(sp.dims().begin(), sp.dims().end());
+    for (int64_t d : dims)
+      if (d < 0) return InvalidModel("sparse tensor '", sp.values().name(), "' has a negative dim");
+    Tensor out(values.dtype(), dims);
+    int64_t n = values.numel(), total = out.numel();
+    size_t es = dtype_size(values.dtype());
+    bool coo_flat = indices.rank() == 1;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t flat = 0;
+      if (coo_flat) {
+        flat = indices.get_i64(i);
+      } else {
+        for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d)
+          flat = flat * dims[static_cast<size_t>(d)] + indices.get_i64(i * static_cast<int64_t>(dims.size()) + d);
+      }
+      if (flat < 0 || flat >= total) return InvalidModel("sparse tensor '", sp.values().name(), "' has an index out of range");
+      if (values.dtype() == DataType::kString) out.strings()[flat] = values.strings()[i];
+      else std::memcpy(static_cast<uint8_t*>(out.raw()) + flat * es, static_cast<const uint8_t*>(values.raw()) + i * es, es);
+    }
+    return out;
+  }
+
+  Status convert_node(const onnx::NodeProto& np, ir::Node& n, const ir::Graph& g) {
+    n.op_type = np.op_type();
+    n.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+    n.name = np.name().empty() ? np.op_type() + "_" + std::to_string(node_counter) : np.name();
+    ++node_counter;
+    if (n.op_type.empty()) return InvalidModel("node '", n.name, "' in graph '", g.name, "' has no op_type");
+    auto it = opsets.find(n.domain);
+    if (it == opsets.end())
+      return InvalidModel(n.where(), "its domain '", n.domain.empty() ? "ai.onnx" : n.domain,
+                          "' is not in the model's opset_import — re-export the model with that domain imported");
+    n.opset = it->second;
+    n.inputs.assign(np.input().begin(), np.input().end());
+    n.outputs.assign(np.output().begin(), np.output().end());
+    for (const auto& ap : np.attribute()) {
+      if (ap.name().empty()) return InvalidModel(n.where(), "has an attribute without a name");
+      ir::Attribute a;
+      KILN_RETURN_IF_ERROR(convert_attribute(ap, a, n, g));
+      n.attrs[ap.name()] = std::move(a);
+    }
+    return Status::Ok();
+  }
+
+  Status convert_attribute(const onnx::AttributeProto& ap, ir::Attribute& a, const ir::Node& n, const ir::Graph& g) {
+    using T = ir::Attribute::Type;
+    std::string what = n.where() + "attribute '" + ap.name() + "'";
+    if (!ap.ref_attr_name().empty())
+      return Unsupported(what, " refers to a function attribute '", ap.ref_attr_name(), "' outside a function");
+    auto type = ap.type();
+    if (type == onnx::AttributeProto::UNDEFINED) {  // IR < 2 files: guess from the filled field
+      if (ap.has_f()) type = onnx::AttributeProto::FLOAT;
+      else if (ap.has_i()) type = onnx::AttributeProto::INT;
+      else if (ap.has_s()) type = onnx::AttributeProto::STRING;
+      else if (ap.has_t()) type = onnx::AttributeProto::TENSOR;
+      else if (ap.has_g()) type = onnx::AttributeProto::GRAPH;
+      else if (ap.floats_size()) type = onnx::AttributeProto::FLOATS;
+      else if (ap.ints_size()) type = onnx::AttributeProto::INTS;
+      else if (ap.strings_size()) type = onnx::AttributeProto::STRINGS;
+    }
+    switch (type) {
+      case onnx::AttributeProto::FLOAT: a.type = T::kFloat; a.f = ap.f(); break;
+      case onnx::AttributeProto::INT: a.type = T::kInt; a.i = ap.i(); break;
+      case onnx::AttributeProto::STRING: a.type = T::kString; a.s = ap.s(); break;
+      case onnx::AttributeProto::TENSOR: {
+        a.type = T::kTensor;
+        auto t = tensor_from_proto(ap.t(), base_dir);
+        if (!t.ok()) return t.status().with_context(what + ": ");
+        a.t = std::move(t).value();
+        break;
+      }
+      case onnx::AttributeProto::SPARSE_TENSOR: {
+        a.type = T::kTensor;
+        auto t = sparse_to_dense(ap.sparse_tensor());
+        if (!t.ok()) return t.status().with_context(what + ": ");
+        a.t = std::move(t).value();
+        break;
+      }
+      case onnx::AttributeProto::GRAPH: {
+        a.type = T::kGraph;
+        a.g = std::make_shared<ir::Graph>();
+        KILN_RETURN_IF_ERROR(convert_graph(ap.g(), *a.g, &g));
+        break;
+      }
+      case onnx::AttributeProto::FLOATS: a.type = T::kFloats; a.floats.assign(ap.floats().begin(), ap.floats().end()); break;
+      case onnx::AttributeProto::INTS: a.type = T::kInts; a.ints.assign(ap.ints().begin(), ap.ints().end()); break;
+      case onnx::AttributeProto::STRINGS: a.type = T::kStrings; a.strings.assign(ap.strings().begin(), ap.strings().end()); break;
+      case onnx::AttributeProto::TENSORS:
+        a.type = T::kTensors;
+        for (const auto& tp : ap.tensors()) {
+          auto t = tensor_from_proto(tp, base_dir);
+          if (!t.ok()) return t.status().with_context(what + ": ");
+          a.tensors.push_back(std::move(t).value());
+        }
+        break;
+      case onnx::AttributeProto::GRAPHS:
+        a.type = T::kGraphs;
+        for (const auto& gp : ap.graphs()) {
+          auto sg = std::make_shared<ir::Graph>();
+          KILN_RETURN_IF_ERROR(convert_graph(gp, *sg, &g));
+          a.graphs.push_back(sg);
+        }
+        break;
+      case onnx::AttributeProto::TYPE_PROTO: {
+        a.type = T::kTypeProto;
+        KILN_ASSIGN_OR_RETURN(a.type_proto, convert_type(ap.tp(), what));
+        break;
+      }
+      default:
+        return Unsupported(what, " has an unsupported attribute type ", static_cast<int>(ap.type()));
+    }
+    return Status::Ok();
+  }
+};
+
+// Sets parent pointers after the graphs have their final addresses (vectors may have moved).
+void fix_parents(ir::Graph& g, const ir::Graph* parent) {
+  g.parent = parent;
+  for (auto& n : g.nodes)
+    for (auto& [k, a] : n.attrs) {
+      if (a.g) fix_parents(*a.g, &g);
+      for (auto& sg : a.graphs) fix_parents(*sg, &g);
+    }
+}
+
+// Sorts subgraphs first, then the graph; a subgraph may read any value of its enclosing graphs.
+Status sort_all(ir::Graph& g) {
+  for (auto& n : g.nodes)
+    for (auto& [k, a] : n.attrs) {
+      if (a.g) KILN_RETURN_IF_ERROR(sort_all(*a.g));
+      for (auto& sg : a.graphs) KILN_RETURN_IF_ERROR(sort_all(*sg));
+    }
+  return g.topological_sort();
+}
+
+}  // namespace
+
+Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir) {
+  std::string what = "tensor '" + p.name() + "'";
+  if (p.has_segment()) return Unsupported(what, ": segmented tensors are not supported");
+  if (!dtype_is_known(p.data_type()))
+    return Unsupported(what, ": unknown data type code ", p.data_type());
+  auto dt = static_cast<DataType>(p.data_type());
+  if (dt == DataType::kComplex64 || dt == DataType::kComplex128)
+    return Unsupported(what, ": complex tensors are not supported");
+  Dims dims;
+  int64_t numel = 1;
+  for (int64_t d : p.dims()) {
+    if (d < 0) return InvalidModel(what, ": negative dimension ", d);
+    if (d > 0 && numel > (int64_t{1} << 40) / d) return InvalidModel(what, ": has more than 2^40 elements");
+    numel *= d;
+    dims.push_back(d);
+  }
+  Tensor t(dt, dims);
+  if (p.data_location() == onnx::TensorProto::EXTERNAL) {
+    KILN_ASSIGN_OR_RETURN(std::string raw, read_external(p, base_dir, what));
+    KILN_RETURN_IF_ERROR(fill_from_raw(raw, t, what));
+    return t;
+  }
+  if (p.has_raw_data()) {
+    KILN_RETURN_IF_ERROR(fill_from_raw(p.raw_data(), t, what));
+    return t;
+  }
+  auto* bytes = static_cast<uint8_t*>(t.raw());
+  switch (dt) {
+    case DataType::kFloat32:
+      KILN_RETURN_IF_ERROR(check_count(p.float_data(), numel, what, "float_data"));
+      for (int64_t i = 0; i < numel; ++i) t.data<float>()[i] = p.float_data(static_cast<int>(i));
+      break;
+    case DataType::kFloat64:
+      KILN_RETURN_IF_ERROR(check_count(p.double_data(), numel, what, "double_data"));
+      for (int64_t i = 0; i < numel; ++i) t.data<double>()[i] = p.double_data(static_cast<int>(i));
+      break;
+    case DataType::kInt64:
+      KILN_RETURN_IF_ERROR(check_count(p.int64_data(), numel, what, "int64_data"));
+      for (int64_t i = 0; i < numel; ++i) t.data<int64_t>()[i] = p.int64_data(static_cast<int>(i));
+      break;
+    case DataType::kUInt32: case DataType::kUInt64:
+      KILN_RETURN_IF_ERROR(check_count(p.uint64_data(), numel, what, "uint64_data"));
+      for (int64_t i = 0; i < numel; ++i) {
+        if (dt == DataType::kUInt32) t.data<uint32_t>()[i] = static_cast<uint32_t>(p.uint64_data(static_cast<int>(i)));
+        else t.data<uint64_t>()[i] = p.uint64_data(static_cast<int>(i));
+      }
+      break;
+    case DataType::kString:
+      KILN_RETURN_IF_ERROR(check_count(p.string_data(), numel, what, "string_data"));
+      for (int64_t i = 0; i < numel; ++i) t.strings()[i] = p.string_data(static_cast<int>(i));
+      break;
+    case DataType::kUInt4: case DataType::kInt4: case DataType::kFloat4E2M1: case DataType::kUInt2: case DataType::kInt2: {
+      // int32_data holds the packed bytes, one byte per int32 value.
+      size_t nb = packed_bytes(t);
+      KILN_RETURN_IF_ERROR(check_count(p.int32_data(), static_cast<int64_t>(nb), what, "int32_data"));
+      std::vector<uint8_t> packed(nb);
+      for (size_t i = 0; i < nb; ++i) packed[i] = static_cast<uint8_t>(p.int32_data(static_cast<int>(i)));
+      unpack_sub_byte(packed.data(), t);
+      break;
+    }
+    default: {  // int32_data carries int32, int16, int8, uint16, uint8, bool, float16, bfloat16, float8
+      KILN_RETURN_IF_ERROR(check_count(p.int32_data(), numel, what, "int32_data"));
+      size_t es = dtype_size(dt);
+      for (int64_t i = 0; i < numel; ++i) {
+        int32_t v = p.int32_data(static_cast<int>(i));
+        if (dt == DataType::kInt32 || dt == DataType::kInt16 || dt == DataType::kInt8 ||
+            dt == DataType::kUInt16 || dt == DataType::kUInt8 || dt == DataType::kBool) {
+          t.set_i64(i, v);
+        } else {
+          std::memcpy(bytes + i * es, &v, es);  // raw bit pattern, little-endian
+        }
+      }
+    }
+  }
+  return t;
+}
+
+void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p) {
+  p->set_name(name);
+  p->set_data_type(static_cast<int32_t>(t.dtype()));
+  for (int64_t d : t.shape()) p->add_dims(d);
+  if (t.dtype() == DataType::kString) {
+    for (int64_t i = 0; i < t.numel(); ++i) p->add_string_data(t.strings()[i]);
+    return;
+  }
+  int bits = dtype_packed_bits(t.dtype());
+  if (bits < 8) {
+    std::string packed((t.numel() * bits + 7) / 8, '\0');
+    int per_byte = 8 / bits;
+    uint8_t mask = static_cast<uint8_t>((1u << bits) - 1);
+    const auto* src = static_cast<const uint8_t*>(t.raw());
+    for (int64_t i = 0; i < t.numel(); ++i)
+      packed[static_cast<size_t>(i / per_byte)] |= static_cast<char>((src[i] & mask) << ((i % per_byte) * bits));
+    p->set_raw_data(packed);
+    return;
+  }
+  p->set_raw_data(std::string(static_cast<const char*>(t.raw()), t.nbytes()));
+}
+
+Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_dir, const ImportOptions& opts) {
+  onnx::ModelProto mp;
+  if (!parse_message(bytes, &mp))
+    return InvalidModel("not a valid ONNX model: the protobuf could not be parsed (truncated or corrupted file?)");
+  if (!mp.has_graph()) return InvalidModel("the ONNX model has no graph");
+  if (mp.ir_version() < kMinIrVersion || mp.ir_version() > kMaxIrVersion)
+    return Unsupported("the model's IR version ", mp.ir_version(), " is outside what kiln reads (",
+                       kMinIrVersion, "-", kMaxIrVersion, ")");
+  ir::Model m;
+  m.ir_version = mp.ir_version();
+  m.producer_name = mp.producer_name();
+  m.producer_version = mp.producer_version();
+  m.domain = mp.domain();
+  m.model_version = mp.model_version();
+  m.doc_string = mp.doc_string();
+  for (const auto& op : mp.opset_import()) {
+    std::string d = op.domain() == "ai.onnx" ? "" : op.domain();
+    if (op.version() < 1 || op.version() > 1000)
+      return InvalidModel("opset_import for domain '", op.domain(), "' has invalid version ", op.version());
+    m.opset_imports[d] = static_cast<int>(op.version());
+  }
+  if (mp.opset_import_size() == 0) m.opset_imports[""] = 1;  // IR 2 files: opset 1 implied
+  if (m.opset_imports.count("") && m.opset_imports[""] > kMaxDefaultOpset)
+    return Unsupported("the model uses default-domain opset ", m.opset_imports[""], "; kiln supports opsets 1-",
+                       kMaxDefaultOpset, " — re-export with opset ", kMaxDefaultOpset, " or lower");
+  if (mp.functions_size() > 0) {
+    // Model-local functions are reported as unsupported ops when used (check_supported).
+  }
+  Importer imp;
+  imp.base_dir = base_dir;
+  imp.opsets = m.opset_imports;
+  m.graph = std::make_shared<ir::Graph>();
+  KILN_RETURN_IF_ERROR(imp.convert_graph(mp.graph(), *m.graph, nullptr));
+  fix_parents(*m.graph, nullptr);
+  KILN_RETURN_IF_ERROR(sort_all(*m.graph));
+  if (opts.infer_shapes) KILN_RETURN_IF_ERROR(ops::infer_shapes(*m.graph));
+  return m;
+}
+
+Result<ir::Model> load_model(const std::string& path, const ImportOptions& opts) {
+  KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  std::string dir = fs::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  auto m = parse_model(bytes, dir, opts);
+  if (!m.ok()) return m.status().with_context("'" + path + "': ");
+  m.value().path = path;
+  return m;
+}
+
+namespace {
+Result<ops::Value> value_from_sequence(const onnx::SequenceProto& sp, const std::string& base_dir) {
+  std::vector<Tensor> items;
+  DataType elem = DataType::kUndefined;
+  if (sp.elem_type() != onnx::SequenceProto::TENSOR && sp.elem_type() != onnx::SequenceProto::UNDEFINED)
+    return Unsupported("sequence '", sp.name(), "': only sequences of tensors are supported");
+  for (const auto& tp : sp.tensor_values()) {
+    KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, base_dir));
+    elem = t.dtype();
+    items.push_back(std::move(t));
+  }
+  return ops::Value::make_sequence(std::move(items), elem);
+}
+}  // namespace
+
+Result<ops::Value> read_value_pb(const std::string& path, const ir::TypeInfo* expected) {
+  KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  std::string dir = fs::path(path).parent_path().string();
+  using K = ir::TypeInfo::Kind;
+  K kind = expected ? expected->kind : K::kTensor;
+  if (kind == K::kSequence) {
+    onnx::SequenceProto sp;
+    if (!parse_message(bytes, &sp)) return InvalidArgument("'", path, "' is not a valid SequenceProto");
+    auto v = value_from_sequence(sp, dir);
+    if (v.ok() && v.value().sequence_elem == DataType::kUndefined && expected->inner)
+      v.value().sequence_elem = expected->inner->elem;
+    return v;
+  }
+  if (kind == K::kOptional) {
+    onnx::OptionalProto op;
+    if (!parse_message(bytes, &op)) return InvalidArgument("'", path, "' is not a valid OptionalProto");
+    if (op.has_tensor_value()) {
+      KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(op.tensor_value(), dir));
+      return ops::Value(std::move(t));
+    }
+    if (op.has_sequence_value()) return value_from_sequence(op.sequence_value(), dir);
+    return ops::Value::none();
+  }
+  onnx::TensorProto tp;
+  if (!parse_message(bytes, &tp)) return InvalidArgument("'", path, "' is not a valid TensorProto");
+  KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, dir));
+  return ops::Value(std::move(t));
+}
+
+Status write_tensor_pb(const std::string& path, const Tensor& t, const std::string& name) {
+  onnx::TensorProto tp;
+  tensor_to_proto(t, name, &tp);
+  std::ofstream f(path, std::ios::binary);
+  if (!f || !tp.SerializeToOstream(&f)) return IOError("cannot write '", path, "'");
+  return Status::Ok();
+}
+
+}  // namespace kiln::onnx_import

@@ -1,0 +1,39 @@
+// ONNX ModelProto -> ir::Model. Every malformed input is a Status naming what is wrong.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ir/graph.h"
+#include "ops/value.h"
+
+namespace onnx {
+class TensorProto;
+}
+
+namespace kiln::onnx_import {
+
+struct ImportOptions {
+  bool infer_shapes = true;
+};
+
+// Supported ranges, checked at import.
+constexpr int64_t kMinIrVersion = 3;
+constexpr int64_t kMaxIrVersion = 13;
+constexpr int kMaxDefaultOpset = 28;
+
+Result<ir::Model> load_model(const std::string& path, const ImportOptions& opts = {});
+// `base_dir` resolves external data; empty means external data is an error.
+Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_dir, const ImportOptions& opts = {});
+
+// TensorProto conversion. `base_dir` resolves external data.
+Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir);
+void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p);
+
+// Reads a .pb file holding a TensorProto, SequenceProto or OptionalProto; `expected` picks which
+// (a tensor when unknown).
+Result<ops::Value> read_value_pb(const std::string& path, const ir::TypeInfo* expected = nullptr);
+Status write_tensor_pb(const std::string& path, const Tensor& t, const std::string& name);
+
+}  // namespace kiln::onnx_import

@@ -1,0 +1,199 @@
+#include "ops/interpreter.h"
+
+#include <set>
+#include <unordered_set>
+
+namespace kiln::ops {
+
+namespace {
+void collect_unsupported(const ir::Graph& g, std::vector<std::string>& out, std::set<std::string>& seen_ops) {
+  const OpRegistry& reg = OpRegistry::get();
+  for (const auto& n : g.nodes) {
+    if (!reg.find(n.domain, n.op_type, n.opset)) {
+      std::string dom = n.domain.empty() ? "ai.onnx" : n.domain;
+      std::string why = reg.knows(n.domain, n.op_type) ? " (kiln supports this op only from a later opset)" : "";
+      out.push_back("  - '" + n.name + "': " + n.op_type + " (domain " + dom + ", opset " +
+                    std::to_string(n.opset) + ")" + why);
+      seen_ops.insert(dom + "::" + n.op_type);
+    }
+    for (const auto& [k, a] : n.attrs) {
+      if (a.g) collect_unsupported(*a.g, out, seen_ops);
+      for (const auto& sg : a.graphs) collect_unsupported(*sg, out, seen_ops);
+    }
+  }
+}
+}  // namespace
+
+Status check_supported(const ir::Graph& g) {
+  std::vector<std::string> lines;
+  std::set<std::string> ops;
+  collect_unsupported(g, lines, ops);
+  if (lines.empty()) return Status::Ok();
+  std::string msg = std::to_string(lines.size()) + " node(s) use ops kiln does not support:\n";
+  for (const auto& l : lines) msg += l + "\n";
+  msg += "To run this model, add these ops as plugins: implement an OpSchema (shape inference and a "
+         "reference kernel) and register it with KILN_REGISTER_OP(domain, op, since_opset, infer, "
+         "kernel) in a library linked into kiln (see src/ops/ for examples), or replace the nodes "
+         "when exporting the model.";
+  return Unsupported(msg);
+}
+
+Status check_input_value(const ir::ValueInfo& decl, const Value& v) {
+  const ir::TypeInfo& t = decl.type;
+  if (t.kind == ir::TypeInfo::Kind::kTensor) {
+    if (!v.is_tensor())
+      return InvalidArgument("input '", decl.name, "' expects a tensor ", t.str(), ", got a ",
+                             v.is_sequence() ? "sequence" : "missing value");
+    if (t.elem != DataType::kUndefined && v.tensor.dtype() != t.elem)
+      return InvalidArgument("input '", decl.name, "' expects dtype ", dtype_name(t.elem), " (", t.str(),
+                             "), got ", v.tensor.describe(), " — convert the input to ", dtype_name(t.elem));
+    if (t.shape.rank_known) {
+      const Dims& d = v.tensor.shape();
+      if (d.size() != t.shape.rank())
+        return InvalidArgument("input '", decl.name, "' expects rank ", t.shape.rank(), " ", t.str(),
+                               ", got ", v.tensor.describe());
+      for (size_t i = 0; i < d.size(); ++i)
+        if (t.shape.dims[i].known() && t.shape.dims[i].value != d[i])
+          return InvalidArgument("input '", decl.name, "' expects shape ", t.shape.str(), ", got ",
+                                 dims_str(d), " (dim ", i, " must be ", t.shape.dims[i].value, ")");
+    }
+  } else if (t.kind == ir::TypeInfo::Kind::kSequence && !v.is_sequence()) {
+    return InvalidArgument("input '", decl.name, "' expects a sequence ", t.str());
+  }
+  return Status::Ok();
+}
+
+const Value* Interpreter::Frame::find(const std::string& name) const {
+  for (const Frame* f = this; f; f = f->parent) {
+    auto it = f->values.find(name);
+    if (it != f->values.end()) return &it->second;
+  }
+  return nullptr;
+}
+
+Interpreter::Interpreter(std::shared_ptr<const ir::Graph> graph) : graph_(std::move(graph)) {}
+
+Result<const Interpreter::Plan*> Interpreter::plan_for(const ir::Graph& g) {
+  auto it = plans_.find(&g);
+  if (it != plans_.end()) return it->second.get();
+  KILN_RETURN_IF_ERROR(check_supported(g));
+  auto plan = std::make_unique<Plan>();
+  const OpRegistry& reg = OpRegistry::get();
+  std::unordered_map<std::string, size_t> last_use;
+  std::unordered_set<std::string> keep;
+  for (const auto& o : g.outputs) keep.insert(o.name);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& n = g.nodes[i];
+    plan->schemas.push_back(reg.find(n.domain, n.op_type, n.opset));
+    for (const auto& in : n.inputs)
+      if (!in.empty()) last_use[in] = i;
+    for (const auto& [k, a] : n.attrs) {
+      std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
+      if (a.g) subs.push_back(a.g);
+      for (const auto& sg : subs)
+        for (const auto& r : sg->outer_references()) last_use[r] = i;
+    }
+  }
+  std::unordered_set<std::string> local;
+  for (const auto& in : g.inputs) local.insert(in.name);
+  for (const auto& n : g.nodes)
+    for (const auto& o : n.outputs) local.insert(o);
+  plan->release_after.resize(g.nodes.size());
+  for (const auto& [name, idx] : last_use)
+    if (!keep.count(name) && local.count(name) && !g.initializers.count(name))
+      plan->release_after[idx].push_back(name);
+  const Plan* p = plan.get();
+  plans_[&g] = std::move(plan);
+  return p;
+}
+
+Result<std::vector<Value>> run_node(const ir::Node& node, const OpSchema& schema,
+                                    const std::vector<const Value*>& inputs, SubgraphRunner* runner) {
+  size_t given = inputs.size();
+  if (static_cast<int>(given) < schema.min_inputs || (schema.max_inputs >= 0 && static_cast<int>(given) > schema.max_inputs))
+    return InvalidModel(node.where(), "has ", given, " inputs; ", node.op_type, " takes ", schema.min_inputs,
+                        schema.max_inputs < 0 ? " or more" : " to " + std::to_string(schema.max_inputs));
+  KernelContext ctx(node);
+  ctx.inputs = inputs;
+  ctx.outputs.resize(node.outputs.size());
+  ctx.subgraphs = runner;
+  KILN_RETURN_IF_ERROR(schema.reference(ctx));
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    if (node.has_output(i) && ctx.outputs[i].is_tensor() && !ctx.outputs[i].tensor.defined())
+      return Internal(node.where(), "kernel produced an undefined tensor for output '", node.outputs[i], "'");
+  }
+  return std::move(ctx.outputs);
+}
+
+Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame, bool top_level) {
+  KILN_ASSIGN_OR_RETURN(const Plan* plan, plan_for(g));
+  for (const auto& [name, t] : g.initializers)
+    if (!frame.values.count(name)) frame.values.emplace(name, Value(t));
+  frames_.push_back(&frame);
+  struct Pop {
+    std::vector<Frame*>& f;
+    ~Pop() { f.pop_back(); }
+  } pop{frames_};
+  std::vector<const Value*> ins;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& n = g.nodes[i];
+    ins.clear();
+    for (const auto& name : n.inputs) {
+      if (name.empty()) {
+        ins.push_back(nullptr);
+        continue;
+      }
+      const Value* v = frame.find(name);
+      if (!v) return Internal(n.where(), "input '", name, "' has no value at run time");
+      ins.push_back(v);
+    }
+    auto res = run_node(n, *plan->schemas[i], ins, this);
+    if (!res.ok()) {
+      const Status& st = res.status();
+      if (st.message().rfind("node '", 0) == 0) return st;
+      return st.with_context(n.where());
+    }
+    std::vector<Value> outs = std::move(res).value();
+    if (top_level && on_node) on_node(n, outs);
+    for (size_t o = 0; o < n.outputs.size(); ++o)
+      if (n.has_output(o)) frame.values[n.outputs[o]] = std::move(outs[o]);
+    for (const auto& dead : plan->release_after[i]) frame.values.erase(dead);
+  }
+  std::vector<Value> results;
+  for (const auto& o : g.outputs) {
+    const Value* v = frame.find(o.name);
+    if (!v) return InvalidModel("graph '", g.name, "': output '", o.name, "' was never produced");
+    results.push_back(*v);
+  }
+  return results;
+}
+
+Result<std::vector<Value>> Interpreter::run(const std::map<std::string, Value>& inputs) {
+  Frame frame;
+  for (const auto& decl : graph_->inputs) {
+    auto it = inputs.find(decl.name);
+    if (it == inputs.end()) {
+      if (graph_->initializers.count(decl.name)) continue;  // the initializer is the default
+      return InvalidArgument("missing input '", decl.name, "' (", decl.type.str(), ")");
+    }
+    KILN_RETURN_IF_ERROR(check_input_value(decl, it->second));
+    frame.values[decl.name] = it->second;
+  }
+  for (const auto& [name, v] : inputs) {
+    bool declared = false;
+    for (const auto& decl : graph_->inputs) declared |= decl.name == name;
+    if (!declared) return InvalidArgument("'", name, "' is not an input of the model");
+  }
+  return execute(*graph_, frame, true);
+}
+
+Result<std::vector<Value>> Interpreter::run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs) {
+  if (inputs.size() != g.inputs.size())
+    return InvalidModel("subgraph '", g.name, "' takes ", g.inputs.size(), " inputs, given ", inputs.size());
+  Frame frame;
+  frame.parent = frames_.empty() ? nullptr : frames_.back();
+  for (size_t i = 0; i < inputs.size(); ++i) frame.values[g.inputs[i].name] = inputs[i];
+  return execute(g, frame, false);
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,60 @@
+// The reference interpreter: runs a graph node by node with the plain kernels of src/ops. It is
+// the ground truth every optimized engine is compared against, so it favours obviousness.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ops/registry.h"
+#include "ops/value.h"
+
+namespace kiln::ops {
+
+// Every node (subgraphs included) without a reference kernel, in one error that names each one
+// and says how a plugin would add it. Ok when all are supported.
+Status check_supported(const ir::Graph& g);
+
+// Validates a value given for a graph input against its declared type.
+Status check_input_value(const ir::ValueInfo& decl, const Value& v);
+
+class Interpreter : public SubgraphRunner {
+ public:
+  explicit Interpreter(std::shared_ptr<const ir::Graph> graph);
+
+  // Runs the graph; `inputs` by name (inputs that are also initializers may be omitted).
+  // Returns the graph outputs in declaration order.
+  Result<std::vector<Value>> run(const std::map<std::string, Value>& inputs);
+
+  // Called after every node of the main graph with its outputs (parity tools hook in here).
+  std::function<void(const ir::Node&, const std::vector<Value>&)> on_node;
+
+  Result<std::vector<Value>> run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs) override;
+
+ private:
+  struct Frame {
+    std::unordered_map<std::string, Value> values;
+    const Frame* parent = nullptr;
+    const Value* find(const std::string& name) const;
+  };
+  struct Plan {
+    std::vector<const OpSchema*> schemas;
+    std::vector<std::vector<std::string>> release_after;  // values dead after node i
+  };
+  Result<const Plan*> plan_for(const ir::Graph& g);
+  Result<std::vector<Value>> execute(const ir::Graph& g, Frame& frame, bool top_level);
+
+  std::shared_ptr<const ir::Graph> graph_;
+  std::unordered_map<const ir::Graph*, std::unique_ptr<Plan>> plans_;
+  std::vector<Frame*> frames_;  // innermost last; subgraphs see these
+};
+
+// Runs one node's reference kernel on concrete inputs (used by constant folding too).
+Result<std::vector<Value>> run_node(const ir::Node& node, const OpSchema& schema,
+                                    const std::vector<const Value*>& inputs, SubgraphRunner* runner);
+
+}  // namespace kiln::ops

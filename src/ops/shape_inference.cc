@@ -1,0 +1,166 @@
+#include "ops/shape_inference.h"
+
+#include <set>
+
+#include "ops/interpreter.h"
+#include "ops/registry.h"
+
+namespace kiln::ops {
+
+ir::TypeInfo type_of(const Tensor& t) { return ir::TypeInfo::tensor(t.dtype(), SymShape::from_dims(t.shape())); }
+
+namespace {
+
+// Ops whose outputs must not be folded: random, or with side information.
+bool never_fold(const ir::Node& n) {
+  static const std::set<std::string> kRandom = {"RandomNormal", "RandomUniform", "RandomNormalLike",
+                                                "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"};
+  if (kRandom.count(n.op_type)) return true;
+  for (const auto& [k, a] : n.attrs)
+    if (a.g || !a.graphs.empty()) return true;
+  return false;
+}
+
+// Combines the inferred type with a declared one: inferred wins, declared fills unknown dims.
+Status merge_types(const ir::Node& n, const std::string& value, ir::TypeInfo& inferred, const ir::TypeInfo& declared) {
+  if (inferred.kind == ir::TypeInfo::Kind::kUnknown) {
+    inferred = declared;
+    return Status::Ok();
+  }
+  if (!inferred.is_tensor() || !declared.is_tensor()) return Status::Ok();
+  if (inferred.elem != DataType::kUndefined && declared.elem != DataType::kUndefined && inferred.elem != declared.elem)
+    return InvalidModel(n.where(), "output '", value, "' is inferred as ", inferred.str(),
+                        " but the model declares ", declared.str());
+  if (inferred.elem == DataType::kUndefined) inferred.elem = declared.elem;
+  if (!inferred.shape.rank_known) {
+    inferred.shape = declared.shape;
+  } else if (declared.shape.rank_known && declared.shape.rank() == inferred.shape.rank()) {
+    for (size_t i = 0; i < inferred.shape.rank(); ++i)
+      if (!inferred.shape.dims[i].known() && (declared.shape.dims[i].known() || !declared.shape.dims[i].param.empty()))
+        inferred.shape.dims[i] = declared.shape.dims[i];
+  }
+  return Status::Ok();
+}
+
+class GraphInferencer {
+ public:
+  GraphInferencer(const InferOptions& opts, int* counter) : opts_(opts), counter_(counter) {}
+
+  Status run(ir::Graph& g, std::map<std::string, Tensor> outer_constants) {
+    std::map<std::string, Tensor> constants = std::move(outer_constants);
+    std::set<std::string> input_names;
+    for (const auto& in : g.inputs) {
+      input_names.insert(in.name);
+      constants.erase(in.name);  // shadows an outer value
+      g.value_types[in.name] = in.type;
+    }
+    for (const auto& [name, t] : g.initializers) {
+      if (!input_names.count(name)) constants[name] = t;  // an input may override it: not constant
+      if (!g.value_types.count(name) || !input_names.count(name)) g.value_types[name] = type_of(t);
+    }
+    std::map<std::string, ir::TypeInfo> declared;
+    for (const auto& o : g.outputs) declared[o.name] = o.type;
+    for (auto& [k, v] : g.value_types) declared.emplace(k, v);
+
+    const OpRegistry& reg = OpRegistry::get();
+    for (auto& n : g.nodes) {
+      const OpSchema* s = reg.find(n.domain, n.op_type, n.opset);
+      InferContext ctx(n);
+      ctx.symbol_counter = counter_;
+      for (const auto& in : n.inputs) {
+        const ir::TypeInfo* t = nullptr;
+        const Tensor* c = nullptr;
+        if (!in.empty()) {
+          t = lookup(g, in);
+          auto it = constants.find(in);
+          if (it != constants.end()) c = &it->second;
+          if (!t) {
+            static const ir::TypeInfo kUnknown;
+            t = &kUnknown;
+          }
+        }
+        ctx.inputs.push_back(t);
+        ctx.constants.push_back(c);
+      }
+      ctx.outputs.resize(n.outputs.size());
+      ctx.infer_subgraph = [&](const ir::Graph& sg, const std::vector<ir::TypeInfo>& in_types)
+          -> Result<std::vector<ir::TypeInfo>> {
+        auto& mg = const_cast<ir::Graph&>(sg);
+        for (size_t i = 0; i < mg.inputs.size() && i < in_types.size(); ++i)
+          if (in_types[i].kind != ir::TypeInfo::Kind::kUnknown) {
+            ir::TypeInfo merged = in_types[i];
+            KILN_RETURN_IF_ERROR(merge_types(n, mg.inputs[i].name, merged, mg.inputs[i].type));
+            mg.inputs[i].type = merged;
+          }
+        GraphInferencer sub(opts_, counter_);
+        KILN_RETURN_IF_ERROR(sub.run(mg, constants));
+        std::vector<ir::TypeInfo> outs;
+        for (const auto& o : mg.outputs) {
+          auto it = mg.value_types.find(o.name);
+          outs.push_back(it != mg.value_types.end() ? it->second : (lookup(mg, o.name) ? *lookup(mg, o.name) : o.type));
+        }
+        return outs;
+      };
+      if (s && s->infer) {
+        Status st = s->infer(ctx);
+        if (!st.ok()) {
+          if (st.message().rfind("node '", 0) == 0) return st;
+          return st.with_context(n.where());
+        }
+      }
+      // Fold when every input is a known constant.
+      bool all_const = s && opts_.fold_constants && !never_fold(n);
+      for (size_t i = 0; i < n.inputs.size() && all_const; ++i)
+        if (!n.inputs[i].empty() && !ctx.constants[i]) all_const = false;
+      if (all_const) {
+        std::vector<Value> in_vals;
+        in_vals.reserve(n.inputs.size());
+        for (size_t i = 0; i < n.inputs.size(); ++i)
+          in_vals.push_back(ctx.constants[i] ? Value(*ctx.constants[i]) : Value());
+        std::vector<const Value*> ptrs;
+        for (size_t i = 0; i < n.inputs.size(); ++i) ptrs.push_back(n.inputs[i].empty() ? nullptr : &in_vals[i]);
+        auto res = run_node(n, *s, ptrs, nullptr);
+        if (res.ok()) {
+          for (size_t o = 0; o < n.outputs.size(); ++o) {
+            if (!n.has_output(o) || !res.value()[o].is_tensor()) continue;
+            const Tensor& t = res.value()[o].tensor;
+            ctx.outputs[o] = type_of(t);
+            if (t.numel() <= opts_.max_fold_elements) constants[n.outputs[o]] = t;
+          }
+        }
+      }
+      for (size_t o = 0; o < n.outputs.size(); ++o) {
+        if (!n.has_output(o)) continue;
+        auto it = declared.find(n.outputs[o]);
+        if (it != declared.end()) KILN_RETURN_IF_ERROR(merge_types(n, n.outputs[o], ctx.outputs[o], it->second));
+        g.value_types[n.outputs[o]] = ctx.outputs[o];
+      }
+    }
+    for (auto& o : g.outputs) {
+      auto it = g.value_types.find(o.name);
+      if (it != g.value_types.end()) o.type = it->second;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static const ir::TypeInfo* lookup(const ir::Graph& g, const std::string& name) {
+    for (const ir::Graph* p = &g; p; p = p->parent) {
+      auto it = p->value_types.find(name);
+      if (it != p->value_types.end()) return &it->second;
+    }
+    return nullptr;
+  }
+  const InferOptions& opts_;
+  int* counter_;
+};
+
+}  // namespace
+
+Status infer_shapes(ir::Graph& g, const InferOptions& opts) {
+  int counter = 0;
+  GraphInferencer inf(opts, &counter);
+  return inf.run(g, {});
+}
+
+}  // namespace kiln::ops

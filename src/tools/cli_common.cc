@@ -1,0 +1,127 @@
+#include "tools/cli_common.h"
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "core/npy.h"
+#include "onnx/importer.h"
+
+namespace kiln::tools {
+
+int exit_code_for(const Status& s) {
+  switch (s.code()) {
+    case ErrorCode::kOk: return kExitOk;
+    case ErrorCode::kUnsupported: return kExitUnsupported;
+    case ErrorCode::kInternal: return kExitInternal;
+    default: return kExitInvalidInput;
+  }
+}
+
+int report_error(const Status& s) {
+  std::fprintf(stderr, "kiln: error: %s\n", s.to_string().c_str());
+  return exit_code_for(s);
+}
+
+Result<ops::Value> read_value_file(const std::string& path, const ir::TypeInfo* expected) {
+  auto ends_with = [&](const char* suf) {
+    size_t n = std::strlen(suf);
+    return path.size() >= n && path.compare(path.size() - n, n, suf) == 0;
+  };
+  if (ends_with(".npy")) {
+    KILN_ASSIGN_OR_RETURN(Tensor t, read_npy(path));
+    return ops::Value(std::move(t));
+  }
+  return onnx_import::read_value_pb(path, expected);
+}
+
+Status fill_random_inputs(const ir::Graph& g, uint64_t seed, const std::map<std::string, Dims>& shapes,
+                          std::map<std::string, ops::Value>& inputs) {
+  std::mt19937_64 rng(seed);
+  for (const auto& in : g.inputs) {
+    if (inputs.count(in.name) || g.initializers.count(in.name)) continue;
+    if (!in.type.is_tensor())
+      return InvalidArgument("input '", in.name, "' is a ", in.type.str(), "; give it with --input, random values are only made for tensors");
+    Dims d;
+    auto it = shapes.find(in.name);
+    if (it != shapes.end()) {
+      d = it->second;
+    } else if (!in.type.shape.rank_known) {
+      return InvalidArgument("input '", in.name, "' has unknown rank; give its shape with --shapes ", in.name, ":1x3x224x224");
+    } else {
+      for (const auto& dim : in.type.shape.dims) d.push_back(dim.known() ? dim.value : 1);
+    }
+    Tensor t(in.type.elem, d);
+    std::uniform_real_distribution<double> uf(-1.0, 1.0);
+    std::uniform_int_distribution<int64_t> ui(0, 9);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (in.type.elem == DataType::kString) t.strings()[i] = "s" + std::to_string(ui(rng));
+      else if (in.type.elem == DataType::kBool) t.set_i64(i, ui(rng) & 1);
+      else if (dtype_is_float(in.type.elem)) t.set_f64(i, uf(rng));
+      else t.set_i64(i, ui(rng));
+    }
+    inputs[in.name] = ops::Value(std::move(t));
+  }
+  return Status::Ok();
+}
+
+Result<std::map<std::string, Dims>> parse_shapes(const std::string& spec) {
+  std::map<std::string, Dims> out;
+  size_t p = 0;
+  while (p < spec.size()) {
+    size_t comma = spec.find(',', p);
+    std::string item = spec.substr(p, comma == std::string::npos ? std::string::npos : comma - p);
+    p = comma == std::string::npos ? spec.size() : comma + 1;
+    size_t colon = item.rfind(':');
+    if (colon == std::string::npos || colon == 0)
+      return InvalidArgument("shape '", item, "' must look like NAME:1x3x224x224");
+    Dims d;
+    std::string dims = item.substr(colon + 1);
+    size_t q = 0;
+    while (q <= dims.size() && !dims.empty()) {
+      size_t x = dims.find('x', q);
+      std::string num = dims.substr(q, x == std::string::npos ? std::string::npos : x - q);
+      char* end = nullptr;
+      long long v = std::strtoll(num.c_str(), &end, 10);
+      if (num.empty() || *end != '\0' || v < 0) return InvalidArgument("shape '", item, "': '", num, "' is not a dimension");
+      d.push_back(v);
+      if (x == std::string::npos) break;
+      q = x + 1;
+    }
+    out[item.substr(0, colon)] = d;
+  }
+  return out;
+}
+
+std::string summarize(const std::string& name, const ops::Value& v) {
+  char buf[512];
+  if (v.is_none()) return name + ": <none>";
+  if (v.is_sequence()) return name + ": sequence of " + std::to_string(v.sequence.size()) + " tensors";
+  const Tensor& t = v.tensor;
+  if (t.dtype() == DataType::kString || t.numel() == 0) return name + ": " + t.describe();
+  double mn = INFINITY, mx = -INFINITY, sum = 0;
+  int64_t nan = 0, inf = 0, finite = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double x = t.get_f64(i);
+    if (std::isnan(x)) { ++nan; continue; }
+    if (std::isinf(x)) { ++inf; continue; }
+    mn = std::min(mn, x);
+    mx = std::max(mx, x);
+    sum += x;
+    ++finite;
+  }
+  std::snprintf(buf, sizeof buf, "%s: shape %s dtype %s min %.6g max %.6g mean %.6g NaN %lld Inf %lld", name.c_str(),
+                dims_str(t.shape()).c_str(), dtype_name(t.dtype()), finite ? mn : NAN, finite ? mx : NAN,
+                finite ? sum / static_cast<double>(finite) : NAN, static_cast<long long>(nan), static_cast<long long>(inf));
+  return buf;
+}
+
+std::string sanitize_name(const std::string& name) {
+  std::string s = name;
+  for (char& c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) c = '_';
+  if (s.empty() || s == "." || s == "..") s = "_" + s;
+  return s;
+}
+
+}  // namespace kiln::tools

@@ -1,0 +1,42 @@
+// Shared pieces of the kiln subcommands: loading inputs, summarizing outputs, exit codes.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "ir/graph.h"
+#include "ops/value.h"
+
+namespace kiln::tools {
+
+// Exit codes (documented in the README).
+constexpr int kExitOk = 0;
+constexpr int kExitMismatch = 1;     // outputs differ / tests failed
+constexpr int kExitUsage = 2;        // bad command line
+constexpr int kExitInvalidInput = 3; // bad model, input file or value
+constexpr int kExitUnsupported = 4;  // valid but unsupported
+constexpr int kExitInternal = 5;
+
+int exit_code_for(const Status& s);
+int report_error(const Status& s);  // prints "kiln: error: ..." and returns the exit code
+
+// Reads a tensor from .npy or .pb (by extension), or a sequence/optional .pb given the type.
+Result<ops::Value> read_value_file(const std::string& path, const ir::TypeInfo* expected);
+
+// Random inputs for every graph input without a value (seeded). Unknown dims use `shapes`
+// (NAME -> dims) or 1.
+Status fill_random_inputs(const ir::Graph& g, uint64_t seed, const std::map<std::string, Dims>& shapes,
+                          std::map<std::string, ops::Value>& inputs);
+
+// "NAME:1x3x224x224,NAME2:1x128" -> map.
+Result<std::map<std::string, Dims>> parse_shapes(const std::string& spec);
+
+// "shape, dtype, min, max, mean, NaN, Inf" line for one value.
+std::string summarize(const std::string& name, const ops::Value& v);
+
+// File-system-safe version of a value name.
+std::string sanitize_name(const std::string& name);
+
+}  // namespace kiln::tools

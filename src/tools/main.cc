@@ -1,0 +1,20 @@
+// kiln: the command-line front end. One file per subcommand; each registers itself here.
+#include <CLI/CLI.hpp>
+
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln: ONNX inference compiler and runtime with built-in parity checking"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
+  int exit_code = 0;
+  kiln::tools::add_run_command(app, exit_code);
+  kiln::tools::add_conformance_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : kiln::tools::kExitUsage;
+  }
+  return exit_code;
+}

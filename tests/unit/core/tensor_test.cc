@@ -1,0 +1,55 @@
+#include "core/tensor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace kiln {
+namespace {
+
+TEST(Float16, RoundTripsExactValues) {
+  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f}) {
+    EXPECT_EQ(half_to_float(float_to_half(f)), f) << f;
+  }
+  EXPECT_TRUE(std::isinf(half_to_float(float_to_half(70000.0f))));
+  EXPECT_TRUE(std::isnan(half_to_float(float_to_half(NAN))));
+}
+
+TEST(Float16, RoundsToNearestEven) {
+  // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even (1.0).
+  EXPECT_EQ(half_to_float(float_to_half(1.0f + std::ldexp(1.0f, -11))), 1.0f);
+  EXPECT_EQ(half_to_float(float_to_half(1.0f + 3 * std::ldexp(1.0f, -11))), 1.0f + std::ldexp(1.0f, -9));
+}
+
+TEST(BFloat16, RoundTrip) {
+  EXPECT_EQ(bfloat16_to_float(float_to_bfloat16(1.5f)), 1.5f);
+  EXPECT_EQ(bfloat16_to_float(float_to_bfloat16(-3.0f)), -3.0f);
+  EXPECT_TRUE(std::isnan(bfloat16_to_float(float_to_bfloat16(NAN))));
+}
+
+TEST(Float8, E4M3FNDecodesAndSaturates) {
+  EXPECT_EQ(float8_to_float(0x7e, DataType::kFloat8E4M3FN), 448.0f);
+  EXPECT_TRUE(std::isnan(float8_to_float(0x7f, DataType::kFloat8E4M3FN)));
+  EXPECT_EQ(float_to_float8(1000.0f, DataType::kFloat8E4M3FN, true), 0x7e);
+  EXPECT_EQ(float_to_float8(1000.0f, DataType::kFloat8E4M3FN, false), 0x7f);
+  EXPECT_EQ(float8_to_float(float_to_float8(0.5f, DataType::kFloat8E5M2, true), DataType::kFloat8E5M2), 0.5f);
+}
+
+TEST(Tensor, CastSaturatesFloatToInt) {
+  Tensor t = Tensor::from_vector<float>(DataType::kFloat32, {3}, {1e20f, -1e20f, 2.7f});
+  Tensor i = t.cast(DataType::kInt32).value();
+  EXPECT_EQ(i.data<int32_t>()[0], INT32_MAX);
+  EXPECT_EQ(i.data<int32_t>()[1], INT32_MIN);
+  EXPECT_EQ(i.data<int32_t>()[2], 2);
+}
+
+TEST(Tensor, ReshapeSharesStorage) {
+  Tensor t(DataType::kFloat32, {2, 3});
+  Tensor r = t.reshaped({6});
+  r.data<float>()[4] = 7;
+  EXPECT_EQ(t.data<float>()[4], 7);
+  EXPECT_EQ(t.clone().data<float>()[4], 7);
+}
+
+}  // namespace
+}  // namespace kiln
