@@ -7,6 +7,9 @@
 #include "core/npy.h"
 #include "onnx/importer.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace kiln::tools {
 
 int exit_code_for(const Status& s) {
@@ -114,6 +117,61 @@ std::string summarize(const std::string& name, const ops::Value& v) {
                 dims_str(t.shape()).c_str(), dtype_name(t.dtype()), finite ? mn : NAN, finite ? mx : NAN,
                 finite ? sum / static_cast<double>(finite) : NAN, static_cast<long long>(nan), static_cast<long long>(inf));
   return buf;
+}
+
+// ONNX's runner: |actual - expected| <= atol + rtol * |expected|, NaN equal to NaN.
+Status compare_tensor(const std::string& name, const Tensor& got, const Tensor& want, const Tolerance& tol,
+                      double* max_abs_err) {
+  if (got.dtype() != want.dtype())
+    return InvalidArgument("output '", name, "': dtype ", dtype_name(got.dtype()), ", expected ", dtype_name(want.dtype()));
+  if (got.shape() != want.shape())
+    return InvalidArgument("output '", name, "': shape ", dims_str(got.shape()), ", expected ", dims_str(want.shape()));
+  if (got.dtype() == DataType::kString) {
+    for (int64_t i = 0; i < got.numel(); ++i)
+      if (got.strings()[i] != want.strings()[i])
+        return InvalidArgument("output '", name, "'[", i, "] = '", got.strings()[i], "', expected '", want.strings()[i], "'");
+    return Status::Ok();
+  }
+  bool exact = !dtype_is_float(got.dtype());
+  int64_t bad = 0, first = -1;
+  double worst = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    bool ok;
+    if (exact && got.dtype() == DataType::kUInt64) {
+      ok = got.data<uint64_t>()[i] == want.data<uint64_t>()[i];
+    } else if (exact) {
+      ok = got.get_i64(i) == want.get_i64(i);
+    } else {
+      double a = got.get_f64(i), e = want.get_f64(i);
+      if (std::isnan(e) || std::isnan(a)) ok = std::isnan(e) && std::isnan(a);
+      else if (std::isinf(e) || std::isinf(a)) ok = a == e;
+      else {
+        ok = std::fabs(a - e) <= tol.atol + tol.rtol * std::fabs(e);
+        worst = std::max(worst, std::fabs(a - e));
+      }
+    }
+    if (!ok) {
+      if (first < 0) first = i;
+      ++bad;
+    }
+  }
+  if (max_abs_err) *max_abs_err = worst;
+  if (bad)
+    return InvalidArgument("output '", name, "': ", bad, " of ", got.numel(), " elements differ (first at ", first, ": got ",
+                           got.get_f64(first), ", expected ", want.get_f64(first), "; max abs err ", worst, ")");
+  return Status::Ok();
+}
+
+Status compare_value(const std::string& name, const ops::Value& got, const ops::Value& want, const Tolerance& tol) {
+  if (got.kind != want.kind) return InvalidArgument("output '", name, "': kind differs (tensor/sequence/none)");
+  if (got.is_tensor()) return compare_tensor(name, got.tensor, want.tensor, tol);
+  if (got.is_sequence()) {
+    if (got.sequence.size() != want.sequence.size())
+      return InvalidArgument("output '", name, "': sequence of ", got.sequence.size(), ", expected ", want.sequence.size());
+    for (size_t i = 0; i < got.sequence.size(); ++i)
+      KILN_RETURN_IF_ERROR(compare_tensor(name + "[" + std::to_string(i) + "]", got.sequence[i], want.sequence[i], tol));
+  }
+  return Status::Ok();
 }
 
 std::string sanitize_name(const std::string& name) {
