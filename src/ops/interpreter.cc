@@ -1,5 +1,6 @@
 #include "ops/interpreter.h"
 
+#include <new>
 #include <set>
 #include <unordered_set>
 
@@ -117,7 +118,15 @@ Result<std::vector<Value>> run_node(const ir::Node& node, const OpSchema& schema
   ctx.inputs = inputs;
   ctx.outputs.resize(node.outputs.size());
   ctx.subgraphs = runner;
-  KILN_RETURN_IF_ERROR(schema.reference(ctx));
+  // Kernels report errors as Status; an exception escaping one (allocation failure on a huge shape,
+  // a library throwing) still becomes a clean error naming the node.
+  try {
+    KILN_RETURN_IF_ERROR(schema.reference(ctx));
+  } catch (const std::bad_alloc&) {
+    return Status(ErrorCode::kOutOfRange, node.where() + "out of memory while computing the outputs");
+  } catch (const std::exception& e) {
+    return Internal(node.where(), "kernel threw: ", e.what());
+  }
   for (size_t i = 0; i < node.outputs.size(); ++i) {
     if (node.has_output(i) && ctx.outputs[i].is_tensor() && !ctx.outputs[i].tensor.defined())
       return Internal(node.where(), "kernel produced an undefined tensor for output '", node.outputs[i], "'");
@@ -137,6 +146,8 @@ Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame
   std::vector<const Value*> ins;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& n = g.nodes[i];
+    if (deadline_ && std::chrono::steady_clock::now() > *deadline_)
+      return OutOfRange(n.where(), "the run exceeded its time limit");
     ins.clear();
     for (const auto& name : n.inputs) {
       if (name.empty()) {
