@@ -13,10 +13,10 @@ namespace kiln::tools {
 
 // Exit codes (documented in the README).
 constexpr int kExitOk = 0;
-constexpr int kExitMismatch = 1;     // outputs differ / tests failed
-constexpr int kExitUsage = 2;        // bad command line
-constexpr int kExitInvalidInput = 3; // bad model, input file or value
-constexpr int kExitUnsupported = 4;  // valid but unsupported
+constexpr int kExitMismatch = 1;      // outputs differ / tests failed
+constexpr int kExitUsage = 2;         // bad command line
+constexpr int kExitInvalidInput = 3;  // bad model, input file or value
+constexpr int kExitUnsupported = 4;   // valid but unsupported
 constexpr int kExitInternal = 5;
 
 int exit_code_for(const Status& s);

@@ -2,10 +2,10 @@
 // reference interpreter and reports pass / fail / unsupported per test and per op. Each test runs
 // in a child process so that one crash or hang cannot take the whole run down.
 #include <fcntl.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -27,8 +27,8 @@ namespace fs = std::filesystem;
 namespace {
 
 struct TestCase {
-  std::string name;   // "node/test_abs"
-  std::string model;  // path to model.onnx
+  std::string name;                        // "node/test_abs"
+  std::string model;                       // path to model.onnx
   std::vector<std::string> data_dirs;      // test_data_set_* (empty for light models)
   std::vector<std::string> light_outputs;  // light models: output_*.pb next to the model
 };
@@ -89,11 +89,14 @@ Status check_inferred(const ir::ValueInfo& decl, const ops::Value& got) {
   if (!decl.type.is_tensor() || !got.is_tensor()) return Status::Ok();
   const SymShape& s = decl.type.shape;
   if (decl.type.elem != DataType::kUndefined && decl.type.elem != got.tensor.dtype())
-    return InvalidModel("output '", decl.name, "': inference said ", decl.type.str(), ", run produced ", got.tensor.describe());
+    return InvalidModel("output '", decl.name, "': inference said ", decl.type.str(), ", run produced ",
+                        got.tensor.describe());
   if (!s.rank_known) return Status::Ok();
   bool bad = s.rank() != got.tensor.shape().size();
   for (size_t i = 0; !bad && i < s.rank(); ++i) bad = s.dims[i].known() && s.dims[i].value != got.tensor.shape()[i];
-  if (bad) return InvalidModel("output '", decl.name, "': inference said ", decl.type.str(), ", run produced ", got.tensor.describe());
+  if (bad)
+    return InvalidModel("output '", decl.name, "': inference said ", decl.type.str(), ", run produced ",
+                        got.tensor.describe());
   return Status::Ok();
 }
 
@@ -256,7 +259,8 @@ int run_conformance(const ConformanceOptions& o) {
     if (k == 0) passed.insert(tc.name);
     std::string first_line = r.message.substr(0, r.message.find('\n'));
     if (!o.quiet) std::printf("%-12s %-70s %s\n", r.status.c_str(), tc.name.c_str(), first_line.substr(0, 300).c_str());
-    jtests.push_back({{"name", tc.name}, {"status", r.status}, {"message", r.message}, {"ops", r.ops}, {"seconds", r.seconds}});
+    jtests.push_back(
+        {{"name", tc.name}, {"status", r.status}, {"message", r.message}, {"ops", r.ops}, {"seconds", r.seconds}});
   }
   std::printf("\nper op (tests using the op: pass / fail / unsupported)\n");
   nlohmann::json jops = nlohmann::json::object();
@@ -275,8 +279,13 @@ int run_conformance(const ConformanceOptions& o) {
   std::printf("\nTOTAL: %d pass, %d fail, %d unsupported of %d (%.1f%% pass)\n", counts[0], counts[1], counts[2], total,
               100.0 * counts[0] / std::max(1, total));
   if (!o.json_path.empty()) {
-    nlohmann::json j = {{"summary", {{"pass", counts[0]}, {"fail", counts[1]}, {"unsupported", counts[2]}, {"total", total}}},
-                        {"suites", jsuites}, {"ops", jops}, {"tests", jtests}, {"rtol", o.rtol}, {"atol", o.atol}};
+    nlohmann::json j = {
+        {"summary", {{"pass", counts[0]}, {"fail", counts[1]}, {"unsupported", counts[2]}, {"total", total}}},
+        {"suites", jsuites},
+        {"ops", jops},
+        {"tests", jtests},
+        {"rtol", o.rtol},
+        {"atol", o.atol}};
     std::ofstream(o.json_path) << j.dump(1) << "\n";
   }
   if (!o.write_expect_path.empty()) {

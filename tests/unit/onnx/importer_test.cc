@@ -205,7 +205,8 @@ TEST(Interpreter, ValidatesInputs) {
   EXPECT_NE(wrong_dtype.status().message().find("expects dtype float32"), std::string::npos);
   auto wrong_shape = interp.run({{"x", ops::Value(Tensor(DataType::kFloat32, {2, 4}))}});
   ASSERT_FALSE(wrong_shape.ok());
-  EXPECT_NE(wrong_shape.status().message().find("dim 1 must be 3"), std::string::npos) << wrong_shape.status().message();
+  EXPECT_NE(wrong_shape.status().message().find("dim 1 must be 3"), std::string::npos)
+      << wrong_shape.status().message();
   auto missing = interp.run({});
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("missing input 'x'"), std::string::npos);
