@@ -64,6 +64,13 @@ with open(os.path.join(WORK, "x.pb"), "wb") as f:
 rc, log = kiln("run", model, "--input", "x=" + os.path.join(WORK, "x.pb"), "--output-dir", os.path.join(WORK, "out_pb"))
 check(rc == 0 and np.array_equal(np.load(os.path.join(WORK, "out_pb", "y_0_out.npy")), want), "run with a TensorProto .pb input")
 
+rc, log = kiln("run", model, "--inputs", os.path.join(WORK, "in.npz"), "--output-dir", os.path.join(WORK, "out_pbfmt"),
+               "--output-format", "pb", "--save-outputs", os.path.join(WORK, "all.npz"))
+pb_out = os.path.join(WORK, "out_pbfmt", "y_0_out.pb")
+check(rc == 0 and os.path.exists(pb_out) and np.array_equal(numpy_helper.to_array(onnx.load_tensor(pb_out)), want),
+      "--output-format pb writes TensorProto files")
+check(rc == 0 and np.array_equal(np.load(os.path.join(WORK, "all.npz"))["y:0/out"], want), "--save-outputs writes one .npz")
+
 np.savez(os.path.join(WORK, "expected.npz"), **{"y:0/out": want})
 rc, log = kiln("run", model, "--inputs", os.path.join(WORK, "in.npz"), "--expect-outputs", os.path.join(WORK, "expected.npz"))
 check(rc == 0 and "MATCH" in log, "--expect-outputs matches")
