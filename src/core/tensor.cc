@@ -75,6 +75,17 @@ Tensor::Tensor(DataType dtype, Dims shape) : dtype_(dtype), shape_(std::move(sha
   }
 }
 
+Tensor Tensor::alias(DataType dtype, Dims shape, std::shared_ptr<uint8_t[]> buffer, size_t offset) {
+  KILN_CHECK(dtype != DataType::kString);
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  for (int64_t d : t.shape_) KILN_CHECK(d >= 0);
+  t.buffer_ = std::move(buffer);
+  t.offset_ = offset;
+  return t;
+}
+
 Tensor Tensor::reshaped(Dims shape) const {
   KILN_CHECK(dims_numel(shape) == numel());
   Tensor t = *this;

@@ -34,6 +34,10 @@ class Tensor {
     return t;
   }
 
+  // A tensor over existing storage (no copy): `buffer` owns the memory, data starts at `offset`
+  // bytes (64-byte aligned for fast kernels). Used for engine weights and memory-planned arenas.
+  static Tensor alias(DataType dtype, Dims shape, std::shared_ptr<uint8_t[]> buffer, size_t offset);
+
   bool defined() const { return dtype_ != DataType::kUndefined; }
   DataType dtype() const { return dtype_; }
   const Dims& shape() const { return shape_; }

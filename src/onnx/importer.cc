@@ -160,6 +160,29 @@ Result<ir::TypeInfo> convert_type(const onnx::TypeProto& tp, const std::string& 
 
 struct Importer {
   std::string base_dir;
+  ExternalResolver resolver;
+
+  Result<Tensor> load_tensor(const onnx::TensorProto& p) {
+    if (resolver && p.data_location() == onnx::TensorProto::EXTERNAL) {
+      std::string location;
+      int64_t offset = 0, length = -1;
+      for (const auto& kv : p.external_data()) {
+        if (kv.key() == "location")
+          location = kv.value();
+        else if (kv.key() == "offset")
+          offset = std::strtoll(kv.value().c_str(), nullptr, 10);
+        else if (kv.key() == "length")
+          length = std::strtoll(kv.value().c_str(), nullptr, 10);
+      }
+      if (!dtype_is_known(p.data_type()))
+        return Unsupported("tensor '", p.name(), "': unknown data type code ", p.data_type());
+      Dims dims(p.dims().begin(), p.dims().end());
+      for (int64_t d : dims)
+        if (d < 0) return InvalidModel("tensor '", p.name(), "': negative dimension ", d);
+      return resolver(location, offset, length, static_cast<DataType>(p.data_type()), dims);
+    }
+    return tensor_from_proto(p, base_dir);
+  }
   std::map<std::string, int> opsets;
   int node_counter = 0;
 
@@ -170,7 +193,7 @@ struct Importer {
     for (const auto& tp : gp.initializer()) {
       std::string what = "initializer '" + tp.name() + "'";
       if (tp.name().empty()) return InvalidModel("graph '", g.name, "' has an initializer without a name");
-      KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, base_dir));
+      KILN_ASSIGN_OR_RETURN(Tensor t, load_tensor(tp));
       g.initializers[tp.name()] = std::move(t);
     }
     for (const auto& sp : gp.sparse_initializer()) {
@@ -204,8 +227,8 @@ struct Importer {
   }
 
   Result<Tensor> sparse_to_dense(const onnx::SparseTensorProto& sp) {
-    KILN_ASSIGN_OR_RETURN(Tensor values, tensor_from_proto(sp.values(), base_dir));
-    KILN_ASSIGN_OR_RETURN(Tensor indices, tensor_from_proto(sp.indices(), base_dir));
+    KILN_ASSIGN_OR_RETURN(Tensor values, load_tensor(sp.values()));
+    KILN_ASSIGN_OR_RETURN(Tensor indices, load_tensor(sp.indices()));
     Dims dims(sp.dims().begin(), sp.dims().end());
     for (int64_t d : dims)
       if (d < 0) return InvalidModel("sparse tensor '", sp.values().name(), "' has a negative dim");
@@ -293,7 +316,7 @@ struct Importer {
         break;
       case onnx::AttributeProto::TENSOR: {
         a.type = T::kTensor;
-        auto t = tensor_from_proto(ap.t(), base_dir);
+        auto t = load_tensor(ap.t());
         if (!t.ok()) return t.status().with_context(what + ": ");
         a.t = std::move(t).value();
         break;
@@ -326,7 +349,7 @@ struct Importer {
       case onnx::AttributeProto::TENSORS:
         a.type = T::kTensors;
         for (const auto& tp : ap.tensors()) {
-          auto t = tensor_from_proto(tp, base_dir);
+          auto t = load_tensor(tp);
           if (!t.ok()) return t.status().with_context(what + ": ");
           a.tensors.push_back(std::move(t).value());
         }
@@ -530,6 +553,7 @@ Result<ir::Model> parse_model_impl(const std::string& bytes, const std::string& 
   }
   Importer imp;
   imp.base_dir = base_dir;
+  imp.resolver = opts.external_resolver;
   imp.opsets = m.opset_imports;
   m.graph = std::make_shared<ir::Graph>();
   KILN_RETURN_IF_ERROR(imp.convert_graph(mp.graph(), *m.graph, nullptr));
