@@ -46,7 +46,8 @@ class GraphInferencer {
  public:
   GraphInferencer(const InferOptions& opts, int* counter) : opts_(opts), counter_(counter) {}
 
-  Status run(ir::Graph& g, std::map<std::string, Tensor> outer_constants) {
+  Status run(ir::Graph& g, std::map<std::string, Tensor> outer_constants,
+             std::map<std::string, Tensor>* constants_out = nullptr) {
     std::map<std::string, Tensor> constants = std::move(outer_constants);
     std::set<std::string> input_names;
     for (const auto& in : g.inputs) {
@@ -140,6 +141,7 @@ class GraphInferencer {
       auto it = g.value_types.find(o.name);
       if (it != g.value_types.end()) o.type = it->second;
     }
+    if (constants_out) *constants_out = std::move(constants);
     return Status::Ok();
   }
 
@@ -160,7 +162,7 @@ class GraphInferencer {
 Status infer_shapes(ir::Graph& g, const InferOptions& opts) {
   int counter = 0;
   GraphInferencer inf(opts, &counter);
-  return inf.run(g, {});
+  return inf.run(g, {}, opts.constants_out);
 }
 
 }  // namespace kiln::ops
