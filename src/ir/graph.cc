@@ -161,3 +161,16 @@ Status Graph::topological_sort() {
 }
 
 }  // namespace kiln::ir
+
+namespace kiln::ir {
+std::shared_ptr<Graph> deep_copy(const Graph& g, const Graph* parent) {
+  auto c = std::make_shared<Graph>(g);
+  c->parent = parent;
+  for (auto& n : c->nodes)
+    for (auto& [k, a] : n.attrs) {
+      if (a.g) a.g = deep_copy(*a.g, c.get());
+      for (auto& sg : a.graphs) sg = deep_copy(*sg, c.get());
+    }
+  return c;
+}
+}  // namespace kiln::ir

@@ -132,3 +132,9 @@ struct Model {
 };
 
 }  // namespace kiln::ir
+
+namespace kiln::ir {
+// A copy that shares no mutable state with `g` (subgraphs copied too; tensors share storage,
+// which is immutable once in a graph). `parent` becomes the copy's enclosing graph.
+std::shared_ptr<Graph> deep_copy(const Graph& g, const Graph* parent = nullptr);
+}  // namespace kiln::ir

@@ -108,3 +108,19 @@ std::string unique_name(const Graph& g, const std::string& base) {
 }
 
 }  // namespace kiln::ir
+
+namespace kiln::ir {
+std::vector<std::string> sources_of(const Node& n) {
+  const Attribute* a = n.attr("kiln.sources");
+  return a ? a->strings : std::vector<std::string>{n.name};
+}
+
+void add_sources(Node& into, const Node& from) {
+  std::vector<std::string> s = sources_of(into);
+  for (const auto& x : sources_of(from)) s.push_back(x);
+  Attribute a;
+  a.type = Attribute::Type::kStrings;
+  a.strings = std::move(s);
+  into.attrs["kiln.sources"] = std::move(a);
+}
+}  // namespace kiln::ir

@@ -44,3 +44,9 @@ void remove_nodes(Graph& g, const std::set<int>& indices);
 std::string unique_name(const Graph& g, const std::string& base);
 
 }  // namespace kiln::ir
+
+namespace kiln::ir {
+// Provenance: the ONNX nodes a (fused) node stands for, kept in the "kiln.sources" attribute.
+std::vector<std::string> sources_of(const Node& n);
+void add_sources(Node& into, const Node& from);
+}  // namespace kiln::ir

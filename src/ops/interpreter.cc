@@ -169,6 +169,7 @@ Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame
       return st.with_context(n.where());
     }
     std::vector<Value> outs = std::move(res).value();
+    if (top_level && place_outputs) place_outputs(n, outs);
     if (top_level && on_node) on_node(n, outs);
     for (size_t o = 0; o < n.outputs.size(); ++o)
       if (n.has_output(o)) frame.values[n.outputs[o]] = std::move(outs[o]);

@@ -35,6 +35,10 @@ class Interpreter : public SubgraphRunner {
   // Called after every node of the main graph with its outputs (parity tools hook in here).
   std::function<void(const ir::Node&, const std::vector<Value>&)> on_node;
 
+  // Called for every node of the main graph before its outputs are stored: the engine runtime
+  // moves them into its memory-planned arena here.
+  std::function<void(const ir::Node&, std::vector<Value>&)> place_outputs;
+
   // Runs stop with an error at the next node once this time has passed (fuzzing, services).
   void set_deadline(std::chrono::steady_clock::time_point t) { deadline_ = t; }
 

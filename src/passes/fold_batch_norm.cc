@@ -121,7 +121,10 @@ Result<int> fold_batch_norm(ir::Graph& g) {
       ir::Node& prod = g.nodes[static_cast<size_t>(p)];
       if (prod.domain.empty() && prod.op_type == "Conv" && prod.inputs.size() >= 2) folded = fold_into_conv(g, prod, a);
       else if (prod.domain.empty() && prod.op_type == "Gemm" && prod.inputs.size() >= 2) folded = fold_into_gemm(g, prod, a);
-      if (folded) prod.outputs[0] = bn.outputs[0];
+      if (folded) {
+        prod.outputs[0] = bn.outputs[0];
+        ir::add_sources(prod, bn);
+      }
     }
     if (!folded) {  // standalone: x * s + t with s, t shaped [C, 1, ...]
       if (bn.opset < 7) continue;  // legacy Mul/Add would not broadcast [C, 1, 1]
