@@ -18,11 +18,11 @@ std::shared_ptr<uint8_t[]> alloc_aligned(size_t bytes) {
 
 template <typename To>
 To saturate_cast(double v) {
-  if (std::isnan(v)) return To(0);
   if constexpr (std::is_same_v<To, bool>) {
-    return v != 0;
+    return v != 0;  // NaN is non-zero: true, like numpy
   } else if constexpr (std::is_integral_v<To>) {
-    // Truncate toward zero like C, but clamp instead of undefined behaviour.
+    // Truncate toward zero like C, but clamp instead of undefined behaviour (NaN gives 0).
+    if (std::isnan(v)) return To(0);
     double t = std::trunc(v);
     if (t <= static_cast<double>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
     if (t >= static_cast<double>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
