@@ -184,8 +184,15 @@ Result<Tensor> Tensor::cast(DataType to, bool saturate) const {
           if (std::isnan(v)) s = "NaN";
           else if (std::isinf(v)) s = v > 0 ? "INF" : "-INF";
           else {
+            // The shortest representation that reads back as the same value of the source type
+            // (float64 needs up to 17 digits; float32 and narrower up to 9).
+            bool is_f64 = dtype_ == DataType::kFloat64;
             char buf[64];
-            std::snprintf(buf, sizeof buf, "%.9g", v);
+            for (int prec = 1; prec <= 17; ++prec) {
+              std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+              double back = std::strtod(buf, nullptr);
+              if (is_f64 ? back == v : static_cast<float>(back) == static_cast<float>(v)) break;
+            }
             s = buf;
           }
         } else if (dtype_ == DataType::kBool) {
