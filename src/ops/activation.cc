@@ -160,10 +160,10 @@ Status clip_kernel(KernelContext& ctx) {
   if (ctx.opset() < 11) {
     if (!dtype_is_float(x0.dtype()))
       return ctx.unsupported(str_cat("dtype ", dtype_name(x0.dtype()), " needs opset 12 or later"));
-    if (ctx.node.attr("min")) lo = Tensor::scalar<double>(DataType::kFloat64, ctx.node.attr_float("min", 0));
-    if (ctx.node.attr("max")) hi = Tensor::scalar<double>(DataType::kFloat64, ctx.node.attr_float("max", 0));
-    if (lo.defined()) lo = lo.cast(x.dtype()).value();
-    if (hi.defined()) hi = hi.cast(x.dtype()).value();
+    // The defaults are float32's finite limits (so Inf is clipped to them too, as specified).
+    float fmax = std::numeric_limits<float>::max();
+    lo = Tensor::scalar<double>(DataType::kFloat64, ctx.node.attr_float("min", -fmax)).cast(x.dtype()).value();
+    hi = Tensor::scalar<double>(DataType::kFloat64, ctx.node.attr_float("max", fmax)).cast(x.dtype()).value();
   } else {
     for (size_t i = 1; i <= 2; ++i) {
       if (!ctx.has_input(i)) continue;
