@@ -234,10 +234,7 @@ uint32_t encode_small(float x, const SmallFloat& f, int total_bits, bool saturat
     }
   }
   auto overflow = [&]() -> uint32_t {
-    if (saturate) {
-      if (std::isinf(x) && f.fnuz) return nan_code;
-      return (neg ? sign_bit : 0) | max_code;
-    }
+    if (saturate) return (neg ? sign_bit : 0) | max_code;  // Inf too, as ONNX's reference does
     if (f.has_inf) return (neg ? sign_bit : 0) | (((1u << f.exp_bits) - 1) << f.mant_bits);
     return has_nan ? nan_code : ((neg ? sign_bit : 0) | max_code);
   };
@@ -275,19 +272,29 @@ float float8_to_float(uint8_t v, DataType t) {
 }
 
 uint8_t float_to_float8(float x, DataType t, bool saturate) {
-  if (t == DataType::kFloat8E8M0) {
-    if (std::isnan(x) || x <= 0) return std::isnan(x) ? 0xff : 0;
-    if (std::isinf(x)) return saturate ? 0xfe : 0xff;
-    int e;
-    float m = std::frexp(x, &e);  // x = m * 2^e, m in [0.5, 1)
-    int ex = e - 1;               // x = (2m) * 2^(e-1), 2m in [1, 2)
-    if (2 * m > 1.5f) ++ex;       // round to the nearer power of two (up at 1.5)
-    ex += 127;
-    if (ex < 0) ex = 0;
-    if (ex > 254) return saturate ? 0xfe : 0xff;
-    return static_cast<uint8_t>(ex);
-  }
+  if (t == DataType::kFloat8E8M0) return float_to_float8e8m0(x, saturate, E8M0Rounding::kUp);
   return static_cast<uint8_t>(encode_small(x, format_of(t), 8, saturate, true));
+}
+
+uint8_t float_to_float8e8m0(float x, bool saturate, E8M0Rounding mode) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  uint32_t exp = (bits >> 23) & 0xffu;
+  uint32_t mant = bits & 0x7fffffu;
+  if (exp == 0xffu) return 0xff;  // Inf, NaN
+  bool round_up = false;
+  switch (mode) {
+    case E8M0Rounding::kUp: round_up = mant != 0; break;
+    case E8M0Rounding::kDown: round_up = false; break;
+    case E8M0Rounding::kNearest: {
+      bool half = mant & 0x400000u;   // the first dropped bit
+      bool rest = mant & 0x3fffffu;   // any bit below it
+      round_up = half && (rest || exp > 0);  // normal numbers: halves go up
+      break;
+    }
+  }
+  if (round_up && exp == 0xfeu && saturate) round_up = false;
+  return static_cast<uint8_t>(exp + (round_up ? 1 : 0));  // 0xfe + 1 = 0xff: NaN
 }
 
 float float4e2m1_to_float(uint8_t v) { return decode_small(v & 0xf, format_of(DataType::kFloat4E2M1), 4); }

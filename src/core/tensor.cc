@@ -18,11 +18,11 @@ std::shared_ptr<uint8_t[]> alloc_aligned(size_t bytes) {
 
 template <typename To>
 To saturate_cast(double v) {
-  if (std::isnan(v)) return To(0);
   if constexpr (std::is_same_v<To, bool>) {
-    return v != 0;
+    return v != 0;  // NaN is non-zero: true, like numpy
   } else if constexpr (std::is_integral_v<To>) {
-    // Truncate toward zero like C, but clamp instead of undefined behaviour.
+    // Truncate toward zero like C, but clamp instead of undefined behaviour (NaN gives 0).
+    if (std::isnan(v)) return To(0);
     double t = std::trunc(v);
     if (t <= static_cast<double>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
     if (t >= static_cast<double>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
@@ -216,8 +216,15 @@ Result<Tensor> Tensor::cast(DataType to, bool saturate) const {
           else if (std::isinf(v))
             s = v > 0 ? "INF" : "-INF";
           else {
+            // The shortest representation that reads back as the same value of the source type
+            // (float64 needs up to 17 digits; float32 and narrower up to 9).
+            bool is_f64 = dtype_ == DataType::kFloat64;
             char buf[64];
-            std::snprintf(buf, sizeof buf, "%.9g", v);
+            for (int prec = 1; prec <= 17; ++prec) {
+              std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+              double back = std::strtod(buf, nullptr);
+              if (is_f64 ? back == v : static_cast<float>(back) == static_cast<float>(v)) break;
+            }
             s = buf;
           }
         } else if (dtype_ == DataType::kBool) {
