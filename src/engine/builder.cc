@@ -71,7 +71,7 @@ namespace {
 
 int count_nodes(const ir::Graph& g) { return static_cast<int>(g.nodes.size()); }
 
-Result<std::shared_ptr<EngineImpl>> build(ir::Model model, const BuilderConfig& cfg) {
+Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderConfig& cfg) {
   auto log = [&](const std::string& line) {
     if (cfg.log)
       cfg.log(line);
@@ -149,6 +149,15 @@ Result<std::shared_ptr<EngineImpl>> build(ir::Model model, const BuilderConfig& 
 }
 
 }  // namespace
+
+Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderConfig& cfg) {
+  try {
+    return build_impl(std::move(model), cfg);
+  } catch (const std::bad_alloc&) {
+    return OutOfRange("out of memory while building the engine");
+  }
+}
+
 }  // namespace detail
 
 Builder::Builder(BuilderConfig config) : config_(std::move(config)) {}
@@ -156,7 +165,7 @@ Builder::Builder(BuilderConfig config) : config_(std::move(config)) {}
 std::shared_ptr<Engine> Builder::build_from_file(const std::string& onnx_path) const {
   auto m = onnx_import::load_model(onnx_path);
   if (!m.ok()) detail::throw_error(m.status());
-  auto e = detail::build(std::move(m).value(), config_);
+  auto e = detail::build_engine(std::move(m).value(), config_);
   if (!e.ok()) detail::throw_error(e.status());
   return std::make_shared<Engine>(std::move(e).value());
 }
@@ -164,7 +173,7 @@ std::shared_ptr<Engine> Builder::build_from_file(const std::string& onnx_path) c
 std::shared_ptr<Engine> Builder::build_from_memory(const std::string& onnx_bytes) const {
   auto m = onnx_import::parse_model(onnx_bytes, "");
   if (!m.ok()) detail::throw_error(m.status());
-  auto e = detail::build(std::move(m).value(), config_);
+  auto e = detail::build_engine(std::move(m).value(), config_);
   if (!e.ok()) detail::throw_error(e.status());
   return std::make_shared<Engine>(std::move(e).value());
 }

@@ -83,6 +83,16 @@ Status ContextImpl::run() {
   return Status::Ok();
 }
 
+Result<std::vector<ops::Value>> run_engine(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs) {
+  ContextImpl ctx;
+  ctx.engine =
+      std::shared_ptr<const EngineImpl>(std::shared_ptr<const EngineImpl>(), &e);  // non-owning: e outlives ctx
+  ctx.interp = std::make_unique<ops::Interpreter>(e.model.graph);
+  ctx.inputs = inputs;
+  KILN_RETURN_IF_ERROR(ctx.run());
+  return std::move(ctx.outputs);
+}
+
 }  // namespace detail
 
 // ---- HostTensor

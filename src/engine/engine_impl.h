@@ -11,6 +11,7 @@
 #include "engine/memory_planner.h"
 #include "engine/target.h"
 #include "ir/graph.h"
+#include "ops/value.h"
 #include "kiln/kiln.h"
 
 namespace kiln::detail {
@@ -48,5 +49,10 @@ Result<std::string> serialize_engine(const EngineImpl& e);
 Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes);
 
 nlohmann::json inspect(const EngineImpl& e);
+
+// Runs an engine on values (tensors, sequences, optionals) in a fresh context: what the tools use.
+Result<std::vector<ops::Value>> run_engine(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs);
+// Builds an engine in memory from a loaded model.
+Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderConfig& cfg);
 
 }  // namespace kiln::detail

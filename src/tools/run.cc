@@ -25,28 +25,6 @@ struct RunOptions {
   Tolerance tol{1e-3, 1e-4};
 };
 
-Result<std::vector<ops::Value>> run_engine(const Engine& engine, const std::map<std::string, ops::Value>& inputs) {
-  try {
-    auto ctx = engine.create_context();
-    for (const auto& [name, v] : inputs) {
-      if (!v.is_tensor()) return Unsupported("input '", name, "': engines take tensor inputs only");
-      ctx->set_input(name, HostTensor::borrow(static_cast<DataTypeCode>(v.tensor.dtype()), v.tensor.shape(),
-                                              v.tensor.raw(), v.tensor.nbytes()));
-    }
-    ctx->run();
-    std::vector<ops::Value> outs;
-    for (const auto& name : ctx->output_names()) {
-      HostTensor h = ctx->output(name);
-      Tensor t(static_cast<DataType>(h.dtype), h.shape);
-      if (h.nbytes) std::memcpy(t.raw(), h.data.get(), h.nbytes);
-      outs.push_back(ops::Value(std::move(t)));
-    }
-    return outs;
-  } catch (const Error& e) {
-    return detail_status(e);
-  }
-}
-
 // Returns whether every expected output matched (true when none were given).
 Result<bool> run_model(const RunOptions& o) {
   // An engine file runs through an ExecutionContext, a model through the reference interpreter.
@@ -93,7 +71,7 @@ Result<bool> run_model(const RunOptions& o) {
   for (const auto& [name, v] : inputs) std::printf("input  %s\n", summarize(name, v).c_str());
   std::vector<ops::Value> outs;
   if (is_engine) {
-    KILN_ASSIGN_OR_RETURN(outs, run_engine(*engine, inputs));
+    KILN_ASSIGN_OR_RETURN(outs, detail::run_engine(engine->impl(), inputs));
   } else {
     ops::Interpreter interp(graph);
     KILN_ASSIGN_OR_RETURN(outs, interp.run(inputs));
