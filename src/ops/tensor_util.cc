@@ -58,6 +58,28 @@ Tensor take_elements(const Tensor& src, const Dims& out_shape, const std::vector
   return out;
 }
 
+std::vector<int64_t> strided_indices(const Dims& out_shape, const Dims& strides, int64_t offset) {
+  std::vector<int64_t> idx;
+  int64_t n = dims_numel(out_shape);
+  if (n <= 0) return idx;
+  idx.reserve(static_cast<size_t>(n));
+  size_t r = out_shape.size();
+  Dims pos(r, 0);
+  int64_t cur = offset;
+  for (int64_t j = 0; j < n; ++j) {
+    idx.push_back(cur);
+    for (size_t k = r; k-- > 0;) {
+      if (++pos[k] < out_shape[k]) {
+        cur += strides[k];
+        break;
+      }
+      cur -= strides[k] * (out_shape[k] - 1);
+      pos[k] = 0;
+    }
+  }
+  return idx;
+}
+
 Result<std::vector<int64_t>> ints_attr_or_input(const KernelContext& ctx, const std::string& name, size_t input,
                                                 int input_since, bool* present) {
   *present = false;
