@@ -51,7 +51,7 @@ Status transpose_kernel(KernelContext& ctx) {
     out_shape.push_back(x.dim(p));
     strides.push_back(in_strides[static_cast<size_t>(p)]);
   }
-  ctx.set_output(0, take_elements(x, out_shape, strided_indices(out_shape, strides, 0)));
+  ctx.set_output(0, take_strided(x, out_shape, strides, 0));
   return Status::Ok();
 }
 
@@ -420,7 +420,7 @@ Status slice_kernel(KernelContext& ctx) {
     if (s.len > 0) offset += s.start * in_strides[a];
     strides[a] = s.len > 1 ? s.step * in_strides[a] : 0;  // one element: the step never applies
   }
-  ctx.set_output(0, take_elements(x, out_shape, strided_indices(out_shape, strides, offset)));
+  ctx.set_output(0, take_strided(x, out_shape, strides, offset));
   return Status::Ok();
 }
 
@@ -495,15 +495,13 @@ Status tile_kernel(KernelContext& ctx) {
     out_shape.push_back(x.dim(i) * rep);
   }
   KILN_RETURN_IF_ERROR(check_dims(out_shape, "output shape"));
-  Dims in_strides = strides_of(x.shape());
-  std::vector<int64_t> idx;
-  idx.reserve(static_cast<size_t>(dims_numel(out_shape)));
-  for_each_index(out_shape, [&](const Dims& o) {
-    int64_t src = 0;
-    for (size_t k = 0; k < o.size(); ++k) src += (o[k] % x.shape()[k]) * in_strides[k];
-    idx.push_back(src);
-  });
-  ctx.set_output(0, take_elements(x, out_shape, idx));
+  // The output seen as [rep0, d0, rep1, d1, ...]: the repeat axes have stride 0.
+  Dims in_strides = strides_of(x.shape()), view, strides;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    view.insert(view.end(), {reps[static_cast<size_t>(i)], x.dim(i)});
+    strides.insert(strides.end(), {0, in_strides[static_cast<size_t>(i)]});
+  }
+  ctx.set_output(0, take_strided(x, view, strides, 0).reshaped(out_shape));
   return Status::Ok();
 }
 
@@ -555,7 +553,7 @@ Status depth_to_space_kernel(KernelContext& ctx) {
     strides = {c * h * w, h * w, w, b * oc * h * w, 1, oc * h * w};
   else
     strides = {c * h * w, b * b * h * w, w, b * h * w, 1, h * w};
-  Tensor out = take_elements(x, view, strided_indices(view, strides, 0));
+  Tensor out = take_strided(x, view, strides, 0);
   ctx.set_output(0, out.reshaped({n, oc, h * b, w * b}));
   return Status::Ok();
 }
@@ -570,7 +568,7 @@ Status space_to_depth_kernel(KernelContext& ctx) {
   // The output [N, C*b*b, H/b, W/b] seen as [N, b, b, C, H/b, W/b].
   Dims view = {n, b, b, c, oh, ow};
   Dims strides = {c * h * w, w, 1, h * w, b * w, b};
-  Tensor out = take_elements(x, view, strided_indices(view, strides, 0));
+  Tensor out = take_strided(x, view, strides, 0);
   ctx.set_output(0, out.reshaped({n, c * b * b, oh, ow}));
   return Status::Ok();
 }

@@ -192,8 +192,8 @@ Status tensor_scatter_kernel(KernelContext& ctx) {
   for (int64_t b = 0; b < batch; ++b) {
     int64_t start = wi[static_cast<size_t>(b)];
     if (start < 0 || (mode == "linear" && start > max_len - seq))
-      return ctx.error(str_cat("write_indices[", b, "] = ", start, " does not fit ", seq, " updates into a cache of ",
-                               max_len));
+      return ctx.error(
+          str_cat("write_indices[", b, "] = ", start, " does not fit ", seq, " updates into a cache of ", max_len));
     for (int64_t p = 0; p < prefix; ++p) {
       int64_t row = b * prefix + p;
       for (int64_t s = 0; s < seq; ++s) {

@@ -116,8 +116,7 @@ Status constant_of_shape_kernel(KernelContext& ctx) {
     return ctx.error(str_cat("input must be a 1-D integer tensor, got ", s.describe()));
   Dims shape = to_i64_vector(s);
   KILN_RETURN_IF_ERROR(check_dims(shape, "output shape"));
-  std::vector<int64_t> idx(static_cast<size_t>(dims_numel(shape)), 0);
-  ctx.set_output(0, take_elements(fill.reshaped({1}), shape, idx));
+  ctx.set_output(0, take_strided(fill.reshaped({1}), shape, Dims(shape.size(), 0), 0));
   return Status::Ok();
 }
 
@@ -486,10 +485,11 @@ Status expand_kernel(KernelContext& ctx) {
   auto out = broadcast_dims(x.shape(), target);
   if (!out.ok()) return ctx.error(str_cat("cannot expand ", x.describe(), " to ", dims_str(target)));
   KILN_RETURN_IF_ERROR(check_dims(*out, "output shape"));
-  BroadcastIndex bi(x.shape(), *out);
-  std::vector<int64_t> idx(static_cast<size_t>(dims_numel(*out)));
-  for (size_t j = 0; j < idx.size(); ++j) idx[j] = bi(static_cast<int64_t>(j));
-  ctx.set_output(0, take_elements(x, *out, idx));
+  // Input dims aligned to the right; missing and size-1 dims repeat (stride 0).
+  Dims in_strides = strides_of(x.shape()), strides(out->size(), 0);
+  size_t off = out->size() - x.shape().size();
+  for (size_t i = 0; i < x.shape().size(); ++i) strides[off + i] = x.shape()[i] == 1 ? 0 : in_strides[i];
+  ctx.set_output(0, take_strided(x, *out, strides, 0));
   return Status::Ok();
 }
 

@@ -58,26 +58,61 @@ Tensor take_elements(const Tensor& src, const Dims& out_shape, const std::vector
   return out;
 }
 
-std::vector<int64_t> strided_indices(const Dims& out_shape, const Dims& strides, int64_t offset) {
-  std::vector<int64_t> idx;
-  int64_t n = dims_numel(out_shape);
-  if (n <= 0) return idx;
-  idx.reserve(static_cast<size_t>(n));
-  size_t r = out_shape.size();
-  Dims pos(r, 0);
+namespace {
+// Calls copy(dst_index, src_index) for every element of a strided view, innermost dim in a tight loop.
+template <typename Copy>
+void walk_strided(const Dims& shape, const Dims& strides, int64_t offset, Copy&& copy) {
+  int64_t n = dims_numel(shape);
+  if (n <= 0) return;
+  size_t r = shape.size();
+  if (r == 0) {
+    copy(0, offset);
+    return;
+  }
+  int64_t inner = shape[r - 1], istride = strides[r - 1];
+  Dims pos(r - 1, 0);
   int64_t cur = offset;
-  for (int64_t j = 0; j < n; ++j) {
-    idx.push_back(cur);
-    for (size_t k = r; k-- > 0;) {
-      if (++pos[k] < out_shape[k]) {
+  for (int64_t j = 0; j < n; j += inner) {
+    for (int64_t i = 0; i < inner; ++i) copy(j + i, cur + i * istride);
+    for (size_t k = r - 1; k-- > 0;) {
+      if (++pos[k] < shape[k]) {
         cur += strides[k];
         break;
       }
-      cur -= strides[k] * (out_shape[k] - 1);
+      cur -= strides[k] * (shape[k] - 1);
       pos[k] = 0;
     }
   }
-  return idx;
+}
+}  // namespace
+
+Tensor take_strided(const Tensor& src, const Dims& out_shape, const Dims& strides, int64_t offset) {
+  Tensor out(src.dtype(), out_shape);
+  if (src.dtype() == DataType::kString) {
+    walk_strided(out_shape, strides, offset, [&](int64_t d, int64_t s) { out.strings()[d] = src.strings()[s]; });
+    return out;
+  }
+  size_t es = dtype_size(src.dtype());
+  auto run = [&](auto tag) {
+    using U = decltype(tag);
+    const U* s = static_cast<const U*>(src.raw());
+    U* d = static_cast<U*>(out.raw());
+    walk_strided(out_shape, strides, offset, [&](int64_t di, int64_t si) { d[di] = s[si]; });
+  };
+  switch (es) {
+    case 1: run(uint8_t{}); break;
+    case 2: run(uint16_t{}); break;
+    case 4: run(uint32_t{}); break;
+    case 8: run(uint64_t{}); break;
+    default: {
+      const auto* s = static_cast<const uint8_t*>(src.raw());
+      auto* d = static_cast<uint8_t*>(out.raw());
+      walk_strided(out_shape, strides, offset, [&](int64_t di, int64_t si) {
+        std::memcpy(d + static_cast<size_t>(di) * es, s + static_cast<size_t>(si) * es, es);
+      });
+    }
+  }
+  return out;
 }
 
 Result<std::vector<int64_t>> ints_attr_or_input(const KernelContext& ctx, const std::string& name, size_t input,

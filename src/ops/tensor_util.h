@@ -38,9 +38,10 @@ void for_each_index(const Dims& shape, Fn&& fn) {
 Tensor take_elements(const Tensor& src, const Dims& out_shape, const std::vector<int64_t>& src_index,
                      const Tensor* fill = nullptr);
 
-// Source indices of a strided view: output element at multi-index o (row-major over out_shape)
-// reads src[offset + sum_k o[k] * strides[k]]. Strides may be 0 (broadcast) or negative.
-std::vector<int64_t> strided_indices(const Dims& out_shape, const Dims& strides, int64_t offset);
+// A new tensor of out_shape read through a strided view of src: the element at multi-index o is
+// src[offset + sum_k o[k] * strides[k]]. Strides may be 0 (broadcast) or negative (reversal);
+// the caller guarantees every address is inside src. Any dtype, strings included.
+Tensor take_strided(const Tensor& src, const Dims& out_shape, const Dims& strides, int64_t offset);
 
 // An int list given as attribute `name` (when the node's opset < input_since) or as input `input`
 // (from input_since on). *present says whether it was given at all.
