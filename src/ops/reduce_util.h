@@ -41,6 +41,10 @@ void for_each_reduced(const Dims& shape, const std::vector<bool>& reduced, Fn&& 
   int64_t n = dims_numel(shape);
   if (n == 0) return;
   size_t r = shape.size();
+  if (r == 0) {
+    fn(int64_t{0}, int64_t{0});
+    return;
+  }
   Dims kept(shape);
   for (size_t i = 0; i < r; ++i)
     if (reduced[i]) kept[i] = 1;
@@ -51,13 +55,14 @@ void for_each_reduced(const Dims& shape, const std::vector<bool>& reduced, Fn&& 
   int64_t out = 0;
   for (int64_t i = 0; i < n; ++i) {
     fn(i, out);
-    for (size_t k = r; k-- > 0;) {
-      if (++idx[k] < shape[k]) {
-        out += ostride[k];
+    for (int64_t k = static_cast<int64_t>(r) - 1; k >= 0; --k) {
+      size_t u = static_cast<size_t>(k);
+      if (++idx[u] < shape[u]) {
+        out += ostride[u];
         break;
       }
-      out -= ostride[k] * (shape[k] - 1);
-      idx[k] = 0;
+      out -= ostride[u] * (shape[u] - 1);
+      idx[u] = 0;
     }
   }
 }
