@@ -1,5 +1,6 @@
 // LpNormalization, MeanVarianceNormalization, LRN and Dropout.
 #include <cmath>
+#include <random>
 
 #include "ops/reduce_util.h"
 
@@ -34,6 +35,7 @@ Status lp_norm_kernel(KernelContext& ctx) {
         norm += p == 1 ? std::fabs(v) : v * v;
       }
       if (p == 2) norm = std::sqrt(norm);
+      if (norm == 0) norm = 1;  // an all-zero slice stays zero (ONNX reference), not NaN
       for (int64_t k = 0; k < sp.len; ++k) {
         size_t i = static_cast<size_t>(base + k * sp.inner);
         y[i] = x[i] / norm;
@@ -117,9 +119,9 @@ Status lrn_kernel(KernelContext& ctx) {
 // ---- Dropout ----
 //
 // Inference (the usual case) is the identity with an all-true mask. Training mode exists from
-// opset 12 through the 'training_mode' input; there a deterministic generator seeded by 'seed'
-// drops elements and scales the kept ones by 1 / (1 - ratio). Before opset 7, 'is_test' = 0
-// nominally meant training, but every runtime treats such nodes as inference: so does kiln.
+// opset 12 through the 'training_mode' input; there elements are dropped with numpy's generator
+// seeded by 'seed' (as the ONNX reference does) and the kept ones scaled by 1 / (1 - ratio). Before opset 7, 'is_test'
+// = 0 nominally meant training, but every runtime treats such nodes as inference: so does kiln.
 
 DataType dropout_mask_dtype(const ir::Node& n, DataType data) { return n.opset >= 10 ? DataType::kBool : data; }
 
@@ -157,13 +159,12 @@ Status dropout_kernel(KernelContext& ctx) {
     return Status::Ok();
   }
   if (!dtype_is_float(x.dtype())) return ctx.unsupported(str_cat("training-mode Dropout of ", x.describe()));
-  uint64_t state = static_cast<uint64_t>(ctx.node.attr_int("seed", 0)) * 0x9E3779B97F4A7C15ull + 1;
-  auto next_uniform = [&]() {  // splitmix64 -> [0, 1)
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return static_cast<double>(z >> 11) * 0x1.0p-53;
+  // The ONNX reference draws numpy's legacy uniform(0, 1) after np.random.seed(seed): MT19937
+  // seeded like std::mt19937, two 32-bit draws per 53-bit double. Same seed, same mask.
+  std::mt19937 gen(static_cast<uint32_t>(ctx.node.attr_int("seed", 0)));
+  auto next_uniform = [&]() {
+    uint32_t a = gen() >> 5, b = gen() >> 6;
+    return (a * 67108864.0 + b) / 9007199254740992.0;
   };
   std::vector<double> xv = to_f64_vector(x), y(xv.size());
   double scale = 1.0 / (1.0 - ratio);

@@ -331,6 +331,23 @@ TEST(Dropout, InferenceIsIdentityWithTrueMask) {
   EXPECT_TRUE((*r)[1].tensor.data<bool>()[2]);
 }
 
+TEST(Dropout, TrainingMatchesNumpysSeededGenerator) {
+  // numpy: np.random.seed(0); np.random.uniform(0, 1, 8) >= 0.5 -> T T T T F T F T
+  auto n = NodeBuilder("Dropout", 22, 3, 2).i("seed", 0).n;
+  Tensor train = Tensor::from_vector<bool>(DataType::kBool, {}, {true});
+  auto r = run(n, {f32({8}, {1, 1, 1, 1, 1, 1, 1, 1}), f32({}, {0.5f}), train});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(values((*r)[0]), (std::vector<float>{2, 2, 2, 2, 0, 2, 0, 2}));
+  EXPECT_FALSE((*r)[1].tensor.data<bool>()[4]);
+  EXPECT_FALSE(run(n, {f32({1}, {1}), f32({}, {1.5f}), train}).ok());
+}
+
+TEST(LpNormalization, ZeroSliceStaysZero) {
+  auto r = run(NodeBuilder("LpNormalization", 22, 1).i("axis", 0).n, {f32({2, 2}, {3, 0, 4, 0})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(values((*r)[0]), (std::vector<float>{0.6f, 0, 0.8f, 0}));
+}
+
 TEST(LRN, NormalizesAcrossChannels) {
   auto r = run(NodeBuilder("LRN", 13, 1).i("size", 3).f("alpha", 3).f("beta", 1).f("bias", 1).n,
                {f32({1, 2, 1, 1}, {1, 1})});
