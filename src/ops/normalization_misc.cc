@@ -47,6 +47,7 @@ Status lp_norm_kernel(KernelContext& ctx) {
 }
 
 // ---- MeanVarianceNormalization: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9) over `axes` ----
+// (Opset 9 on; the opset-1 experimental form with across_channels/normalize_variance is not ONNX.)
 
 Status mvn_kernel(KernelContext& ctx) {
   const Tensor& x0 = ctx.input(0);
@@ -181,7 +182,7 @@ Status dropout_kernel(KernelContext& ctx) {
 }  // namespace
 
 KILN_REGISTER_OP_ARITY("", LpNormalization, 1, infer_same_as_input0, lp_norm_kernel, 1, 1);
-KILN_REGISTER_OP_ARITY("", MeanVarianceNormalization, 1, infer_same_as_input0, mvn_kernel, 1, 1);
+KILN_REGISTER_OP_ARITY("", MeanVarianceNormalization, 9, infer_same_as_input0, mvn_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("", LRN, 1, infer_same_as_input0, lrn_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("", Dropout, 1, infer_dropout, dropout_kernel, 1, 3);
 
