@@ -151,14 +151,13 @@ Status infer_einsum(InferContext& ctx) {
       if (!seen[l]) {
         dim[l] = d;
         seen[l] = true;
-      } else if (l >= static_cast<size_t>(kEllipsisBase)) {
-        dim[l] = broadcast_sym(SymShape({dim[l]}), SymShape({d})).dims[0];
-      } else if (dim[l].known() && d.known() && dim[l].value != d.value) {
+        continue;
+      }
+      // Sizes must agree, except that a size of 1 broadcasts (numpy einsum semantics).
+      if (dim[l].known() && d.known() && dim[l].value != d.value && dim[l].value != 1 && d.value != 1)
         return ctx.error(
             str_cat("label '", label_name(static_cast<int>(l)), "' has size ", dim[l].value, " and size ", d.value));
-      } else if (!dim[l].known()) {
-        dim[l] = d;
-      }
+      dim[l] = broadcast_sym(SymShape({dim[l]}), SymShape({d})).dims[0];
     }
   }
   std::vector<Dim> out;
@@ -194,9 +193,9 @@ Status einsum_kernel(KernelContext& ctx) {
       int l = plan.axis_labels[i][a];
       int64_t d = in[i].dim(static_cast<int64_t>(a));
       int64_t& s = size[static_cast<size_t>(l)];
-      if (s < 0 || (l >= kEllipsisBase && s == 1))
-        s = d;
-      else if (s != d && !(l >= kEllipsisBase && d == 1))
+      if (s < 0 || s == 1)
+        s = d;  // a size of 1 broadcasts (numpy einsum semantics)
+      else if (s != d && d != 1)
         return ctx.error(str_cat("label '", label_name(l), "' has size ", s, " and size ", d, " (input ", i, " ",
                                  in[i].describe(), ")"));
     }

@@ -266,6 +266,14 @@ TEST(Einsum, MatmulTraceAndErrors) {
                    {sym(DataType::kFloat64, {Dim::symbol("b"), 2, 3})});
   ASSERT_TRUE(inf.ok());
   EXPECT_EQ((*inf)[0].str(), "float64[b,3,2]");
+  // Size-1 dims broadcast, as in numpy; implicit output labels sort by character code.
+  r = run(NodeBuilder("Einsum", 12, 2).s("equation", "ij,ij->ij").n, {f32({1, 2}, {1, 2}), f32({2, 2}, {1, 2, 3, 4})});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(values((*r)[0]), (std::vector<float>{1, 4, 3, 8}));
+  r = run(NodeBuilder("Einsum", 12, 1).s("equation", "bA").n, {f32({1, 2}, {1, 2})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0].tensor.shape(), (Dims{2, 1}));
+  EXPECT_FALSE(run(NodeBuilder("Einsum", 12, 2).s("equation", "i,i").n, {f32({2}, {1, 2}), f32({3}, {1, 2, 3})}).ok());
   EXPECT_FALSE(run(NodeBuilder("Einsum", 12, 1).s("equation", "ij->k").n, {f32({1, 1}, {1})}).ok());
   EXPECT_FALSE(run(NodeBuilder("Einsum", 12, 1).s("equation", "ijk").n, {f32({1, 1}, {1})}).ok());
 }
