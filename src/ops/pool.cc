@@ -138,8 +138,7 @@ Status infer_pool(InferContext& ctx) {
   const SymShape& xs = ctx.input_shape(0);
   DataType dt = ctx.input_dtype(0);
   if (!xs.rank_known) {
-    for (size_t i = 0; i < ctx.outputs.size(); ++i)
-      ctx.set_output(i, i == 0 ? dt : DataType::kInt64, SymShape());
+    for (size_t i = 0; i < ctx.outputs.size(); ++i) ctx.set_output(i, i == 0 ? dt : DataType::kInt64, SymShape());
     return Status::Ok();
   }
   if (xs.rank() < 3) return ctx.error(str_cat("input X must have rank >= 3 (N, C, spatial...), got ", xs.str()));
@@ -263,8 +262,7 @@ Status infer_global_pool(InferContext& ctx) {
 
 Status global_pool_kernel(KernelContext& ctx, PoolKind kind) {
   const Tensor& x0 = ctx.input(0);
-  if (x0.rank() < 2)
-    return ctx.error(str_cat("input X must have rank >= 2 (N, C, spatial...), got ", x0.describe()));
+  if (x0.rank() < 2) return ctx.error(str_cat("input X must have rank >= 2 (N, C, spatial...), got ", x0.describe()));
   if (!dtype_is_float(x0.dtype()))
     return ctx.unsupported(str_cat(ctx.node.op_type, " on ", x0.describe(), " (float types only)"));
   double p_norm = 2.0;
@@ -281,9 +279,12 @@ Status global_pool_kernel(KernelContext& ctx, PoolKind kind) {
     double acc = kind == PoolKind::kMax ? -std::numeric_limits<double>::infinity() : 0.0;
     for (int64_t i = 0; i < plane; ++i) {
       double v = x.get_f64(pl * plane + i);
-      if (kind == PoolKind::kMax) acc = std::isnan(v) || v > acc ? v : acc;
-      else if (kind == PoolKind::kAverage) acc += v;
-      else acc += std::pow(std::fabs(v), p_norm);
+      if (kind == PoolKind::kMax)
+        acc = std::isnan(v) || v > acc ? v : acc;
+      else if (kind == PoolKind::kAverage)
+        acc += v;
+      else
+        acc += std::pow(std::fabs(v), p_norm);
     }
     if (kind == PoolKind::kAverage) acc = plane > 0 ? acc / static_cast<double>(plane) : std::nan("");
     if (kind == PoolKind::kLp) acc = std::pow(acc, 1.0 / p_norm);
@@ -397,7 +398,8 @@ Status max_unpool_kernel(KernelContext& ctx) {
   Dims common(r);
   for (size_t d = 0; d < r; ++d) common[d] = std::min(inferred[d], out_shape[d]);
   const int64_t rows = r > 1 ? dims_numel(Dims(common.begin(), common.end() - 1)) : 1;
-  Dims src_stride = strides_of(inferred), dst_stride = strides_of(out_shape), row_shape(common.begin(), common.end() - 1);
+  Dims src_stride = strides_of(inferred), dst_stride = strides_of(out_shape),
+       row_shape(common.begin(), common.end() - 1);
   Dims row_index_stride = strides_of(row_shape);
   if (dims_numel(common) > 0) {
     for (int64_t row = 0; row < rows; ++row) {
