@@ -34,8 +34,8 @@ Result<std::vector<int64_t>> centered_weights(const Tensor& w, const Tensor* zp)
     if (zp->dtype() != w.dtype())
       return InvalidArgument("w zero point ", zp->describe(), " must have the dtype of ", w.describe());
     if (zp->numel() != 1 && !(zp->rank() == 1 && zp->numel() == m))
-      return InvalidArgument("w zero point ", zp->describe(), " must be a scalar or hold one value per output channel (",
-                             m, ")");
+      return InvalidArgument("w zero point ", zp->describe(),
+                             " must be a scalar or hold one value per output channel (", m, ")");
   }
   for (int64_t i = 0; i < w.numel(); ++i) {
     int64_t z = !zp ? 0 : zp->numel() == 1 ? zp->get_i64(0) : zp->get_i64(i / per);
@@ -110,8 +110,8 @@ Status qlinear_conv_kernel(KernelContext& ctx) {
   if (ctx.has_input(8)) {
     const Tensor& b = ctx.input(8);
     if (b.dtype() != DataType::kInt32 || b.rank() != 1 || b.numel() != m_count)
-      return ctx.error(str_cat("bias B ", b.describe(), " must be int32 with one value per output channel (", m_count,
-                               ")"));
+      return ctx.error(
+          str_cat("bias B ", b.describe(), " must be int32 with one value per output channel (", m_count, ")"));
     bias = to_i64_vector(b);
   }
   const int64_t plane = dims_numel(plan.out_shape) / std::max<int64_t>(1, plan.batch * m_count);

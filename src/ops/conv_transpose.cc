@@ -24,7 +24,8 @@ Result<Dims> spatial_output_shape(const ir::Node& node, size_t n) {
   if (os.size() != n)
     return InvalidModel(node.where(), "output_shape ", dims_str(os), " must have ", n, " (spatial) values");
   for (int64_t v : os)
-    if (v < 0 || v > (int64_t{1} << 40)) return InvalidModel(node.where(), "output_shape ", dims_str(os), " is invalid");
+    if (v < 0 || v > (int64_t{1} << 40))
+      return InvalidModel(node.where(), "output_shape ", dims_str(os), " is invalid");
   return os;
 }
 
@@ -32,7 +33,8 @@ Result<Dims> output_padding(const ir::Node& node, size_t n) {
   Dims op = node.attr_ints("output_padding", Dims(n, 0));
   if (op.empty()) op.assign(n, 0);
   if (op.size() != n)
-    return InvalidModel(node.where(), "output_padding ", dims_str(op), " must have ", n, " values (one per spatial dim)");
+    return InvalidModel(node.where(), "output_padding ", dims_str(op), " must have ", n,
+                        " values (one per spatial dim)");
   for (int64_t v : op)
     if (v < 0 || v > kMaxWindowAttr) return InvalidModel(node.where(), "output_padding ", dims_str(op), " is invalid");
   return op;
@@ -175,7 +177,8 @@ Status conv_transpose_kernel(KernelContext& ctx) {
   if (w0.dtype() != x0.dtype())
     return ctx.error(str_cat("X ", x0.describe(), " and W ", w0.describe(), " must have the same dtype"));
   KILN_RETURN_IF_ERROR(check_nchw(x0, "ConvTranspose", "X"));
-  if (w0.rank() != x0.rank()) return ctx.error(str_cat("W ", w0.describe(), " must have the rank of X ", x0.describe()));
+  if (w0.rank() != x0.rank())
+    return ctx.error(str_cat("W ", w0.describe(), " must have the rank of X ", x0.describe()));
   const size_t n = static_cast<size_t>(x0.rank() - 2);
   Dims wk(w0.shape().begin() + 2, w0.shape().end());
   KILN_ASSIGN_OR_RETURN(Window win, read_transpose_window(ctx.node, n, &wk));
