@@ -65,6 +65,12 @@ uint16_t float_to_bfloat16(float f);
 // (ONNX Cast's default), otherwise they become Inf or NaN as the format allows.
 float float8_to_float(uint8_t v, DataType t);
 uint8_t float_to_float8(float f, DataType t, bool saturate);
+// Float8 E8M0 (powers of two, no sign) rounds by mode, following ONNX's reference: kUp rounds any
+// fraction up to the next power of two, kDown truncates, kNearest rounds halves up. Inf and NaN
+// give NaN (0xff); `saturate` keeps finite values that would round past 2^127 at 2^127.
+// The sign is ignored (the magnitude is encoded). float_to_float8(x, kFloat8E8M0, s) uses kUp.
+enum class E8M0Rounding { kUp, kDown, kNearest };
+uint8_t float_to_float8e8m0(float f, bool saturate, E8M0Rounding mode);
 float float4e2m1_to_float(uint8_t v);
 uint8_t float_to_float4e2m1(float f, bool saturate);
 

@@ -1,26 +1,31 @@
-// Binary arithmetic with numpy broadcasting: Add, Sub, Mul, Div.
+// Binary arithmetic with numpy broadcasting: Add, Sub, Mul, Div, Pow, Mod. Opset < 7 forms use
+// the legacy 'broadcast'/'axis' attributes (see elementwise_util.h); 'consumed_inputs' (opset < 6)
+// only described memory reuse and is ignored.
 #include <cmath>
+#include <limits>
 
-#include "ops/common.h"
+#include "ops/elementwise_util.h"
 
 namespace kiln::ops {
 namespace {
 
-// Applies fn elementwise over the broadcast of inputs 0 and 1. Low-precision floats compute in
-// float32 and round once at the end, as ONNX's reference does.
+bool legacy(const KernelContext& ctx) { return ctx.opset() < 7; }
+
+Status infer_arith(InferContext& ctx) { return infer_broadcast_same_type(ctx, ctx.opset() < 7); }
+
+// Applies fn elementwise over the broadcast of inputs 0 and 1 (same dtype). Low-precision floats
+// compute in float32 and round once at the end, as ONNX's reference does.
 template <typename Fn>
 Status binary_arith(KernelContext& ctx, Fn fn) {
+  KILN_RETURN_IF_ERROR(check_same_dtype(ctx, 0, 1));
   const Tensor& a0 = ctx.input(0);
   const Tensor& b0 = ctx.input(1);
-  if (a0.dtype() != b0.dtype())
-    return ctx.error(str_cat("input dtypes differ: ", a0.describe(), " vs ", b0.describe()));
   DataType out_dt = a0.dtype();
   Tensor a = upcast_float(a0), b = upcast_float(b0);
   if (!dtype_is_builtin(a.dtype()) || a.dtype() == DataType::kBool)
     return ctx.unsupported(str_cat("dtype ", dtype_name(out_dt), " is not supported"));
-  KILN_ASSIGN_OR_RETURN(Dims out_shape, broadcast_dims(a.shape(), b.shape()));
-  Tensor out(a.dtype(), out_shape);
-  BroadcastIndex ia(a.shape(), out_shape), ib(b.shape(), out_shape);
+  KILN_ASSIGN_OR_RETURN(BroadcastPlan p, plan_broadcast(ctx.node, {&a, &b}, legacy(ctx)));
+  Tensor out(a.dtype(), p.out);
   Status st = dispatch_builtin(a.dtype(), [&](auto tag) -> Status {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
@@ -30,25 +35,14 @@ Status binary_arith(KernelContext& ctx, Fn fn) {
       const T* pb = b.data<T>();
       T* po = out.data<T>();
       for (int64_t i = 0; i < out.numel(); ++i) {
-        KILN_RETURN_IF_ERROR(fn(pa[ia(i)], pb[ib(i)], po[i]));
+        KILN_RETURN_IF_ERROR(fn(pa[p.index[0](i)], pb[p.index[1](i)], po[i]));
       }
       return Status::Ok();
     }
   });
-  KILN_RETURN_IF_ERROR(st);
+  if (!st.ok()) return ctx.error(st.message());
   ctx.set_output(0, downcast_float(out, out_dt));
   return Status::Ok();
-}
-
-// Integer arithmetic wraps (two's complement) instead of overflowing into undefined behaviour.
-template <typename T, typename Op>
-T wrap_op(T x, T y, Op op) {
-  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(op(static_cast<U>(x), static_cast<U>(y)));
-  } else {
-    return static_cast<T>(op(x, y));
-  }
 }
 
 Status add_kernel(KernelContext& ctx) {
@@ -80,7 +74,7 @@ Status div_kernel(KernelContext& ctx) {
           return Status::Ok();
         }
       }
-      o = static_cast<T>(x / y);
+      o = static_cast<T>(x / y);  // truncates toward zero, like C and ONNX
     } else {
       o = x / y;
     }
@@ -88,11 +82,108 @@ Status div_kernel(KernelContext& ctx) {
   });
 }
 
+// Mod: fmod=1 gives C's fmod (sign of the dividend); fmod=0 gives Python's % (sign of the
+// divisor), which for floats is numpy's mod.
+Status mod_kernel(KernelContext& ctx) {
+  bool fmod = ctx.node.attr_int("fmod", 0) != 0;
+  return binary_arith(ctx, [&](auto x, auto y, auto& o) -> Status {
+    using T = std::decay_t<decltype(x)>;
+    if constexpr (std::is_integral_v<T>) {
+      if (y == 0) return InvalidArgument("integer modulo by zero");
+      if constexpr (std::is_signed_v<T>) {
+        if (y == T(-1)) {  // avoids INT_MIN % -1 overflow; the remainder is 0 anyway
+          o = 0;
+          return Status::Ok();
+        }
+        T r = static_cast<T>(x % y);
+        if (!fmod && r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);
+        o = r;
+      } else {
+        o = static_cast<T>(x % y);
+      }
+    } else {
+      T r = std::fmod(x, y);
+      if (!fmod && r != 0 && ((r < 0) != (y < 0))) r += y;
+      o = r;
+    }
+    return Status::Ok();
+  });
+}
+
+// Integer power by squaring, wrapping on overflow. Negative exponents give 1/x^n truncated.
+template <typename T>
+Result<T> int_pow(T base, int64_t e) {
+  if (e < 0) {
+    if (base == 1) return T(1);
+    if constexpr (std::is_signed_v<T>) {
+      if (base == T(-1)) return static_cast<T>((e % 2) ? -1 : 1);
+    }
+    if (base == 0) return InvalidArgument("integer zero raised to a negative power ", e);
+    return T(0);
+  }
+  T result = 1;
+  T b = base;
+  auto mul = [](T p, T q) { return wrap_op(p, q, [](auto u, auto v) { return u * v; }); };
+  while (e > 0) {
+    if (e & 1) result = mul(result, b);
+    e >>= 1;
+    if (e) b = mul(b, b);
+  }
+  return result;
+}
+
+// Pow: base and exponent may have different dtypes (opset >= 12); the output has the base's.
+Status pow_kernel(KernelContext& ctx) {
+  const Tensor& a0 = ctx.input(0);
+  const Tensor& b0 = ctx.input(1);
+  if (!is_numeric(a0.dtype()) || !is_numeric(b0.dtype()))
+    return ctx.unsupported(str_cat("Pow of ", a0.describe(), " by ", b0.describe(), " is not supported"));
+  if (ctx.opset() < 12 && a0.dtype() != b0.dtype())
+    return ctx.error(
+        str_cat("base and exponent dtypes differ before opset 12: ", a0.describe(), " vs ", b0.describe()));
+  Tensor a = upcast_float(a0), b = upcast_float(b0);
+  if (!dtype_is_builtin(a.dtype()) || !dtype_is_builtin(b.dtype()))
+    return ctx.unsupported(str_cat("Pow of ", a0.describe(), " by ", b0.describe(), " is not supported"));
+  KILN_ASSIGN_OR_RETURN(BroadcastPlan p, plan_broadcast(ctx.node, {&a, &b}, legacy(ctx)));
+  Tensor out(a.dtype(), p.out);
+  bool int_exp = dtype_is_integer(b.dtype());
+  Status st = dispatch_builtin(a.dtype(), [&](auto tag) -> Status {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      return Status::Ok();
+    } else {
+      const T* pa = a.data<T>();
+      T* po = out.data<T>();
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        T x = pa[p.index[0](i)];
+        int64_t j = p.index[1](i);
+        if constexpr (std::is_floating_point_v<T>) {
+          po[i] = static_cast<T>(std::pow(static_cast<double>(x), b.get_f64(j)));
+        } else if (int_exp) {
+          int64_t e = b.get_i64(j);
+          if (b.dtype() == DataType::kUInt64 && e < 0) e = std::numeric_limits<int64_t>::max();
+          KILN_ASSIGN_OR_RETURN(po[i], int_pow<T>(x, e));
+        } else {
+          po[i] = float_to_int<T>(std::pow(static_cast<double>(x), b.get_f64(j)));
+        }
+      }
+      return Status::Ok();
+    }
+  });
+  if (!st.ok()) return ctx.error(st.message());
+  ctx.set_output(0, downcast_float(out, a0.dtype()));
+  return Status::Ok();
+}
+
+Status infer_pow(InferContext& ctx) { return infer_broadcast_to(ctx, ctx.input_dtype(0), ctx.opset() < 7); }
+
 }  // namespace
 
-KILN_REGISTER_OP_ARITY("", Add, 1, infer_broadcast_all, add_kernel, 2, 2);
-KILN_REGISTER_OP_ARITY("", Sub, 1, infer_broadcast_all, sub_kernel, 2, 2);
-KILN_REGISTER_OP_ARITY("", Mul, 1, infer_broadcast_all, mul_kernel, 2, 2);
-KILN_REGISTER_OP_ARITY("", Div, 1, infer_broadcast_all, div_kernel, 2, 2);
+KILN_REGISTER_OP_ARITY("", Add, 1, infer_arith, add_kernel, 2, 2);
+KILN_REGISTER_OP_ARITY("", Sub, 1, infer_arith, sub_kernel, 2, 2);
+KILN_REGISTER_OP_ARITY("", Mul, 1, infer_arith, mul_kernel, 2, 2);
+KILN_REGISTER_OP_ARITY("", Div, 1, infer_arith, div_kernel, 2, 2);
+KILN_REGISTER_OP_ARITY("", Mod, 10, infer_arith, mod_kernel, 2, 2);
+KILN_REGISTER_OP_ARITY("", Pow, 1, infer_pow, pow_kernel, 2, 2);
 
 }  // namespace kiln::ops

@@ -13,6 +13,9 @@ namespace kiln::ops {
 struct InferOptions {
   bool fold_constants = true;
   int64_t max_fold_elements = 1 << 20;  // larger constant results are not kept
+  // When set, receives every value of the main graph known at build time (initializers that are
+  // not inputs, Constant outputs, folded nodes): the constant-folding pass uses it.
+  std::map<std::string, Tensor>* constants_out = nullptr;
 };
 
 // Fills g.value_types for every value. Errors name the node and say what disagrees.

@@ -1,0 +1,150 @@
+/// kiln public C++ API: build an optimized engine from an ONNX model, save/load it, and run it.
+///
+///   kiln::BuilderConfig cfg;                       // FP32 on the CPU by default
+///   auto engine = kiln::Builder(cfg).build_from_file("model.onnx");
+///   engine->save("model.kiln");
+///   auto ctx = engine->create_context();           // one per thread; many per engine
+///   ctx->set_input("x", kiln::HostTensor::f32({1, 3, 224, 224}, data));
+///   ctx->run();
+///   kiln::HostTensor y = ctx->output("y");
+///
+/// Errors are thrown as kiln::Error with a category; messages name the node, the values and the fix.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+/// Error categories; the CLI maps them to exit codes (see README).
+enum class ErrorCategory { kInvalidArgument, kInvalidModel, kUnsupported, kNotFound, kIOError, kOutOfRange, kInternal };
+
+/// The exception every public entry point throws.
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCategory category, const std::string& message) : std::runtime_error(message), category_(category) {}
+  ErrorCategory category() const { return category_; }
+
+ private:
+  ErrorCategory category_;
+};
+
+/// Element type codes follow ONNX's TensorProto.DataType (1 = float32, 7 = int64, ...).
+using DataTypeCode = int32_t;
+constexpr DataTypeCode kFloat32 = 1;
+constexpr DataTypeCode kInt64 = 7;
+
+/// Where a layer runs and how its memory is addressed. Only the CPU exists today; CUDA slots in here.
+enum class DeviceKind { kCPU, kCUDA };
+struct Device {
+  DeviceKind kind = DeviceKind::kCPU;
+  int index = 0;
+};
+
+/// Numerical precision a build may use. Only kFP32 is built today; others are rejected clearly.
+enum class Precision { kFP32, kFP16, kBF16, kINT8, kMixed };
+
+/// A host tensor: dtype, shape and bytes (owned, or borrowed when `borrowed` is set).
+struct HostTensor {
+  DataTypeCode dtype = 0;
+  std::vector<int64_t> shape;
+  std::shared_ptr<const void> data;  // may alias caller memory (no-op deleter)
+  size_t nbytes = 0;
+
+  static HostTensor f32(std::vector<int64_t> shape, const float* values);
+  /// Borrows caller memory: the caller keeps it alive until run() returns.
+  static HostTensor borrow(DataTypeCode dtype, std::vector<int64_t> shape, const void* data, size_t nbytes);
+  int64_t numel() const;
+  template <typename T>
+  const T* as() const {
+    return static_cast<const T*>(data.get());
+  }
+};
+
+/// min/opt/max dims of one input; kernels are tuned at opt, any shape in [min, max] runs.
+struct ShapeRange {
+  std::vector<int64_t> min, opt, max;
+};
+struct Profile {
+  std::map<std::string, ShapeRange> inputs;
+};
+
+struct BuilderConfig {
+  Precision precision = Precision::kFP32;
+  std::vector<Profile> profiles;           ///< one per optimization profile (dynamic inputs)
+  size_t workspace_bytes = size_t{1} << 30;  ///< cap on planned activation memory per context
+  std::vector<std::string> disabled_passes;  ///< pass names to skip (see `kiln inspect --passes`)
+  bool verbose = false;
+  std::function<void(const std::string&)> log;  ///< progress lines; default prints to stderr when verbose
+};
+
+struct TensorDesc {
+  std::string name;
+  DataTypeCode dtype = 0;
+  std::vector<int64_t> shape;  ///< -1 for dynamic dims
+  std::vector<std::string> dim_names;  ///< symbol per dim ("batch"), empty when fixed
+};
+
+class ExecutionContext;
+namespace detail {
+struct EngineImpl;
+struct ContextImpl;
+}  // namespace detail
+
+/// A built, immutable engine. Thread-safe: contexts created from it may run concurrently.
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  static std::shared_ptr<Engine> load(const std::string& path);
+  static std::shared_ptr<Engine> deserialize(const std::string& bytes);
+  void save(const std::string& path) const;
+  std::string serialize() const;
+
+  std::vector<TensorDesc> inputs() const;
+  std::vector<TensorDesc> outputs() const;
+  std::unique_ptr<ExecutionContext> create_context() const;
+  /// Layers, kernels, memory plan, pass counts and build target, as JSON.
+  std::string inspect_json() const;
+
+  explicit Engine(std::shared_ptr<detail::EngineImpl> impl);
+  const detail::EngineImpl& impl() const { return *impl_; }
+
+ private:
+  std::shared_ptr<detail::EngineImpl> impl_;
+};
+
+class Builder {
+ public:
+  explicit Builder(BuilderConfig config = {});
+  std::shared_ptr<Engine> build_from_file(const std::string& onnx_path) const;
+  std::shared_ptr<Engine> build_from_memory(const std::string& onnx_bytes) const;
+
+ private:
+  BuilderConfig config_;
+};
+
+/// Per-run state: input bindings, activation memory, outputs. Not thread-safe; use one per thread.
+class ExecutionContext {
+ public:
+  explicit ExecutionContext(std::shared_ptr<const Engine> engine);
+  ~ExecutionContext();
+  void set_input(const std::string& name, HostTensor tensor);
+  void run();
+  HostTensor output(const std::string& name) const;  ///< valid until the next run()
+  std::vector<std::string> output_names() const;
+  /// Peak bytes of planned activation memory used by the last run.
+  size_t activation_bytes() const;
+
+ private:
+  std::shared_ptr<const Engine> engine_;
+  std::unique_ptr<detail::ContextImpl> impl_;
+};
+
+/// kiln's version string ("0.1.0").
+const char* version();
+
+}  // namespace kiln

@@ -1,0 +1,183 @@
+// Builder: ONNX model -> optimized, memory-planned engine.
+#include <chrono>
+#include <cstdio>
+
+#include "engine/engine_impl.h"
+#include "ir/rewrite.h"
+#include "onnx/importer.h"
+#include "ops/interpreter.h"
+#include "ops/shape_inference.h"
+#include "passes/pass.h"
+
+namespace kiln {
+
+namespace detail {
+
+[[noreturn]] void throw_error(const Status& s) {
+  ErrorCategory c = ErrorCategory::kInternal;
+  switch (s.code()) {
+    case ErrorCode::kInvalidArgument: c = ErrorCategory::kInvalidArgument; break;
+    case ErrorCode::kInvalidModel: c = ErrorCategory::kInvalidModel; break;
+    case ErrorCode::kUnsupported: c = ErrorCategory::kUnsupported; break;
+    case ErrorCode::kNotFound: c = ErrorCategory::kNotFound; break;
+    case ErrorCode::kIOError: c = ErrorCategory::kIOError; break;
+    case ErrorCode::kOutOfRange: c = ErrorCategory::kOutOfRange; break;
+    default: break;
+  }
+  throw Error(c, s.message());
+}
+
+Status to_status(const Error& e) {
+  ErrorCode c = ErrorCode::kInternal;
+  switch (e.category()) {
+    case ErrorCategory::kInvalidArgument: c = ErrorCode::kInvalidArgument; break;
+    case ErrorCategory::kInvalidModel: c = ErrorCode::kInvalidModel; break;
+    case ErrorCategory::kUnsupported: c = ErrorCode::kUnsupported; break;
+    case ErrorCategory::kNotFound: c = ErrorCode::kNotFound; break;
+    case ErrorCategory::kIOError: c = ErrorCode::kIOError; break;
+    case ErrorCategory::kOutOfRange: c = ErrorCode::kOutOfRange; break;
+    default: break;
+  }
+  return Status(c, e.what());
+}
+
+void EngineImpl::describe_layers() {
+  layers.clear();
+  for (const auto& n : model.graph->nodes) {
+    LayerInfo l;
+    l.name = n.name;
+    l.op_type = n.op_type;
+    l.domain = n.domain;
+    l.kernel = "reference";
+    l.sources = ir::sources_of(n);
+    l.inputs = n.inputs;
+    l.outputs = n.outputs;
+    layers.push_back(std::move(l));
+  }
+}
+
+Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes) {
+  std::shared_ptr<ir::Graph> copy = ir::deep_copy(g);
+  for (auto& in : copy->inputs) {
+    auto it = input_shapes.find(in.name);
+    if (it != input_shapes.end() && in.type.is_tensor()) in.type.shape = SymShape::from_dims(it->second);
+  }
+  copy->value_types.clear();
+  ops::InferOptions opts;
+  opts.fold_constants = true;
+  KILN_RETURN_IF_ERROR(ops::infer_shapes(*copy, opts));
+  std::map<std::string, std::optional<size_t>> sizes;
+  for (const auto& n : copy->nodes)
+    for (const auto& o : n.outputs) {
+      if (o.empty()) continue;
+      auto it = copy->value_types.find(o);
+      if (it != copy->value_types.end() && it->second.is_tensor() && it->second.shape.fully_known() &&
+          it->second.elem != DataType::kString && dtype_size(it->second.elem) > 0)
+        sizes[o] = static_cast<size_t>(dims_numel(it->second.shape.concrete())) * dtype_size(it->second.elem);
+      else
+        sizes[o] = std::nullopt;
+    }
+  return sizes;
+}
+
+namespace {
+
+int count_nodes(const ir::Graph& g) { return static_cast<int>(g.nodes.size()); }
+
+Result<std::shared_ptr<EngineImpl>> build(ir::Model model, const BuilderConfig& cfg) {
+  auto log = [&](const std::string& line) {
+    if (cfg.log) cfg.log(line);
+    else if (cfg.verbose) std::fprintf(stderr, "%s\n", line.c_str());
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&]() { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  if (cfg.precision != Precision::kFP32)
+    return Unsupported("only --fp32 engines can be built so far; reduced precision (FP16/BF16/INT8/mixed) is not "
+                       "implemented yet — build with --fp32");
+  KILN_RETURN_IF_ERROR(ops::check_supported(*model.graph));
+  auto e = std::make_shared<EngineImpl>();
+  e->build["source"] = {{"producer", model.producer_name + " " + model.producer_version},
+                        {"ir_version", model.ir_version},
+                        {"opsets", model.opset_imports},
+                        {"path", model.path},
+                        {"nodes", count_nodes(*model.graph)},
+                        {"batch_norms", 0}};
+  int bns = 0;
+  for (const auto& n : model.graph->nodes) bns += n.op_type == "BatchNormalization";
+  e->build["source"]["batch_norms"] = bns;
+  log("[kiln build] imported: " + std::to_string(count_nodes(*model.graph)) + " nodes");
+
+  // Profiles: apply the opt shapes to the inputs they name (kernels are tuned and memory planned there).
+  std::map<std::string, Dims> opt_shapes;
+  nlohmann::json profiles = nlohmann::json::array();
+  for (const auto& p : cfg.profiles) {
+    nlohmann::json jp = nlohmann::json::object();
+    for (const auto& [name, r] : p.inputs) {
+      bool found = false;
+      for (const auto& in : model.graph->inputs) found |= in.name == name;
+      if (!found) return InvalidArgument("profile names input '", name, "', which the model does not have");
+      jp[name] = {{"min", r.min}, {"opt", r.opt}, {"max", r.max}};
+    }
+    profiles.push_back(jp);
+  }
+  if (!cfg.profiles.empty())
+    for (const auto& [name, r] : cfg.profiles[0].inputs) opt_shapes[name] = r.opt;
+  e->build["config"] = {{"precision", "fp32"},
+                        {"workspace_bytes", cfg.workspace_bytes},
+                        {"disabled_passes", cfg.disabled_passes},
+                        {"profiles", profiles}};
+
+  std::set<std::string> disabled(cfg.disabled_passes.begin(), cfg.disabled_passes.end());
+  KILN_ASSIGN_OR_RETURN(auto stats, passes::optimize(model, disabled));
+  nlohmann::json jpasses = nlohmann::json::array();
+  for (const auto& s : stats) {
+    jpasses.push_back({{"name", s.name}, {"changed", s.changed}, {"ms", s.ms}});
+    log("[kiln build] pass " + s.name + ": " + std::to_string(s.changed) + " change(s)");
+  }
+  e->build["passes"] = jpasses;
+  model.opset_imports["kiln"] = 1;
+  model.graph->opset_imports["kiln"] = 1;
+  log("[kiln build] optimized: " + std::to_string(count_nodes(*model.graph)) + " layers");
+
+  KILN_ASSIGN_OR_RETURN(auto sizes, value_sizes(*model.graph, opt_shapes));
+  e->plan = engine::plan_memory(*model.graph, [&](const std::string& v) -> std::optional<size_t> {
+    auto it = sizes.find(v);
+    return it == sizes.end() ? std::nullopt : it->second;
+  });
+  if (e->plan.arena_bytes > cfg.workspace_bytes)
+    return OutOfRange("the activation memory plan needs ", e->plan.arena_bytes, " bytes at the opt shapes, over the workspace limit of ",
+                      cfg.workspace_bytes, " — raise --workspace or lower the opt/max shapes");
+  log("[kiln build] memory plan: peak " + std::to_string(e->plan.arena_bytes) + " bytes (naive " +
+      std::to_string(e->plan.naive_bytes) + ")");
+  e->target = engine::detect_host();
+  e->model = std::move(model);
+  e->describe_layers();
+  e->build["build_seconds"] = elapsed();
+  log("[kiln build] done in " + std::to_string(elapsed()) + " s");
+  return e;
+}
+
+}  // namespace
+}  // namespace detail
+
+Builder::Builder(BuilderConfig config) : config_(std::move(config)) {}
+
+std::shared_ptr<Engine> Builder::build_from_file(const std::string& onnx_path) const {
+  auto m = onnx_import::load_model(onnx_path);
+  if (!m.ok()) detail::throw_error(m.status());
+  auto e = detail::build(std::move(m).value(), config_);
+  if (!e.ok()) detail::throw_error(e.status());
+  return std::make_shared<Engine>(std::move(e).value());
+}
+
+std::shared_ptr<Engine> Builder::build_from_memory(const std::string& onnx_bytes) const {
+  auto m = onnx_import::parse_model(onnx_bytes, "");
+  if (!m.ok()) detail::throw_error(m.status());
+  auto e = detail::build(std::move(m).value(), config_);
+  if (!e.ok()) detail::throw_error(e.status());
+  return std::make_shared<Engine>(std::move(e).value());
+}
+
+const char* version() { return KILN_VERSION; }
+
+}  // namespace kiln

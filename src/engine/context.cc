@@ -1,0 +1,236 @@
+// Engine (public) and ExecutionContext: running an engine with memory-planned activations.
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "engine/engine_impl.h"
+#include "ops/interpreter.h"
+
+namespace kiln {
+
+namespace detail {
+
+struct ContextImpl {
+  std::shared_ptr<const EngineImpl> engine;
+  std::unique_ptr<ops::Interpreter> interp;
+  std::map<std::string, ops::Value> inputs;
+  std::vector<ops::Value> outputs;
+  // Memory plans per input-shape signature: activation memory follows the actual shapes.
+  std::map<std::string, std::shared_ptr<engine::MemoryPlan>> plans;
+  std::shared_ptr<engine::MemoryPlan> plan;
+  std::shared_ptr<uint8_t[]> arena;
+  size_t arena_capacity = 0;
+
+  Status run();
+};
+
+namespace {
+std::string signature(const std::map<std::string, ops::Value>& inputs) {
+  std::string s;
+  for (const auto& [k, v] : inputs) s += k + (v.is_tensor() ? dims_str(v.tensor.shape()) : "seq") + ";";
+  return s;
+}
+
+std::shared_ptr<uint8_t[]> alloc_arena(size_t n) {
+  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(::operator new[](std::max<size_t>(n, 64), std::align_val_t(64))),
+                                    [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
+}
+}  // namespace
+
+Status ContextImpl::run() {
+  const ir::Graph& g = *engine->model.graph;
+  std::string sig = signature(inputs);
+  auto it = plans.find(sig);
+  if (it == plans.end()) {
+    for (const auto& decl : g.inputs) {
+      auto in = inputs.find(decl.name);
+      if (in == inputs.end()) {
+        if (g.initializers.count(decl.name)) continue;
+        return InvalidArgument("missing input '", decl.name, "' (", decl.type.str(), ")");
+      }
+      KILN_RETURN_IF_ERROR(ops::check_input_value(decl, in->second));
+    }
+    std::map<std::string, Dims> shapes;
+    for (const auto& [k, v] : inputs)
+      if (v.is_tensor()) shapes[k] = v.tensor.shape();
+    KILN_ASSIGN_OR_RETURN(auto sizes, value_sizes(g, shapes));
+    auto plan_ptr = std::make_shared<engine::MemoryPlan>(engine::plan_memory(g, [&](const std::string& v) -> std::optional<size_t> {
+      auto s = sizes.find(v);
+      return s == sizes.end() ? std::nullopt : s->second;
+    }));
+    it = plans.emplace(sig, plan_ptr).first;
+  }
+  plan = it->second;
+  if (arena_capacity < plan->arena_bytes) {
+    arena = alloc_arena(plan->arena_bytes);
+    arena_capacity = plan->arena_bytes;
+  }
+  const engine::MemoryPlan& p = *plan;
+  interp->place_outputs = [&](const ir::Node& n, std::vector<ops::Value>& outs) {
+    for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i) {
+      auto off = p.offsets.find(n.outputs[i]);
+      if (off == p.offsets.end() || !outs[i].is_tensor()) continue;
+      const Tensor& t = outs[i].tensor;
+      if (t.dtype() == DataType::kString || t.nbytes() > p.sizes.at(n.outputs[i])) continue;  // kept dynamic
+      Tensor slot = Tensor::alias(t.dtype(), t.shape(), arena, off->second);
+      if (t.nbytes()) std::memmove(slot.raw(), t.raw(), t.nbytes());
+      outs[i] = ops::Value(std::move(slot));
+    }
+  };
+  KILN_ASSIGN_OR_RETURN(outputs, interp->run(inputs));
+  return Status::Ok();
+}
+
+}  // namespace detail
+
+// ---- HostTensor
+
+HostTensor HostTensor::f32(std::vector<int64_t> shape, const float* values) {
+  HostTensor t;
+  t.dtype = kFloat32;
+  t.shape = std::move(shape);
+  t.nbytes = static_cast<size_t>(t.numel()) * 4;
+  auto buf = std::shared_ptr<float[]>(new float[std::max<size_t>(t.nbytes / 4, 1)]);
+  if (t.nbytes) std::memcpy(buf.get(), values, t.nbytes);
+  t.data = std::shared_ptr<const void>(buf, buf.get());
+  return t;
+}
+
+HostTensor HostTensor::borrow(DataTypeCode dtype, std::vector<int64_t> shape, const void* data, size_t nbytes) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.nbytes = nbytes;
+  t.data = std::shared_ptr<const void>(data, [](const void*) {});
+  return t;
+}
+
+int64_t HostTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// ---- Engine
+
+Engine::Engine(std::shared_ptr<detail::EngineImpl> impl) : impl_(std::move(impl)) {}
+
+std::shared_ptr<Engine> Engine::deserialize(const std::string& bytes) {
+  auto e = detail::deserialize_engine(bytes);
+  if (!e.ok()) detail::throw_error(e.status());
+  return std::make_shared<Engine>(std::move(e).value());
+}
+
+std::shared_ptr<Engine> Engine::load(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) detail::throw_error(NotFound("cannot open engine file '", path, "'"));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  auto e = detail::deserialize_engine(ss.str());
+  if (!e.ok()) detail::throw_error(e.status().with_context("'" + path + "': "));
+  return std::make_shared<Engine>(std::move(e).value());
+}
+
+std::string Engine::serialize() const {
+  auto s = detail::serialize_engine(*impl_);
+  if (!s.ok()) detail::throw_error(s.status());
+  return std::move(s).value();
+}
+
+void Engine::save(const std::string& path) const {
+  std::string bytes = serialize();
+  std::ofstream f(path, std::ios::binary);
+  if (!f.write(bytes.data(), static_cast<std::streamsize>(bytes.size())))
+    detail::throw_error(IOError("cannot write engine file '", path, "'"));
+}
+
+namespace {
+TensorDesc desc_of(const ir::ValueInfo& v) {
+  TensorDesc d;
+  d.name = v.name;
+  d.dtype = static_cast<DataTypeCode>(v.type.elem);
+  for (const Dim& dim : v.type.shape.dims) {
+    d.shape.push_back(dim.known() ? dim.value : -1);
+    d.dim_names.push_back(dim.param);
+  }
+  return d;
+}
+}  // namespace
+
+std::vector<TensorDesc> Engine::inputs() const {
+  std::vector<TensorDesc> out;
+  for (const auto& v : impl_->model.graph->inputs)
+    if (!impl_->model.graph->initializers.count(v.name)) out.push_back(desc_of(v));
+  return out;
+}
+
+std::vector<TensorDesc> Engine::outputs() const {
+  std::vector<TensorDesc> out;
+  for (const auto& v : impl_->model.graph->outputs) out.push_back(desc_of(v));
+  return out;
+}
+
+std::unique_ptr<ExecutionContext> Engine::create_context() const {
+  return std::make_unique<ExecutionContext>(shared_from_this());
+}
+
+std::string Engine::inspect_json() const { return detail::inspect(*impl_).dump(1); }
+
+// ---- ExecutionContext
+
+ExecutionContext::ExecutionContext(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)) {
+  impl_ = std::make_unique<detail::ContextImpl>();
+  impl_->engine = std::shared_ptr<const detail::EngineImpl>(engine_, &engine_->impl());
+  impl_->interp = std::make_unique<ops::Interpreter>(impl_->engine->model.graph);
+}
+
+ExecutionContext::~ExecutionContext() = default;
+
+void ExecutionContext::set_input(const std::string& name, HostTensor t) {
+  const ir::Graph& g = *impl_->engine->model.graph;
+  bool known = false;
+  for (const auto& in : g.inputs) known |= in.name == name;
+  if (!known) detail::throw_error(InvalidArgument("'", name, "' is not an input of the engine"));
+  if (!dtype_is_known(t.dtype) || static_cast<DataType>(t.dtype) == DataType::kString)
+    detail::throw_error(InvalidArgument("input '", name, "': unsupported dtype code ", t.dtype));
+  for (int64_t d : t.shape)
+    if (d < 0) detail::throw_error(InvalidArgument("input '", name, "': negative dimension ", d));
+  Tensor x(static_cast<DataType>(t.dtype), t.shape);
+  if (x.nbytes() != t.nbytes)
+    detail::throw_error(InvalidArgument("input '", name, "': ", t.nbytes, " bytes given, ", x.describe(), " needs ", x.nbytes()));
+  if (t.nbytes) std::memcpy(x.raw(), t.data.get(), t.nbytes);
+  impl_->inputs[name] = ops::Value(std::move(x));
+}
+
+void ExecutionContext::run() {
+  Status s = impl_->run();
+  if (!s.ok()) detail::throw_error(s);
+}
+
+std::vector<std::string> ExecutionContext::output_names() const {
+  std::vector<std::string> out;
+  for (const auto& o : impl_->engine->model.graph->outputs) out.push_back(o.name);
+  return out;
+}
+
+HostTensor ExecutionContext::output(const std::string& name) const {
+  const auto& outs = impl_->engine->model.graph->outputs;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i].name != name) continue;
+    if (i >= impl_->outputs.size()) detail::throw_error(InvalidArgument("output '", name, "' is not available: call run() first"));
+    const ops::Value& v = impl_->outputs[i];
+    if (!v.is_tensor()) detail::throw_error(Unsupported("output '", name, "' is not a tensor"));
+    HostTensor h;
+    h.dtype = static_cast<DataTypeCode>(v.tensor.dtype());
+    h.shape = v.tensor.shape();
+    h.nbytes = v.tensor.nbytes();
+    auto keep = std::make_shared<Tensor>(v.tensor);
+    h.data = std::shared_ptr<const void>(keep, keep->raw());
+    return h;
+  }
+  detail::throw_error(InvalidArgument("'", name, "' is not an output of the engine"));
+}
+
+size_t ExecutionContext::activation_bytes() const { return impl_->plan ? impl_->plan->arena_bytes : 0; }
+
+}  // namespace kiln

@@ -1,0 +1,243 @@
+// The .kiln engine file.
+//
+//   offset  size  field
+//   0       8     magic "KILNENG\0"
+//   8       4     format version (little-endian u32)
+//   12      4     header length H (u32)
+//   16      8     body length B (u64)
+//   24      4     CRC-32 of the header
+//   28      4     CRC-32 of the body
+//   32      H     header: JSON (kiln version, target, build config and profiles, layers, memory plan)
+//   ...           zero padding to a multiple of 64
+//   P       B     body: the optimized graph as ONNX protobuf (graph_offset/graph_length in the header),
+//                 then the weights, each 64-byte aligned (weights_offset in the header); the graph's
+//                 initializers refer to them as external data, so loading aliases them without copies.
+//
+// Loading checks, in order: size, magic, format version, lengths, both checksums, the kiln version,
+// and whether this machine has the CPU features the kernels need. Each failure says what differs
+// and to rebuild from the ONNX model.
+#include <zlib.h>
+
+#include <cstring>
+
+#include "engine/engine_impl.h"
+#include "onnx/exporter.h"
+#include "onnx/importer.h"
+#include "ops/interpreter.h"
+
+namespace kiln::detail {
+
+namespace {
+
+constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'E', 'N', 'G', '\0'};
+constexpr size_t kFixedHeader = 32;
+const char* kRebuild = " — rebuild the engine from the ONNX model with kiln build";
+
+size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+template <typename T>
+void put(std::string& s, size_t at, T v) {
+  std::memcpy(s.data() + at, &v, sizeof v);
+}
+template <typename T>
+T get(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+uint32_t crc(const uint8_t* p, size_t n) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  while (n > 0) {
+    uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    c = crc32(c, p, chunk);
+    p += chunk;
+    n -= chunk;
+  }
+  return static_cast<uint32_t>(c);
+}
+
+nlohmann::json target_json(const engine::TargetInfo& t) {
+  return {{"device", t.device}, {"cpu_model", t.cpu_model}, {"isa", t.isa}, {"cores", t.cores}};
+}
+engine::TargetInfo target_from(const nlohmann::json& j) {
+  engine::TargetInfo t;
+  t.device = j.at("device").get<std::string>();
+  t.cpu_model = j.at("cpu_model").get<std::string>();
+  t.isa = j.at("isa").get<std::vector<std::string>>();
+  t.cores = j.at("cores").get<int>();
+  return t;
+}
+
+}  // namespace
+
+Result<std::string> serialize_engine(const EngineImpl& e) {
+  std::string weights;
+  onnx_import::ExportOptions opts;
+  opts.external_location = "kiln-engine-weights";
+  opts.store_external = [&](const Tensor& t) -> std::pair<int64_t, int64_t> {
+    weights.resize(align64(weights.size()), '\0');
+    int64_t off = static_cast<int64_t>(weights.size());
+    weights.append(static_cast<const char*>(t.raw()), t.nbytes());
+    return {off, static_cast<int64_t>(t.nbytes())};
+  };
+  KILN_ASSIGN_OR_RETURN(std::string graph, onnx_import::serialize_model(e.model, opts));
+  size_t graph_offset = 0, weights_offset = align64(graph.size());
+  nlohmann::json h;
+  h["kiln_version"] = KILN_VERSION;
+  h["format_version"] = kEngineFormatVersion;
+  h["target"] = target_json(e.target);
+  h["required_isa"] = e.required_isa;
+  h["build"] = e.build;
+  h["graph_offset"] = graph_offset;
+  h["graph_length"] = graph.size();
+  h["weights_offset"] = weights_offset;
+  h["weights_length"] = weights.size();
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& l : e.layers) layers.push_back({{"name", l.name}, {"kernel", l.kernel}});
+  h["layers"] = layers;
+  h["memory"] = {{"arena_bytes", e.plan.arena_bytes}, {"naive_bytes", e.plan.naive_bytes}, {"in_place", e.plan.in_place}};
+  std::string header = h.dump();
+  std::string body(weights_offset + weights.size(), '\0');
+  std::memcpy(body.data(), graph.data(), graph.size());
+  if (!weights.empty()) std::memcpy(body.data() + weights_offset, weights.data(), weights.size());
+  size_t body_start = align64(kFixedHeader + header.size());
+  std::string file(body_start + body.size(), '\0');
+  std::memcpy(file.data(), kMagic, 8);
+  put<uint32_t>(file, 8, kEngineFormatVersion);
+  put<uint32_t>(file, 12, static_cast<uint32_t>(header.size()));
+  put<uint64_t>(file, 16, static_cast<uint64_t>(body.size()));
+  std::memcpy(file.data() + kFixedHeader, header.data(), header.size());
+  std::memcpy(file.data() + body_start, body.data(), body.size());
+  put<uint32_t>(file, 24, crc(reinterpret_cast<const uint8_t*>(file.data()) + kFixedHeader, header.size()));
+  // The body checksum covers the padding too: every byte after the header is checked.
+  size_t after_header = kFixedHeader + header.size();
+  put<uint32_t>(file, 28, crc(reinterpret_cast<const uint8_t*>(file.data()) + after_header, file.size() - after_header));
+  return file;
+}
+
+Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes) {
+  const size_t n = bytes.size();
+  if (n < kFixedHeader)
+    return InvalidModel("not a kiln engine: the file has ", n, " bytes, fewer than the 32-byte header (truncated?)", kRebuild);
+  // Copy into 64-byte-aligned storage that the weights alias for the engine's lifetime.
+  std::shared_ptr<uint8_t[]> storage(static_cast<uint8_t*>(::operator new[](n, std::align_val_t(64))),
+                                     [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
+  std::memcpy(storage.get(), bytes.data(), n);
+  const uint8_t* p = storage.get();
+  if (std::memcmp(p, kMagic, 8) != 0)
+    return InvalidModel("not a kiln engine file (bad magic bytes; is this an ONNX model? use it with kiln build)");
+  uint32_t version = get<uint32_t>(p + 8);
+  if (version != kEngineFormatVersion)
+    return InvalidModel("engine file format version ", version, " — this kiln (", KILN_VERSION, ") reads format version ",
+                        kEngineFormatVersion, kRebuild);
+  uint64_t header_len = get<uint32_t>(p + 12);
+  uint64_t body_len = get<uint64_t>(p + 16);
+  size_t body_start = align64(kFixedHeader + header_len);
+  if (header_len > n || body_len > n || body_start + body_len != n)
+    return InvalidModel("engine file is truncated or has extra bytes: its header says ",
+                        header_len <= n && body_len <= n ? std::to_string(body_start + body_len) : std::string("an impossible size"),
+                        " bytes, the file has ", n, kRebuild);
+  uint32_t header_crc = get<uint32_t>(p + 24), body_crc = get<uint32_t>(p + 28);
+  uint32_t actual_header_crc = crc(p + kFixedHeader, header_len);
+  if (actual_header_crc != header_crc)
+    return InvalidModel("engine header is corrupted (checksum ", actual_header_crc, ", expected ", header_crc, ")", kRebuild);
+  size_t after_header = kFixedHeader + header_len;
+  uint32_t actual_body_crc = crc(p + after_header, n - after_header);
+  if (actual_body_crc != body_crc)
+    return InvalidModel("engine weights/graph are corrupted (checksum ", actual_body_crc, ", expected ", body_crc, ")", kRebuild);
+  auto e = std::make_shared<EngineImpl>();
+  e->storage = storage;
+  nlohmann::json h;
+  size_t graph_offset, graph_length, weights_offset, weights_length;
+  try {
+    h = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(p + kFixedHeader), header_len));
+    std::string built_by = h.at("kiln_version").get<std::string>();
+    if (built_by != KILN_VERSION)
+      return InvalidModel("engine was built by kiln ", built_by, "; this is kiln ", KILN_VERSION,
+                          " (kernels and formats may differ)", kRebuild);
+    e->target = target_from(h.at("target"));
+    e->required_isa = h.at("required_isa").get<std::vector<std::string>>();
+    e->build = h.at("build");
+    graph_offset = h.at("graph_offset").get<size_t>();
+    graph_length = h.at("graph_length").get<size_t>();
+    weights_offset = h.at("weights_offset").get<size_t>();
+    weights_length = h.at("weights_length").get<size_t>();
+    e->plan.arena_bytes = h.at("memory").at("arena_bytes").get<size_t>();
+    e->plan.naive_bytes = h.at("memory").at("naive_bytes").get<size_t>();
+    e->plan.in_place = h.at("memory").at("in_place").get<int>();
+  } catch (const std::exception& ex) {
+    return InvalidModel("engine header is malformed (", ex.what(), ")", kRebuild);
+  }
+  if (graph_offset > body_len || graph_length > body_len - graph_offset || weights_offset > body_len ||
+      weights_length > body_len - weights_offset)
+    return InvalidModel("engine header points outside the file", kRebuild);
+  KILN_RETURN_IF_ERROR(engine::check_runnable(e->required_isa, e->target, engine::detect_host()));
+  const size_t weights_abs = body_start + weights_offset;
+  onnx_import::ImportOptions opts;
+  opts.external_resolver = [&](const std::string& location, int64_t offset, int64_t length, DataType dt,
+                               const Dims& dims) -> Result<Tensor> {
+    int64_t numel = 1;
+    for (int64_t d : dims) {
+      if (d != 0 && numel > (int64_t{1} << 40) / d) return InvalidModel("engine weight has impossible dims", kRebuild);
+      numel *= d;
+    }
+    if (location != "kiln-engine-weights" || offset < 0 || length < 0 || static_cast<size_t>(offset) > weights_length ||
+        static_cast<size_t>(length) > weights_length - static_cast<size_t>(offset) ||
+        static_cast<size_t>(numel) * dtype_size(dt) != static_cast<size_t>(length) || dt == DataType::kString)
+      return InvalidModel("engine weight reference is out of bounds", kRebuild);
+    return Tensor::alias(dt, dims, storage, weights_abs + static_cast<size_t>(offset));
+  };
+  std::string graph(reinterpret_cast<const char*>(p + body_start + graph_offset), graph_length);
+  auto m = onnx_import::parse_model(graph, "", opts);
+  if (!m.ok()) return m.status().with_context("engine graph is invalid: ");
+  e->model = std::move(m).value();
+  KILN_RETURN_IF_ERROR(ops::check_supported(*e->model.graph));
+  e->describe_layers();
+  try {
+    const auto& jl = h.at("layers");
+    if (jl.size() != e->layers.size()) return InvalidModel("engine lists ", jl.size(), " layers but its graph has ", e->layers.size(), kRebuild);
+    for (size_t i = 0; i < jl.size(); ++i) e->layers[i].kernel = jl[i].at("kernel").get<std::string>();
+  } catch (const std::exception& ex) {
+    return InvalidModel("engine header is malformed (", ex.what(), ")", kRebuild);
+  }
+  return e;
+}
+
+nlohmann::json inspect(const EngineImpl& e) {
+  nlohmann::json j;
+  j["kiln_version"] = KILN_VERSION;
+  j["target"] = target_json(e.target);
+  j["required_isa"] = e.required_isa;
+  j["build"] = e.build;
+  const ir::Graph& g = *e.model.graph;
+  auto type_str = [&](const std::string& v) {
+    auto it = g.value_types.find(v);
+    return it == g.value_types.end() ? std::string("?") : it->second.str();
+  };
+  nlohmann::json layers = nlohmann::json::array();
+  std::map<std::string, int> op_counts;
+  for (const auto& l : e.layers) {
+    nlohmann::json ins = nlohmann::json::array(), outs = nlohmann::json::array();
+    for (const auto& i : l.inputs) ins.push_back({{"name", i}, {"type", i.empty() ? "" : type_str(i)}});
+    for (const auto& o : l.outputs) outs.push_back({{"name", o}, {"type", o.empty() ? "" : type_str(o)}});
+    std::string op = l.domain.empty() ? l.op_type : l.domain + "." + l.op_type;
+    ++op_counts[op];
+    layers.push_back({{"name", l.name}, {"op", op}, {"kernel", l.kernel}, {"sources", l.sources}, {"inputs", ins}, {"outputs", outs}});
+  }
+  j["layers"] = layers;
+  j["layer_counts"] = op_counts;
+  j["memory"] = {{"arena_bytes", e.plan.arena_bytes}, {"naive_bytes", e.plan.naive_bytes}, {"in_place", e.plan.in_place},
+                 {"dynamic_values", e.plan.dynamic.size()}};
+  nlohmann::json ins = nlohmann::json::array(), outs = nlohmann::json::array();
+  for (const auto& i : g.inputs) ins.push_back({{"name", i.name}, {"type", i.type.str()}});
+  for (const auto& o : g.outputs) outs.push_back({{"name", o.name}, {"type", o.type.str()}});
+  j["inputs"] = ins;
+  j["outputs"] = outs;
+  size_t weight_bytes = 0;
+  for (const auto& [k, t] : g.initializers) weight_bytes += t.nbytes();
+  j["weights_bytes"] = weight_bytes;
+  return j;
+}
+
+}  // namespace kiln::detail

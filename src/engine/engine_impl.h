@@ -1,0 +1,52 @@
+// What an engine is inside: the optimized graph, its layers and kernels, the build record, and the
+// memory plan at the optimization shapes. Shared read-only by every ExecutionContext.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/memory_planner.h"
+#include "engine/target.h"
+#include "ir/graph.h"
+#include "kiln/kiln.h"
+
+namespace kiln::detail {
+
+constexpr uint32_t kEngineFormatVersion = 1;
+
+struct LayerInfo {
+  std::string name, op_type, domain, kernel;
+  std::vector<std::string> sources;  // the ONNX nodes this layer came from
+  std::vector<std::string> inputs, outputs;
+};
+
+struct EngineImpl {
+  ir::Model model;                      // optimized graph; large weights alias `storage`
+  std::shared_ptr<uint8_t[]> storage;   // the engine file's bytes when loaded
+  std::vector<LayerInfo> layers;
+  engine::TargetInfo target;            // the machine it was built on
+  std::vector<std::string> required_isa;  // CPU features its kernels need
+  nlohmann::json build;                 // config, profiles, pass counts, source model facts
+  engine::MemoryPlan plan;              // at the build's shapes (opt), for inspect
+
+  void describe_layers();  // fills `layers` from the graph
+};
+
+// Converts a Status into the public exception.
+[[noreturn]] void throw_error(const Status& s);
+Status to_status(const Error& e);
+
+// Sizes of every value of `g` when its inputs have the given concrete shapes (nullopt when
+// data-dependent). Works on a private copy: safe to call from several contexts at once.
+Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes);
+
+// The engine file (format in engine_file.cc).
+Result<std::string> serialize_engine(const EngineImpl& e);
+Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes);
+
+nlohmann::json inspect(const EngineImpl& e);
+
+}  // namespace kiln::detail

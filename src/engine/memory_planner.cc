@@ -1,0 +1,108 @@
+#include "engine/memory_planner.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::engine {
+
+bool op_allows_in_place(const ir::Node& n) {
+  static const std::set<std::string> kOps = {
+      "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal", "Clip", "LeakyRelu", "Elu",
+      "Selu", "Celu", "HardSigmoid", "HardSwish", "Erf", "Softplus", "Softsign", "Gelu", "Mish", "Sin", "Cos",
+      "Floor", "Ceil", "Round", "Sign", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu",
+      "Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "BatchNormalization"};
+  if (n.domain == "kiln") return n.op_type == "FusedElementwise";
+  return n.domain.empty() && kOps.count(n.op_type) > 0;
+}
+
+MemoryPlan plan_memory(const ir::Graph& g, const std::function<std::optional<size_t>(const std::string&)>& bytes_of) {
+  MemoryPlan plan;
+  std::set<std::string> external;
+  for (const auto& in : g.inputs) external.insert(in.name);
+  for (const auto& [k, v] : g.initializers) external.insert(k);
+  const int end = static_cast<int>(g.nodes.size());
+  struct Life {
+    int first = 0, last = 0;
+    size_t bytes = 0;
+  };
+  std::unordered_map<std::string, Life> life;
+  std::vector<std::string> order;  // definition order
+  for (int i = 0; i < end; ++i) {
+    const ir::Node& n = g.nodes[static_cast<size_t>(i)];
+    for (const auto& in : n.inputs)
+      if (life.count(in)) life[in].last = i;
+    for (const auto& [k, a] : n.attrs) {
+      std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
+      if (a.g) subs.push_back(a.g);
+      for (const auto& sg : subs)
+        for (const auto& r : sg->outer_references())
+          if (life.count(r)) life[r].last = i;
+    }
+    for (const auto& o : n.outputs) {
+      if (o.empty() || external.count(o)) continue;
+      auto b = bytes_of(o);
+      if (!b) {
+        plan.dynamic.insert(o);
+        continue;
+      }
+      life[o] = {i, i, (*b + 63) / 64 * 64};
+      order.push_back(o);
+    }
+  }
+  for (const auto& o : g.outputs)
+    if (life.count(o.name)) life[o.name].last = end;  // outputs live until the caller reads them
+
+  // In place: an output takes over the slot of input 0 when that input dies here with the same size.
+  std::unordered_map<std::string, std::string> shares;  // value -> value whose slot it reuses
+  for (int i = 0; i < end; ++i) {
+    const ir::Node& n = g.nodes[static_cast<size_t>(i)];
+    if (!op_allows_in_place(n) || n.inputs.empty() || n.outputs.empty()) continue;
+    const std::string& in = n.inputs[0];
+    const std::string& out = n.outputs[0];
+    if (!life.count(in) || !life.count(out) || life[in].last != i || life[in].bytes != life[out].bytes) continue;
+    bool read_twice = std::count(n.inputs.begin(), n.inputs.end(), in) > 1;
+    if (read_twice) continue;
+    std::string root = in;
+    while (shares.count(root)) root = shares[root];
+    shares[out] = root;
+    life[root].last = std::max(life[root].last, life[out].last);
+    ++plan.in_place;
+  }
+
+  // Greedy by size: largest first, lowest offset that overlaps no placed buffer alive at the same time.
+  std::vector<std::string> roots;
+  for (const auto& v : order)
+    if (!shares.count(v)) roots.push_back(v);
+  std::stable_sort(roots.begin(), roots.end(), [&](const std::string& a, const std::string& b) { return life[a].bytes > life[b].bytes; });
+  struct Placed {
+    size_t offset, bytes;
+    int first, last;
+  };
+  std::vector<Placed> placed;
+  for (const auto& v : roots) {
+    const Life& l = life[v];
+    std::vector<std::pair<size_t, size_t>> busy;
+    for (const auto& p : placed)
+      if (p.first <= l.last && l.first <= p.last) busy.emplace_back(p.offset, p.offset + p.bytes);
+    std::sort(busy.begin(), busy.end());
+    size_t offset = 0;
+    for (const auto& [b0, b1] : busy) {
+      if (offset + l.bytes <= b0) break;
+      offset = std::max(offset, b1);
+    }
+    placed.push_back({offset, l.bytes, l.first, l.last});
+    plan.offsets[v] = offset;
+    plan.arena_bytes = std::max(plan.arena_bytes, offset + l.bytes);
+  }
+  for (const auto& v : order) {
+    std::string root = v;
+    while (shares.count(root)) root = shares[root];
+    plan.offsets[v] = plan.offsets[root];
+    plan.sizes[v] = life[v].bytes;
+    plan.naive_bytes += life[v].bytes;
+  }
+  return plan;
+}
+
+}  // namespace kiln::engine

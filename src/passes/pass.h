@@ -1,0 +1,44 @@
+// Graph passes: each matches a pattern, rewrites the graph in place, and returns how many sites it
+// changed. A pass that cannot prove a rewrite exact (up to float rounding) leaves the graph alone.
+// The order lives in pipeline.cc.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "ir/graph.h"
+
+namespace kiln::passes {
+
+using PassFn = Result<int> (*)(ir::Graph& g);
+
+struct PassInfo {
+  const char* name;         // stable, used by --disable-pass and reports
+  PassFn run;
+  const char* description;  // one line for `kiln inspect --passes`
+};
+
+struct PassStat {
+  std::string name;
+  int changed = 0;
+  double ms = 0;
+};
+
+// The ordered pass list (see pipeline.cc for why each sits where it does).
+const std::vector<PassInfo>& pipeline();
+
+// Runs the pipeline on the model's main graph. After every pass that changed something the graph is
+// re-sorted and its types re-inferred (that is also the verifier: a broken rewrite fails here,
+// naming the pass). Unknown names in `disabled` are an error listing the valid ones.
+Result<std::vector<PassStat>> optimize(ir::Model& model, const std::set<std::string>& disabled);
+
+// Individual passes (one per file).
+Result<int> fold_constants(ir::Graph& g);
+Result<int> remove_dead_nodes(ir::Graph& g);
+Result<int> eliminate_common_subexpressions(ir::Graph& g);
+Result<int> remove_noop_ops(ir::Graph& g);
+Result<int> fold_batch_norm(ir::Graph& g);
+
+}  // namespace kiln::passes
