@@ -11,6 +11,7 @@ namespace {
 
 // Largest per-bin sampling grid accepted (rois come from data; this bounds the work).
 constexpr double kMaxSamples = 1 << 16;
+constexpr double kMaxRoiSamples = 1 << 28;  // over all bins of one roi
 
 // ---- RoiAlign: average (or max) of bilinear samples on a regular grid inside each output bin.
 // half_pixel (the default from opset 16) shifts roi coordinates by -0.5 pixel; output_half_pixel
@@ -81,7 +82,8 @@ Status roi_align_kernel(KernelContext& ctx) {
     const double bin_h = rh / static_cast<double>(oh), bin_w = rw / static_cast<double>(ow);
     double gh_d = sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::ceil(rh / static_cast<double>(oh));
     double gw_d = sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::ceil(rw / static_cast<double>(ow));
-    if (!std::isfinite(x1 + y1 + x2 + y2) || !(gh_d * gw_d <= kMaxSamples))
+    if (!std::isfinite(x1 + y1 + x2 + y2) || !(gh_d * gw_d <= kMaxSamples) ||
+        !(gh_d * gw_d * static_cast<double>(oh * ow) <= kMaxRoiSamples))
       return ctx.error(str_cat("roi ", r, " (", x1, ", ", y1, ", ", x2, ", ", y2, ") needs too many samples per bin"));
     const int64_t gh = std::max<int64_t>(0, static_cast<int64_t>(gh_d)),
                   gw = std::max<int64_t>(0, static_cast<int64_t>(gw_d));

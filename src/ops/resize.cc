@@ -196,17 +196,16 @@ struct AxisTaps {
   std::vector<char> extrapolate;  // tf_crop_and_resize: output is extrapolation_value
 };
 
-AxisTaps axis_taps(const ResizeAttrs& a, const AxisPlan& p) {
+Result<AxisTaps> axis_taps(const ResizeAttrs& a, const AxisPlan& p) {
   AxisTaps t;
   const double scale = std::min(p.scale, 1.0);  // antialias widens the kernel only when downsampling
   int64_t j_start = 0;                          // taps j in [j_start, j_start + n) around p = ceil(x) - 1
   if (a.mode == Mode::kNearest) {
     t.n = 1;
-  } else if (a.mode == Mode::kLinear) {
-    j_start = a.antialias ? static_cast<int64_t>(std::floor(-1 / scale)) + 1 : 0;
-    t.n = 2 - 2 * j_start;
   } else {
-    j_start = a.antialias ? static_cast<int64_t>(std::floor(-2 / scale)) + 1 : -1;
+    const double reach = (a.mode == Mode::kLinear ? 1.0 : 2.0) / (a.antialias ? scale : 1.0);
+    if (!(reach <= 65536)) return InvalidArgument("antialias with scale ", p.scale, " needs too many taps");
+    j_start = static_cast<int64_t>(std::floor(-reach)) + 1;
     t.n = 2 - 2 * j_start;
   }
   const int64_t last = p.in - 1;
@@ -333,7 +332,9 @@ Status resize_kernel(KernelContext& ctx) {
                     (a.coord != "tf_crop_and_resize" || (p.roi_start == 0.0 && p.roi_end == 1.0));
     if (identity) continue;
     if (p.in == 0 && p.out > 0) return ctx.error(str_cat("cannot resize the empty axis ", axis, " to ", p.out));
-    data = resize_axis(data, shape, axis, axis_taps(a, p), p, a.extrapolation);
+    auto taps = axis_taps(a, p);
+    if (!taps.ok()) return ctx.error(taps.status().message());
+    data = resize_axis(data, shape, axis, *taps, p, a.extrapolation);
   }
   Tensor y(x.dtype(), out_shape);
   const bool is_int = dtype_is_integer(x.dtype());
