@@ -1,0 +1,237 @@
+// ConvTranspose (opsets 1, 11, 22): the gradient of Conv with respect to its input. Every input
+// element scatters x * w[k] into y at o = i * stride + k * dilation - pad_begin.
+//
+// Output extent per spatial dim: output_shape if given (pads then derived from it), else
+// in * stride for auto_pad SAME_*, else stride * (in - 1) + output_padding + (k - 1) * d + 1 - pads.
+#include <algorithm>
+
+#include "ops/conv_util.h"
+
+namespace kiln::ops {
+namespace {
+
+struct TransposePlan {
+  int64_t batch = 0, in_channels = 0, out_channels = 0, group = 1;
+  Dims in, out, kernel, strides, dilations, pad_begin;  // spatial
+  Dims out_shape;
+};
+
+// output_shape may list only the spatial dims or the whole shape; returns the spatial part.
+Result<Dims> spatial_output_shape(const ir::Node& node, size_t n) {
+  Dims os = node.attr_ints("output_shape");
+  if (os.empty()) return os;
+  if (os.size() == n + 2) os.erase(os.begin(), os.begin() + 2);
+  if (os.size() != n)
+    return InvalidModel(node.where(), "output_shape ", dims_str(os), " must have ", n, " (spatial) values");
+  for (int64_t v : os)
+    if (v < 0 || v > (int64_t{1} << 40))
+      return InvalidModel(node.where(), "output_shape ", dims_str(os), " is invalid");
+  return os;
+}
+
+Result<Dims> output_padding(const ir::Node& node, size_t n) {
+  Dims op = node.attr_ints("output_padding", Dims(n, 0));
+  if (op.empty()) op.assign(n, 0);
+  if (op.size() != n)
+    return InvalidModel(node.where(), "output_padding ", dims_str(op), " must have ", n,
+                        " values (one per spatial dim)");
+  for (int64_t v : op)
+    if (v < 0 || v > kMaxWindowAttr) return InvalidModel(node.where(), "output_padding ", dims_str(op), " is invalid");
+  return op;
+}
+
+// Output extent and begin pad of spatial dim d for input extent `in`.
+Status transpose_dim(const Window& w, size_t d, int64_t in, const Dims& out_shape, const Dims& out_pad, int64_t* out,
+                     int64_t* pad_begin) {
+  if (in < 0 || in > (int64_t{1} << 40)) return InvalidArgument("spatial dim ", d, " has invalid extent ", in);
+  const int64_t s = w.strides[d], ext = w.extent(d);
+  const int64_t natural = s * (in - 1) + out_pad[d] + ext;  // output extent before removing pads
+  const bool same = w.auto_pad == "SAME_UPPER" || w.auto_pad == "SAME_LOWER";
+  if (!out_shape.empty() || same) {
+    int64_t o = !out_shape.empty() ? out_shape[d] : in * s;
+    int64_t total = std::max<int64_t>(0, natural - o);
+    *pad_begin = w.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    *out = o;
+    return Status::Ok();
+  }
+  int64_t pb = w.auto_pad == "VALID" ? 0 : w.pad_begin[d], pe = w.auto_pad == "VALID" ? 0 : w.pad_end[d];
+  int64_t o = natural - pb - pe;
+  if (o < 0)
+    return InvalidArgument("spatial dim ", d, ": output extent ", o, " is negative (pads ", pb, "+", pe,
+                           " exceed the full extent ", natural, ")");
+  *pad_begin = pb;
+  *out = o;
+  return Status::Ok();
+}
+
+Result<Window> read_transpose_window(const ir::Node& node, size_t n, const Dims* wk) {
+  return read_window(node, n, wk, {});
+}
+
+Status infer_conv_transpose(InferContext& ctx) {
+  const SymShape& xs = ctx.input_shape(0);
+  const SymShape& ws = ctx.input_shape(1);
+  size_t rank = xs.rank_known ? xs.rank() : ws.rank_known ? ws.rank() : 0;
+  DataType dt = ctx.input_dtype(0);
+  if (rank == 0) {
+    ctx.set_output(0, dt, SymShape());
+    return Status::Ok();
+  }
+  if (rank < 3) return ctx.error(str_cat("input X must have rank >= 3 (N, C, spatial...), got ", xs.str()));
+  if (xs.rank_known && ws.rank_known && xs.rank() != ws.rank())
+    return ctx.error(str_cat("X ", xs.str(), " and W ", ws.str(), " must have the same rank"));
+  const size_t n = rank - 2;
+  int64_t group = ctx.node.attr_int("group", 1);
+  if (group < 1) return ctx.error(str_cat("group must be >= 1, got ", group));
+  Dims wk;
+  bool wk_known = ws.rank_known;
+  for (size_t d = 2; wk_known && d < rank; ++d) {
+    wk_known = ws.dims[d].known();
+    if (wk_known) wk.push_back(ws.dims[d].value);
+  }
+  KILN_ASSIGN_OR_RETURN(Window win, read_transpose_window(ctx.node, n, wk_known ? &wk : nullptr));
+  KILN_ASSIGN_OR_RETURN(Dims os, spatial_output_shape(ctx.node, n));
+  KILN_ASSIGN_OR_RETURN(Dims op, output_padding(ctx.node, n));
+  std::vector<Dim> out(rank);
+  out[0] = xs.rank_known ? xs.dims[0] : Dim();
+  if (ws.rank_known && ws.dims[1].known()) out[1] = Dim(ws.dims[1].value * group);
+  for (size_t d = 0; d < n; ++d) {
+    if (!os.empty()) {
+      out[d + 2] = Dim(os[d]);
+    } else if (xs.rank_known && xs.dims[d + 2].known() && !win.kernel.empty()) {
+      int64_t o, pb;
+      Status st = transpose_dim(win, d, xs.dims[d + 2].value, os, op, &o, &pb);
+      if (!st.ok()) return ctx.error(st.message());
+      out[d + 2] = Dim(o);
+    }
+  }
+  ctx.set_output(0, dt, SymShape(out));
+  return Status::Ok();
+}
+
+template <typename T>
+struct GroupTranspose {
+  const TransposePlan& p;
+  Dims in_stride, out_stride, k_stride;
+  int64_t in_plane, out_plane, k_plane, cg, mg;
+  const T* x;  // cg input planes of this group
+  const T* w;  // cg * mg kernels of this group
+  T* y;        // mg output planes of this group
+
+  // Recurses over spatial dims; at the last one, scatters one input row into one output row.
+  void run(size_t d, int64_t xo, int64_t wo, int64_t yo, int64_t c, int64_t m) const {
+    const size_t n = p.in.size();
+    for (int64_t k = 0; k < p.kernel[d]; ++k) {
+      int64_t off = k * p.dilations[d] - p.pad_begin[d], lo, hi;
+      // input positions i with 0 <= i * stride + off < out
+      valid_output_range(off, p.strides[d], p.out[d], p.in[d], &lo, &hi);
+      if (d + 1 < n) {
+        for (int64_t i = lo; i < hi; ++i)
+          run(d + 1, xo + i * in_stride[d], wo + k * k_stride[d], yo + (i * p.strides[d] + off) * out_stride[d], c, m);
+      } else {
+        const T wv = w[(c * mg + m) * k_plane + wo + k];
+        const T* xr = x + c * in_plane + xo;
+        T* yr = y + m * out_plane + yo;
+        for (int64_t i = lo; i < hi; ++i) yr[i * p.strides[d] + off] += wv * xr[i];
+      }
+    }
+  }
+};
+
+template <typename T>
+void conv_transpose_forward(const TransposePlan& p, const T* x, const T* w, const T* bias, T* y) {
+  const int64_t cg = p.in_channels / p.group, mg = p.out_channels / p.group;
+  GroupTranspose<T> gt{p,
+                       strides_of(p.in),
+                       strides_of(p.out),
+                       strides_of(p.kernel),
+                       dims_numel(p.in),
+                       dims_numel(p.out),
+                       dims_numel(p.kernel),
+                       cg,
+                       mg,
+                       nullptr,
+                       nullptr,
+                       nullptr};
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t m = 0; m < p.out_channels; ++m) {
+      T* yp = y + (b * p.out_channels + m) * gt.out_plane;
+      std::fill(yp, yp + gt.out_plane, bias ? bias[m] : T(0));
+    }
+    if (gt.out_plane == 0 || gt.in_plane == 0) continue;
+    for (int64_t g = 0; g < p.group; ++g) {
+      gt.x = x + (b * p.in_channels + g * cg) * gt.in_plane;
+      gt.w = w + g * cg * mg * gt.k_plane;
+      gt.y = y + (b * p.out_channels + g * mg) * gt.out_plane;
+      for (int64_t c = 0; c < cg; ++c)
+        for (int64_t m = 0; m < mg; ++m) gt.run(0, 0, 0, 0, c, m);
+    }
+  }
+}
+
+Status conv_transpose_kernel(KernelContext& ctx) {
+  const Tensor& x0 = ctx.input(0);
+  const Tensor& w0 = ctx.input(1);
+  if (!dtype_is_float(x0.dtype()))
+    return ctx.unsupported(str_cat("ConvTranspose on ", x0.describe(), " (float types only)"));
+  if (w0.dtype() != x0.dtype())
+    return ctx.error(str_cat("X ", x0.describe(), " and W ", w0.describe(), " must have the same dtype"));
+  KILN_RETURN_IF_ERROR(check_nchw(x0, "ConvTranspose", "X"));
+  if (w0.rank() != x0.rank())
+    return ctx.error(str_cat("W ", w0.describe(), " must have the rank of X ", x0.describe()));
+  const size_t n = static_cast<size_t>(x0.rank() - 2);
+  Dims wk(w0.shape().begin() + 2, w0.shape().end());
+  KILN_ASSIGN_OR_RETURN(Window win, read_transpose_window(ctx.node, n, &wk));
+  KILN_ASSIGN_OR_RETURN(Dims os, spatial_output_shape(ctx.node, n));
+  KILN_ASSIGN_OR_RETURN(Dims op, output_padding(ctx.node, n));
+  TransposePlan p;
+  p.group = ctx.node.attr_int("group", 1);
+  if (p.group < 1) return ctx.error(str_cat("group must be >= 1, got ", p.group));
+  p.batch = x0.dim(0);
+  p.in_channels = x0.dim(1);
+  if (w0.dim(0) != p.in_channels || p.in_channels % p.group != 0)
+    return ctx.error(str_cat("W ", w0.describe(), " must have X's ", p.in_channels,
+                             " channels in dim 0, divisible by group ", p.group));
+  p.out_channels = w0.dim(1) * p.group;
+  p.out_shape = {p.batch, p.out_channels};
+  for (size_t d = 0; d < n; ++d) {
+    if (win.kernel[d] < 1) return ctx.error(str_cat("kernel ", dims_str(win.kernel), " has an empty dim"));
+    int64_t o, pb;
+    Status st = transpose_dim(win, d, x0.dim(static_cast<int64_t>(d) + 2), os, op, &o, &pb);
+    if (!st.ok()) return ctx.error(st.message());
+    p.in.push_back(x0.dim(static_cast<int64_t>(d) + 2));
+    p.out.push_back(o);
+    p.kernel.push_back(win.kernel[d]);
+    p.strides.push_back(win.strides[d]);
+    p.dilations.push_back(win.dilations[d]);
+    p.pad_begin.push_back(pb);
+    p.out_shape.push_back(o);
+  }
+  auto numel = checked_numel(p.out_shape);
+  if (!numel.ok()) return ctx.error(numel.status().message());
+  Tensor bias;
+  if (ctx.has_input(2)) {
+    const Tensor& b0 = ctx.input(2);
+    if (b0.dtype() != x0.dtype() || b0.rank() != 1 || b0.dim(0) != p.out_channels)
+      return ctx.error(str_cat("bias B ", b0.describe(), " must be 1-D of ", p.out_channels, " elements of ",
+                               dtype_name(x0.dtype())));
+    bias = upcast_float(b0);
+  }
+  Tensor x = upcast_float(x0), w = upcast_float(w0);
+  Tensor y(x.dtype(), p.out_shape);
+  if (x.dtype() == DataType::kFloat64) {
+    conv_transpose_forward<double>(p, x.data<double>(), w.data<double>(),
+                                   bias.defined() ? bias.data<double>() : nullptr, y.data<double>());
+  } else {
+    conv_transpose_forward<float>(p, x.data<float>(), w.data<float>(), bias.defined() ? bias.data<float>() : nullptr,
+                                  y.data<float>());
+  }
+  ctx.set_output(0, downcast_float(y, x0.dtype()));
+  return Status::Ok();
+}
+
+}  // namespace
+
+KILN_REGISTER_OP_ARITY("", ConvTranspose, 1, infer_conv_transpose, conv_transpose_kernel, 2, 3);
+
+}  // namespace kiln::ops

@@ -1,0 +1,312 @@
+// Detection ops: RoiAlign (opsets 10, 16, 22), MaxRoiPool (opsets 1, 22) and NonMaxSuppression
+// (opsets 10, 11).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "ops/conv_util.h"
+
+namespace kiln::ops {
+namespace {
+
+// Largest per-bin sampling grid accepted (rois come from data; this bounds the work).
+constexpr double kMaxSamples = 1 << 16;
+constexpr double kMaxRoiSamples = 1 << 28;  // over all bins of one roi
+
+// ---- RoiAlign: average (or max) of bilinear samples on a regular grid inside each output bin.
+// half_pixel (the default from opset 16) shifts roi coordinates by -0.5 pixel; output_half_pixel
+// (opset 10 behaviour) does not, and forces rois to at least 1x1.
+
+Status infer_roi_align(InferContext& ctx) {
+  const SymShape& xs = ctx.input_shape(0);
+  const SymShape& rs = ctx.input_shape(1);
+  const SymShape& bs = ctx.input_shape(2);
+  Dim rois = bs.rank_known && bs.rank() == 1 ? bs.dims[0] : rs.rank_known && rs.rank() == 2 ? rs.dims[0] : Dim();
+  Dim c = xs.rank_known && xs.rank() == 4 ? xs.dims[1] : Dim();
+  if (xs.rank_known && xs.rank() != 4) return ctx.error(str_cat("X must be 4-D [N, C, H, W], got ", xs.str()));
+  ctx.set_output(
+      0, ctx.input_dtype(0),
+      SymShape({rois, c, Dim(ctx.node.attr_int("output_height", 1)), Dim(ctx.node.attr_int("output_width", 1))}));
+  return Status::Ok();
+}
+
+struct Sample {
+  int64_t pos[4] = {0, 0, 0, 0};
+  double w[4] = {0, 0, 0, 0};
+};
+
+Status roi_align_kernel(KernelContext& ctx) {
+  const Tensor& x0 = ctx.input(0);
+  const Tensor& rois0 = ctx.input(1);
+  const Tensor& bidx = ctx.input(2);
+  if (!dtype_is_float(x0.dtype())) return ctx.unsupported(str_cat("RoiAlign on ", x0.describe()));
+  if (x0.rank() != 4) return ctx.error(str_cat("X must be 4-D [N, C, H, W], got ", x0.describe()));
+  if (rois0.rank() != 2 || rois0.dim(1) != 4 || !dtype_is_float(rois0.dtype()))
+    return ctx.error(str_cat("rois must be float [num_rois, 4], got ", rois0.describe()));
+  if (bidx.rank() != 1 || bidx.dim(0) != rois0.dim(0) || !dtype_is_integer(bidx.dtype()))
+    return ctx.error(str_cat("batch_indices must be integer [", rois0.dim(0), "], got ", bidx.describe()));
+  const int64_t oh = ctx.node.attr_int("output_height", 1), ow = ctx.node.attr_int("output_width", 1);
+  if (oh < 1 || ow < 1 || oh > kMaxWindowAttr || ow > kMaxWindowAttr)
+    return ctx.error(str_cat("output_height ", oh, " and output_width ", ow, " must be positive"));
+  const int64_t sampling_ratio = ctx.node.attr_int("sampling_ratio", 0);
+  if (sampling_ratio < 0 || sampling_ratio > 65536)
+    return ctx.error(str_cat("sampling_ratio must be in [0, 65536], got ", sampling_ratio));
+  const double scale = ctx.node.attr_float("spatial_scale", 1.0f);
+  const std::string mode = ctx.node.attr_string("mode", "avg");
+  if (mode != "avg" && mode != "max") return ctx.error(str_cat("mode '", mode, "' is not avg or max"));
+  const std::string ctm =
+      ctx.node.attr_string("coordinate_transformation_mode", ctx.opset() >= 16 ? "half_pixel" : "output_half_pixel");
+  if (ctm != "half_pixel" && ctm != "output_half_pixel")
+    return ctx.error(str_cat("coordinate_transformation_mode '", ctm, "' is not half_pixel or output_half_pixel"));
+  const bool half_pixel = ctm == "half_pixel";
+  const int64_t N = x0.dim(0), C = x0.dim(1), H = x0.dim(2), W = x0.dim(3), R = rois0.dim(0);
+  Dims out_shape = {R, C, oh, ow};
+  auto numel = checked_numel(out_shape);
+  if (!numel.ok()) return ctx.error(numel.status().message());
+  Tensor x = x0.dtype() == DataType::kFloat64 ? x0 : x0.cast(DataType::kFloat64).value();
+  const double* px = x.data<double>();
+  Tensor y(DataType::kFloat64, out_shape);
+  double* py = y.data<double>();
+  std::vector<Sample> samples;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t b = bidx.get_i64(r);
+    if (b < 0 || b >= N) return ctx.error(str_cat("batch index ", b, " of roi ", r, " is outside [0, ", N, ")"));
+    const double off = half_pixel ? 0.5 : 0.0;
+    const double x1 = rois0.get_f64(r * 4 + 0) * scale - off, y1 = rois0.get_f64(r * 4 + 1) * scale - off;
+    const double x2 = rois0.get_f64(r * 4 + 2) * scale - off, y2 = rois0.get_f64(r * 4 + 3) * scale - off;
+    double rw = x2 - x1, rh = y2 - y1;
+    if (!half_pixel) {
+      rw = std::max(rw, 1.0);
+      rh = std::max(rh, 1.0);
+    }
+    const double bin_h = rh / static_cast<double>(oh), bin_w = rw / static_cast<double>(ow);
+    double gh_d = sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::ceil(rh / static_cast<double>(oh));
+    double gw_d = sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::ceil(rw / static_cast<double>(ow));
+    if (!std::isfinite(x1 + y1 + x2 + y2) || !(gh_d * gw_d <= kMaxSamples) ||
+        !(gh_d * gw_d * static_cast<double>(oh * ow) <= kMaxRoiSamples))
+      return ctx.error(str_cat("roi ", r, " (", x1, ", ", y1, ", ", x2, ", ", y2, ") needs too many samples per bin"));
+    const int64_t gh = std::max<int64_t>(0, static_cast<int64_t>(gh_d)),
+                  gw = std::max<int64_t>(0, static_cast<int64_t>(gw_d));
+    const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
+    // Bilinear sample positions and weights, shared by all channels.
+    samples.clear();
+    for (int64_t ph = 0; ph < oh; ++ph)
+      for (int64_t pw = 0; pw < ow; ++pw)
+        for (int64_t iy = 0; iy < gh; ++iy) {
+          double yy =
+              y1 + static_cast<double>(ph) * bin_h + (static_cast<double>(iy) + 0.5) * bin_h / static_cast<double>(gh);
+          for (int64_t ix = 0; ix < gw; ++ix) {
+            double xx = x1 + static_cast<double>(pw) * bin_w +
+                        (static_cast<double>(ix) + 0.5) * bin_w / static_cast<double>(gw);
+            Sample s;
+            if (!(yy < -1.0 || yy > static_cast<double>(H) || xx < -1.0 || xx > static_cast<double>(W)) && H > 0 &&
+                W > 0) {
+              double yv = std::max(yy, 0.0), xv = std::max(xx, 0.0);
+              int64_t y_lo = static_cast<int64_t>(yv), x_lo = static_cast<int64_t>(xv), y_hi, x_hi;
+              if (y_lo >= H - 1) {
+                y_hi = y_lo = H - 1;
+                yv = static_cast<double>(y_lo);
+              } else {
+                y_hi = y_lo + 1;
+              }
+              if (x_lo >= W - 1) {
+                x_hi = x_lo = W - 1;
+                xv = static_cast<double>(x_lo);
+              } else {
+                x_hi = x_lo + 1;
+              }
+              double ly = yv - static_cast<double>(y_lo), lx = xv - static_cast<double>(x_lo);
+              double hy = 1 - ly, hx = 1 - lx;
+              s = Sample{{y_lo * W + x_lo, y_lo * W + x_hi, y_hi * W + x_lo, y_hi * W + x_hi},
+                         {hy * hx, hy * lx, ly * hx, ly * lx}};
+            }
+            samples.push_back(s);
+          }
+        }
+    for (int64_t c = 0; c < C; ++c) {
+      const double* xp = px + (b * C + c) * H * W;
+      size_t si = 0;
+      for (int64_t pbin = 0; pbin < oh * ow; ++pbin) {
+        double acc = 0;
+        bool first = true;
+        for (int64_t k = 0; k < gh * gw; ++k, ++si) {
+          const Sample& s = samples[si];
+          if (mode == "avg") {
+            for (int q = 0; q < 4; ++q) acc += s.w[q] * xp[s.pos[q]];
+          } else {  // max of the weighted corners (as ONNX's reference and onnxruntime do)
+            double v =
+                std::max({s.w[0] * xp[s.pos[0]], s.w[1] * xp[s.pos[1]], s.w[2] * xp[s.pos[2]], s.w[3] * xp[s.pos[3]]});
+            acc = first ? v : std::max(acc, v);
+            first = false;
+          }
+        }
+        py[(r * C + c) * oh * ow + pbin] = mode == "avg" ? acc / count : acc;
+      }
+    }
+  }
+  ctx.set_output(0, x0.dtype() == DataType::kFloat64 ? y : y.cast(x0.dtype()).value());
+  return Status::Ok();
+}
+
+// ---- MaxRoiPool: max over integer-aligned bins of each roi (batch, x1, y1, x2, y2).
+
+Status infer_max_roi_pool(InferContext& ctx) {
+  const SymShape& xs = ctx.input_shape(0);
+  const SymShape& rs = ctx.input_shape(1);
+  Dims ps = ctx.node.attr_ints("pooled_shape");
+  if (ps.size() != 2) return ctx.error(str_cat("pooled_shape ", dims_str(ps), " must have 2 values"));
+  Dim rois = rs.rank_known && rs.rank() == 2 ? rs.dims[0] : Dim();
+  Dim c = xs.rank_known && xs.rank() == 4 ? xs.dims[1] : Dim();
+  ctx.set_output(0, ctx.input_dtype(0), SymShape({rois, c, Dim(ps[0]), Dim(ps[1])}));
+  return Status::Ok();
+}
+
+Status max_roi_pool_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& rois = ctx.input(1);
+  if (!dtype_is_float(x.dtype())) return ctx.unsupported(str_cat("MaxRoiPool on ", x.describe()));
+  if (x.rank() != 4) return ctx.error(str_cat("X must be 4-D [N, C, H, W], got ", x.describe()));
+  if (rois.rank() != 2 || rois.dim(1) != 5 || !dtype_is_float(rois.dtype()))
+    return ctx.error(str_cat("rois must be float [num_rois, 5], got ", rois.describe()));
+  Dims ps = ctx.node.attr_ints("pooled_shape");
+  if (ps.size() != 2 || ps[0] < 1 || ps[1] < 1 || ps[0] > kMaxWindowAttr || ps[1] > kMaxWindowAttr)
+    return ctx.error(str_cat("pooled_shape ", dims_str(ps), " must be two positive values"));
+  const double scale = ctx.node.attr_float("spatial_scale", 1.0f);
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), R = rois.dim(0);
+  Dims out_shape = {R, C, ps[0], ps[1]};
+  auto numel = checked_numel(out_shape);
+  if (!numel.ok()) return ctx.error(numel.status().message());
+  Tensor y(x.dtype(), out_shape);
+  auto coord = [&](int64_t r, int k) {  // rounded, scaled roi coordinate, clamped to a sane range
+    double v = std::round(rois.get_f64(r * 5 + k) * scale);
+    if (!std::isfinite(v)) v = 0;
+    return static_cast<int64_t>(std::clamp(v, -1e12, 1e12));
+  };
+  for (int64_t r = 0; r < R; ++r) {
+    double bd = rois.get_f64(r * 5);
+    int64_t b = std::isfinite(bd) ? static_cast<int64_t>(std::clamp(bd, -1.0, 1e12)) : -1;
+    if (b < 0 || b >= N) return ctx.error(str_cat("roi ", r, " has batch index ", bd, " outside [0, ", N, ")"));
+    int64_t x1 = coord(r, 1), y1 = coord(r, 2), x2 = coord(r, 3), y2 = coord(r, 4);
+    double rh = static_cast<double>(std::max<int64_t>(y2 - y1 + 1, 1));
+    double rw = static_cast<double>(std::max<int64_t>(x2 - x1 + 1, 1));
+    double bh = rh / static_cast<double>(ps[0]), bw = rw / static_cast<double>(ps[1]);
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t ph = 0; ph < ps[0]; ++ph) {
+        int64_t hs = std::clamp<int64_t>(static_cast<int64_t>(std::floor(static_cast<double>(ph) * bh)) + y1, 0, H);
+        int64_t he = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(static_cast<double>(ph + 1) * bh)) + y1, 0, H);
+        for (int64_t pw = 0; pw < ps[1]; ++pw) {
+          int64_t ws = std::clamp<int64_t>(static_cast<int64_t>(std::floor(static_cast<double>(pw) * bw)) + x1, 0, W);
+          int64_t we =
+              std::clamp<int64_t>(static_cast<int64_t>(std::ceil(static_cast<double>(pw + 1) * bw)) + x1, 0, W);
+          double m = 0;
+          bool empty = true;
+          for (int64_t h = hs; h < he; ++h)
+            for (int64_t w = ws; w < we; ++w) {
+              double v = x.get_f64(((b * C + c) * H + h) * W + w);
+              if (empty || v > m) m = v;
+              empty = false;
+            }
+          y.set_f64(((r * C + c) * ps[0] + ph) * ps[1] + pw, empty ? 0.0 : m);
+        }
+      }
+    }
+  }
+  ctx.set_output(0, y);
+  return Status::Ok();
+}
+
+// ---- NonMaxSuppression: per batch and class, greedily keeps the highest-scoring boxes whose IoU
+// with every kept box is <= iou_threshold. Output rows: [batch, class, box].
+
+struct Box {
+  double x_min, x_max, y_min, y_max;
+};
+
+Box read_box(const Tensor& boxes, int64_t at, bool center) {
+  double a = boxes.get_f64(at), b = boxes.get_f64(at + 1), c = boxes.get_f64(at + 2), d = boxes.get_f64(at + 3);
+  if (center) return {a - c / 2, a + c / 2, b - d / 2, b + d / 2};          // [x_center, y_center, width, height]
+  return {std::min(b, d), std::max(b, d), std::min(a, c), std::max(a, c)};  // [y1, x1, y2, x2], any corner order
+}
+
+bool suppresses(const Box& p, const Box& q, double iou_threshold) {
+  double ix = std::min(p.x_max, q.x_max) - std::max(p.x_min, q.x_min);
+  double iy = std::min(p.y_max, q.y_max) - std::max(p.y_min, q.y_min);
+  if (!(ix > 0) || !(iy > 0)) return false;
+  double inter = ix * iy;
+  double a1 = (p.x_max - p.x_min) * (p.y_max - p.y_min), a2 = (q.x_max - q.x_min) * (q.y_max - q.y_min);
+  double uni = a1 + a2 - inter;
+  if (!(a1 > 0) || !(a2 > 0) || !(uni > 0)) return false;
+  return inter / uni > iou_threshold;
+}
+
+Status infer_nms(InferContext& ctx) {
+  ctx.set_output(0, DataType::kInt64, SymShape({ctx.new_symbol(), Dim(3)}));
+  return Status::Ok();
+}
+
+Status nms_kernel(KernelContext& ctx) {
+  const Tensor& boxes = ctx.input(0);
+  const Tensor& scores = ctx.input(1);
+  if (!dtype_is_float(boxes.dtype()) || !dtype_is_float(scores.dtype()))
+    return ctx.unsupported(str_cat("NonMaxSuppression on boxes ", boxes.describe(), ", scores ", scores.describe()));
+  if (boxes.rank() != 3 || boxes.dim(2) != 4)
+    return ctx.error(str_cat("boxes must be [batches, boxes, 4], got ", boxes.describe()));
+  if (scores.rank() != 3 || scores.dim(0) != boxes.dim(0) || scores.dim(2) != boxes.dim(1))
+    return ctx.error(str_cat("scores ", scores.describe(), " must be [", boxes.dim(0), ", classes, ", boxes.dim(1),
+                             "] for boxes ", boxes.describe()));
+  auto scalar = [&](size_t i, const char* name, Tensor* out) -> Status {
+    if (!ctx.has_input(i) || ctx.input(i).numel() == 0) return Status::Ok();
+    if (ctx.input(i).numel() != 1)
+      return ctx.error(str_cat(name, " must hold one value, got ", ctx.input(i).describe()));
+    *out = ctx.input(i);
+    return Status::Ok();
+  };
+  Tensor max_t, iou_t, score_t;
+  KILN_RETURN_IF_ERROR(scalar(2, "max_output_boxes_per_class", &max_t));
+  KILN_RETURN_IF_ERROR(scalar(3, "iou_threshold", &iou_t));
+  KILN_RETURN_IF_ERROR(scalar(4, "score_threshold", &score_t));
+  const int64_t max_out = max_t.defined() ? std::max<int64_t>(0, max_t.get_i64(0)) : 0;
+  const double iou = iou_t.defined() ? iou_t.get_f64(0) : 0.0;
+  const bool has_score = score_t.defined();
+  const double score_min = has_score ? score_t.get_f64(0) : 0.0;
+  const int64_t center = ctx.node.attr_int("center_point_box", 0);
+  if (center != 0 && center != 1) return ctx.error(str_cat("center_point_box must be 0 or 1, got ", center));
+  const int64_t B = boxes.dim(0), K = scores.dim(1), S = boxes.dim(1);
+  std::vector<int64_t> selected;  // triples
+  std::vector<int64_t> order;
+  std::vector<double> key;
+  std::vector<Box> kept;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t sbase = (b * K + k) * S;
+      order.clear();
+      key.assign(static_cast<size_t>(S), 0.0);
+      for (int64_t i = 0; i < S; ++i) {
+        double v = scores.get_f64(sbase + i);
+        key[static_cast<size_t>(i)] = std::isnan(v) ? -INFINITY : v;  // NaN sorts last (strict weak order)
+        if (!has_score || v > score_min) order.push_back(i);
+      }
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t p, int64_t q) { return key[static_cast<size_t>(p)] > key[static_cast<size_t>(q)]; });
+      kept.clear();
+      for (int64_t i : order) {
+        if (static_cast<int64_t>(kept.size()) >= max_out) break;
+        Box cand = read_box(boxes, (b * S + i) * 4, center == 1);
+        bool keep = std::none_of(kept.begin(), kept.end(), [&](const Box& s) { return suppresses(cand, s, iou); });
+        if (!keep) continue;
+        kept.push_back(cand);
+        selected.insert(selected.end(), {b, k, i});
+      }
+    }
+  }
+  ctx.set_output(0, make_i64_tensor(selected, {static_cast<int64_t>(selected.size() / 3), 3}));
+  return Status::Ok();
+}
+
+}  // namespace
+
+KILN_REGISTER_OP_ARITY("", RoiAlign, 10, infer_roi_align, roi_align_kernel, 3, 3);
+KILN_REGISTER_OP_ARITY("", MaxRoiPool, 1, infer_max_roi_pool, max_roi_pool_kernel, 2, 2);
+KILN_REGISTER_OP_ARITY("", NonMaxSuppression, 10, infer_nms, nms_kernel, 2, 5);
+
+}  // namespace kiln::ops
