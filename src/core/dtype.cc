@@ -15,20 +15,33 @@ struct DTypeInfo {
   int packed_bits;
 };
 constexpr DTypeInfo kInfos[] = {
-    {DataType::kUndefined, "undefined", 0, 0},   {DataType::kFloat32, "float32", 4, 32},
-    {DataType::kUInt8, "uint8", 1, 8},           {DataType::kInt8, "int8", 1, 8},
-    {DataType::kUInt16, "uint16", 2, 16},        {DataType::kInt16, "int16", 2, 16},
-    {DataType::kInt32, "int32", 4, 32},          {DataType::kInt64, "int64", 8, 64},
-    {DataType::kString, "string", 0, 0},         {DataType::kBool, "bool", 1, 8},
-    {DataType::kFloat16, "float16", 2, 16},      {DataType::kFloat64, "float64", 8, 64},
-    {DataType::kUInt32, "uint32", 4, 32},        {DataType::kUInt64, "uint64", 8, 64},
-    {DataType::kComplex64, "complex64", 8, 64},  {DataType::kComplex128, "complex128", 16, 128},
-    {DataType::kBFloat16, "bfloat16", 2, 16},    {DataType::kFloat8E4M3FN, "float8e4m3fn", 1, 8},
+    {DataType::kUndefined, "undefined", 0, 0},
+    {DataType::kFloat32, "float32", 4, 32},
+    {DataType::kUInt8, "uint8", 1, 8},
+    {DataType::kInt8, "int8", 1, 8},
+    {DataType::kUInt16, "uint16", 2, 16},
+    {DataType::kInt16, "int16", 2, 16},
+    {DataType::kInt32, "int32", 4, 32},
+    {DataType::kInt64, "int64", 8, 64},
+    {DataType::kString, "string", 0, 0},
+    {DataType::kBool, "bool", 1, 8},
+    {DataType::kFloat16, "float16", 2, 16},
+    {DataType::kFloat64, "float64", 8, 64},
+    {DataType::kUInt32, "uint32", 4, 32},
+    {DataType::kUInt64, "uint64", 8, 64},
+    {DataType::kComplex64, "complex64", 8, 64},
+    {DataType::kComplex128, "complex128", 16, 128},
+    {DataType::kBFloat16, "bfloat16", 2, 16},
+    {DataType::kFloat8E4M3FN, "float8e4m3fn", 1, 8},
     {DataType::kFloat8E4M3FNUZ, "float8e4m3fnuz", 1, 8},
-    {DataType::kFloat8E5M2, "float8e5m2", 1, 8}, {DataType::kFloat8E5M2FNUZ, "float8e5m2fnuz", 1, 8},
-    {DataType::kUInt4, "uint4", 1, 4},           {DataType::kInt4, "int4", 1, 4},
-    {DataType::kFloat4E2M1, "float4e2m1", 1, 4}, {DataType::kFloat8E8M0, "float8e8m0", 1, 8},
-    {DataType::kUInt2, "uint2", 1, 2},           {DataType::kInt2, "int2", 1, 2},
+    {DataType::kFloat8E5M2, "float8e5m2", 1, 8},
+    {DataType::kFloat8E5M2FNUZ, "float8e5m2fnuz", 1, 8},
+    {DataType::kUInt4, "uint4", 1, 4},
+    {DataType::kInt4, "int4", 1, 4},
+    {DataType::kFloat4E2M1, "float4e2m1", 1, 4},
+    {DataType::kFloat8E8M0, "float8e8m0", 1, 8},
+    {DataType::kUInt2, "uint2", 1, 2},
+    {DataType::kInt2, "int2", 1, 2},
 };
 const DTypeInfo* info(DataType t) {
   auto i = static_cast<int32_t>(t);
@@ -54,41 +67,52 @@ bool dtype_from_name(const std::string& name, DataType* out) {
   }
   return false;
 }
-bool dtype_is_known(int32_t code) {
-  return code > 0 && code < static_cast<int32_t>(std::size(kInfos));
-}
+bool dtype_is_known(int32_t code) { return code > 0 && code < static_cast<int32_t>(std::size(kInfos)); }
 int dtype_packed_bits(DataType t) {
   const DTypeInfo* i = info(t);
   return i ? i->packed_bits : 0;
 }
 bool dtype_is_float(DataType t) {
   switch (t) {
-    case DataType::kFloat32: case DataType::kFloat16: case DataType::kFloat64:
-    case DataType::kBFloat16: case DataType::kFloat8E4M3FN: case DataType::kFloat8E4M3FNUZ:
-    case DataType::kFloat8E5M2: case DataType::kFloat8E5M2FNUZ: case DataType::kFloat4E2M1:
-    case DataType::kFloat8E8M0:
-      return true;
-    default:
-      return false;
+    case DataType::kFloat32:
+    case DataType::kFloat16:
+    case DataType::kFloat64:
+    case DataType::kBFloat16:
+    case DataType::kFloat8E4M3FN:
+    case DataType::kFloat8E4M3FNUZ:
+    case DataType::kFloat8E5M2:
+    case DataType::kFloat8E5M2FNUZ:
+    case DataType::kFloat4E2M1:
+    case DataType::kFloat8E8M0: return true;
+    default: return false;
   }
 }
 bool dtype_is_integer(DataType t) {
   switch (t) {
-    case DataType::kUInt8: case DataType::kInt8: case DataType::kUInt16: case DataType::kInt16:
-    case DataType::kInt32: case DataType::kInt64: case DataType::kUInt32: case DataType::kUInt64:
-    case DataType::kUInt4: case DataType::kInt4: case DataType::kUInt2: case DataType::kInt2:
-      return true;
-    default:
-      return false;
+    case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kUInt16:
+    case DataType::kInt16:
+    case DataType::kInt32:
+    case DataType::kInt64:
+    case DataType::kUInt32:
+    case DataType::kUInt64:
+    case DataType::kUInt4:
+    case DataType::kInt4:
+    case DataType::kUInt2:
+    case DataType::kInt2: return true;
+    default: return false;
   }
 }
 bool dtype_is_signed(DataType t) {
   switch (t) {
-    case DataType::kInt8: case DataType::kInt16: case DataType::kInt32: case DataType::kInt64:
-    case DataType::kInt4: case DataType::kInt2:
-      return true;
-    default:
-      return dtype_is_float(t);
+    case DataType::kInt8:
+    case DataType::kInt16:
+    case DataType::kInt32:
+    case DataType::kInt64:
+    case DataType::kInt4:
+    case DataType::kInt2: return true;
+    default: return dtype_is_float(t);
   }
 }
 
@@ -124,10 +148,10 @@ uint16_t float_to_half(float f) {
     return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
   }
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to Inf
-  if (abs < 0x38800000u) {  // subnormal or zero in half
+  if (abs < 0x38800000u) {                                               // subnormal or zero in half
     float a;
     std::memcpy(&a, &abs, 4);
-    float scaled = a * 16777216.0f;  // 2^24, exact
+    float scaled = a * 16777216.0f;                          // 2^24, exact
     auto m = static_cast<uint32_t>(std::nearbyint(scaled));  // default rounding: to nearest even
     return static_cast<uint16_t>(sign | m);
   }
@@ -180,8 +204,7 @@ float decode_small(uint32_t v, const SmallFloat& f, int total_bits) {
   uint32_t mant = mag & ((1u << f.mant_bits) - 1);
   uint32_t max_exp = (1u << f.exp_bits) - 1;
   if (f.fnuz && v == sign_bit) return std::numeric_limits<float>::quiet_NaN();
-  if (f.e4m3fn && exp == max_exp && mant == ((1u << f.mant_bits) - 1))
-    return std::numeric_limits<float>::quiet_NaN();
+  if (f.e4m3fn && exp == max_exp && mant == ((1u << f.mant_bits) - 1)) return std::numeric_limits<float>::quiet_NaN();
   if (f.has_inf && exp == max_exp) {
     if (mant != 0) return std::numeric_limits<float>::quiet_NaN();
     return neg ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
@@ -190,8 +213,7 @@ float decode_small(uint32_t v, const SmallFloat& f, int total_bits) {
   if (exp == 0)
     r = std::ldexp(static_cast<float>(mant), 1 - f.bias - f.mant_bits);
   else
-    r = std::ldexp(static_cast<float>(mant | (1u << f.mant_bits)),
-                   static_cast<int>(exp) - f.bias - f.mant_bits);
+    r = std::ldexp(static_cast<float>(mant | (1u << f.mant_bits)), static_cast<int>(exp) - f.bias - f.mant_bits);
   return neg ? -r : r;
 }
 uint32_t encode_small(float x, const SmallFloat& f, int total_bits, bool saturate, bool has_nan) {

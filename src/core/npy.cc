@@ -23,10 +23,9 @@ struct NpyDescr {
   const char* code;
 };
 constexpr NpyDescr kDescrs[] = {
-    {DataType::kFloat32, "f4"}, {DataType::kFloat64, "f8"}, {DataType::kFloat16, "f2"},
-    {DataType::kInt8, "i1"},    {DataType::kInt16, "i2"},   {DataType::kInt32, "i4"},
-    {DataType::kInt64, "i8"},   {DataType::kUInt8, "u1"},   {DataType::kUInt16, "u2"},
-    {DataType::kUInt32, "u4"},  {DataType::kUInt64, "u8"},  {DataType::kBool, "b1"},
+    {DataType::kFloat32, "f4"}, {DataType::kFloat64, "f8"}, {DataType::kFloat16, "f2"}, {DataType::kInt8, "i1"},
+    {DataType::kInt16, "i2"},   {DataType::kInt32, "i4"},   {DataType::kInt64, "i8"},   {DataType::kUInt8, "u1"},
+    {DataType::kUInt16, "u2"},  {DataType::kUInt32, "u4"},  {DataType::kUInt64, "u8"},  {DataType::kBool, "b1"},
 };
 
 // Value of 'key': ... in the header dict, as raw text up to the next top-level comma or brace.
@@ -40,9 +39,12 @@ std::string dict_value(const std::string& h, const std::string& key) {
   size_t start = p;
   for (; p < h.size(); ++p) {
     char c = h[p];
-    if (c == '(' || c == '[') ++depth;
-    else if (c == ')' || c == ']') --depth;
-    else if ((c == ',' || c == '}') && depth == 0) break;
+    if (c == '(' || c == '[')
+      ++depth;
+    else if (c == ')' || c == ']')
+      --depth;
+    else if ((c == ',' || c == '}') && depth == 0)
+      break;
   }
   std::string v = h.substr(start, p - start);
   size_t a = v.find_first_not_of(" "), b = v.find_last_not_of(" ");
@@ -73,7 +75,8 @@ Result<Tensor> parse_npy(const std::string& bytes, const std::string& what) {
   std::string fortran = dict_value(h, "fortran_order");
   std::string shape_s = dict_value(h, "shape");
   if (descr.size() < 4 || shape_s.empty()) return InvalidArgument(what, ": malformed .npy header '", h, "'");
-  if (fortran == "True") return Unsupported(what, ": Fortran-ordered arrays are not supported; save with np.ascontiguousarray");
+  if (fortran == "True")
+    return Unsupported(what, ": Fortran-ordered arrays are not supported; save with np.ascontiguousarray");
   descr = descr.substr(1, descr.size() - 2);  // strip quotes
   char endian = descr[0];
   std::string code = descr.substr(1);
@@ -107,10 +110,21 @@ Result<Tensor> parse_npy(const std::string& bytes, const std::string& what) {
         uint32_t cp;
         std::memcpy(&cp, bytes.data() + data_off + (static_cast<size_t>(i) * width + c) * 4, 4);
         if (cp == 0) break;
-        if (cp < 0x80) s += static_cast<char>(cp);
-        else if (cp < 0x800) { s += static_cast<char>(0xC0 | (cp >> 6)); s += static_cast<char>(0x80 | (cp & 0x3F)); }
-        else if (cp < 0x10000) { s += static_cast<char>(0xE0 | (cp >> 12)); s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)); s += static_cast<char>(0x80 | (cp & 0x3F)); }
-        else { s += static_cast<char>(0xF0 | (cp >> 18)); s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F)); s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)); s += static_cast<char>(0x80 | (cp & 0x3F)); }
+        if (cp < 0x80)
+          s += static_cast<char>(cp);
+        else if (cp < 0x800) {
+          s += static_cast<char>(0xC0 | (cp >> 6));
+          s += static_cast<char>(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+          s += static_cast<char>(0xE0 | (cp >> 12));
+          s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+          s += static_cast<char>(0x80 | (cp & 0x3F));
+        } else {
+          s += static_cast<char>(0xF0 | (cp >> 18));
+          s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+          s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+          s += static_cast<char>(0x80 | (cp & 0x3F));
+        }
       }
       t.strings()[i] = s;
     }
@@ -145,7 +159,8 @@ std::string serialize_npy(const Tensor& t) {
     return serialize_npy(t.cast(DataType::kFloat32).value());
   }
   std::string shape = "(";
-  for (size_t i = 0; i < t.shape().size(); ++i) shape += std::to_string(t.shape()[i]) + (t.shape().size() == 1 ? "," : (i + 1 < t.shape().size() ? ", " : ""));
+  for (size_t i = 0; i < t.shape().size(); ++i)
+    shape += std::to_string(t.shape()[i]) + (t.shape().size() == 1 ? "," : (i + 1 < t.shape().size() ? ", " : ""));
   shape += ")";
   std::string h = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
   size_t total = 10 + h.size() + 1;
@@ -256,24 +271,51 @@ Status write_npz(const std::string& path, const std::vector<std::pair<std::strin
   for (const auto& [name, t] : entries) {
     std::string fname = name + ".npy";
     std::string data = serialize_npy(t);
-    uint32_t crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
+    uint32_t crc =
+        static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
     uint32_t offset = static_cast<uint32_t>(zip.size());
-    wr32(zip, 0x04034b50); wr16(zip, 20); wr16(zip, 0); wr16(zip, 0); wr16(zip, 0); wr16(zip, 0);
-    wr32(zip, crc); wr32(zip, static_cast<uint32_t>(data.size())); wr32(zip, static_cast<uint32_t>(data.size()));
-    wr16(zip, static_cast<uint16_t>(fname.size())); wr16(zip, 0);
+    wr32(zip, 0x04034b50);
+    wr16(zip, 20);
+    wr16(zip, 0);
+    wr16(zip, 0);
+    wr16(zip, 0);
+    wr16(zip, 0);
+    wr32(zip, crc);
+    wr32(zip, static_cast<uint32_t>(data.size()));
+    wr32(zip, static_cast<uint32_t>(data.size()));
+    wr16(zip, static_cast<uint16_t>(fname.size()));
+    wr16(zip, 0);
     zip += fname;
     zip += data;
-    wr32(central, 0x02014b50); wr16(central, 20); wr16(central, 20); wr16(central, 0); wr16(central, 0);
-    wr16(central, 0); wr16(central, 0); wr32(central, crc); wr32(central, static_cast<uint32_t>(data.size()));
-    wr32(central, static_cast<uint32_t>(data.size())); wr16(central, static_cast<uint16_t>(fname.size()));
-    wr16(central, 0); wr16(central, 0); wr16(central, 0); wr16(central, 0); wr32(central, 0); wr32(central, offset);
+    wr32(central, 0x02014b50);
+    wr16(central, 20);
+    wr16(central, 20);
+    wr16(central, 0);
+    wr16(central, 0);
+    wr16(central, 0);
+    wr16(central, 0);
+    wr32(central, crc);
+    wr32(central, static_cast<uint32_t>(data.size()));
+    wr32(central, static_cast<uint32_t>(data.size()));
+    wr16(central, static_cast<uint16_t>(fname.size()));
+    wr16(central, 0);
+    wr16(central, 0);
+    wr16(central, 0);
+    wr16(central, 0);
+    wr32(central, 0);
+    wr32(central, offset);
     central += fname;
   }
   uint32_t cd_off = static_cast<uint32_t>(zip.size());
   zip += central;
-  wr32(zip, 0x06054b50); wr16(zip, 0); wr16(zip, 0);
-  wr16(zip, static_cast<uint16_t>(entries.size())); wr16(zip, static_cast<uint16_t>(entries.size()));
-  wr32(zip, static_cast<uint32_t>(central.size())); wr32(zip, cd_off); wr16(zip, 0);
+  wr32(zip, 0x06054b50);
+  wr16(zip, 0);
+  wr16(zip, 0);
+  wr16(zip, static_cast<uint16_t>(entries.size()));
+  wr16(zip, static_cast<uint16_t>(entries.size()));
+  wr32(zip, static_cast<uint32_t>(central.size()));
+  wr32(zip, cd_off);
+  wr16(zip, 0);
   std::ofstream f(path, std::ios::binary);
   if (!f.write(zip.data(), static_cast<std::streamsize>(zip.size()))) return IOError("cannot write '", path, "'");
   return Status::Ok();

@@ -38,7 +38,7 @@ struct SymShape {
   static SymShape unknown() { return SymShape(); }
   size_t rank() const { return dims.size(); }
   bool fully_known() const;
-  Dims concrete() const;  // only when fully_known()
+  Dims concrete() const;    // only when fully_known()
   std::string str() const;  // "[batch,3,224,224]" or "?"
 };
 

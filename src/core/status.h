@@ -87,7 +87,7 @@ Status Internal(Args&&... args) {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT
   bool ok() const { return std::holds_alternative<T>(v_); }
   const Status& status() const {
@@ -111,10 +111,10 @@ class [[nodiscard]] Result {
 #define KILN_CONCAT_INNER(a, b) a##b
 #define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
 
-#define KILN_RETURN_IF_ERROR(expr)              \
-  do {                                          \
-    ::kiln::Status _kiln_st = (expr);           \
-    if (!_kiln_st.ok()) return _kiln_st;        \
+#define KILN_RETURN_IF_ERROR(expr)       \
+  do {                                   \
+    ::kiln::Status _kiln_st = (expr);    \
+    if (!_kiln_st.ok()) return _kiln_st; \
   } while (0)
 
 #define KILN_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
@@ -122,11 +122,10 @@ class [[nodiscard]] Result {
   if (!tmp.ok()) return tmp.status();              \
   lhs = std::move(tmp).value()
 
-#define KILN_ASSIGN_OR_RETURN(lhs, expr) \
-  KILN_ASSIGN_OR_RETURN_IMPL(KILN_CONCAT(_kiln_res_, __LINE__), lhs, expr)
+#define KILN_ASSIGN_OR_RETURN(lhs, expr) KILN_ASSIGN_OR_RETURN_IMPL(KILN_CONCAT(_kiln_res_, __LINE__), lhs, expr)
 
 // Internal invariant: aborts with file and line. Never for user errors.
-#define KILN_CHECK(cond)                                                           \
-  do {                                                                             \
+#define KILN_CHECK(cond)                                                         \
+  do {                                                                           \
     if (!(cond)) ::kiln::check_failed(__FILE__, __LINE__, #cond, std::string()); \
   } while (0)

@@ -35,9 +35,15 @@ To saturate_cast(double v) {
 int64_t sub_byte_wrap(int64_t v, DataType t) {
   switch (t) {
     case DataType::kUInt4: return v & 0xf;
-    case DataType::kInt4: { int64_t x = v & 0xf; return x >= 8 ? x - 16 : x; }
+    case DataType::kInt4: {
+      int64_t x = v & 0xf;
+      return x >= 8 ? x - 16 : x;
+    }
     case DataType::kUInt2: return v & 0x3;
-    case DataType::kInt2: { int64_t x = v & 0x3; return x >= 2 ? x - 4 : x; }
+    case DataType::kInt2: {
+      int64_t x = v & 0x3;
+      return x >= 2 ? x - 4 : x;
+    }
     default: return v;
   }
 }
@@ -45,12 +51,18 @@ int64_t sub_byte_wrap(int64_t v, DataType t) {
 
 bool dtype_is_builtin(DataType t) {
   switch (t) {
-    case DataType::kFloat32: case DataType::kFloat64: case DataType::kInt8: case DataType::kInt16:
-    case DataType::kInt32: case DataType::kInt64: case DataType::kUInt8: case DataType::kUInt16:
-    case DataType::kUInt32: case DataType::kUInt64: case DataType::kBool:
-      return true;
-    default:
-      return false;
+    case DataType::kFloat32:
+    case DataType::kFloat64:
+    case DataType::kInt8:
+    case DataType::kInt16:
+    case DataType::kInt32:
+    case DataType::kInt64:
+    case DataType::kUInt8:
+    case DataType::kUInt16:
+    case DataType::kUInt32:
+    case DataType::kUInt64:
+    case DataType::kBool: return true;
+    default: return false;
   }
 }
 
@@ -61,6 +73,17 @@ Tensor::Tensor(DataType dtype, Dims shape) : dtype_(dtype), shape_(std::move(sha
   } else {
     buffer_ = alloc_aligned(nbytes());
   }
+}
+
+Tensor Tensor::alias(DataType dtype, Dims shape, std::shared_ptr<uint8_t[]> buffer, size_t offset) {
+  KILN_CHECK(dtype != DataType::kString);
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  for (int64_t d : t.shape_) KILN_CHECK(d >= 0);
+  t.buffer_ = std::move(buffer);
+  t.offset_ = offset;
+  return t;
 }
 
 Tensor Tensor::reshaped(Dims shape) const {
@@ -85,12 +108,16 @@ double Tensor::get_f64(int64_t i) const {
   switch (dtype_) {
     case DataType::kFloat16: return half_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
     case DataType::kBFloat16: return bfloat16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
-    case DataType::kFloat8E4M3FN: case DataType::kFloat8E4M3FNUZ: case DataType::kFloat8E5M2:
-    case DataType::kFloat8E5M2FNUZ: case DataType::kFloat8E8M0:
-      return float8_to_float(p[i], dtype_);
+    case DataType::kFloat8E4M3FN:
+    case DataType::kFloat8E4M3FNUZ:
+    case DataType::kFloat8E5M2:
+    case DataType::kFloat8E5M2FNUZ:
+    case DataType::kFloat8E8M0: return float8_to_float(p[i], dtype_);
     case DataType::kFloat4E2M1: return float4e2m1_to_float(p[i]);
-    case DataType::kUInt4: case DataType::kUInt2: return p[i];
-    case DataType::kInt4: case DataType::kInt2: return static_cast<int8_t>(p[i]);
+    case DataType::kUInt4:
+    case DataType::kUInt2: return p[i];
+    case DataType::kInt4:
+    case DataType::kInt2: return static_cast<int8_t>(p[i]);
     default:
       return dispatch_builtin(dtype_, [&](auto tag) -> double {
         using T = decltype(tag);
@@ -108,12 +135,14 @@ int64_t Tensor::get_i64(int64_t i) const {
     case DataType::kUInt32: return reinterpret_cast<const uint32_t*>(p)[i];
     case DataType::kInt16: return reinterpret_cast<const int16_t*>(p)[i];
     case DataType::kUInt16: return reinterpret_cast<const uint16_t*>(p)[i];
-    case DataType::kInt8: case DataType::kInt4: case DataType::kInt2:
-      return reinterpret_cast<const int8_t*>(p)[i];
-    case DataType::kUInt8: case DataType::kBool: case DataType::kUInt4: case DataType::kUInt2:
-      return p[i];
-    default:
-      return saturate_cast<int64_t>(get_f64(i));
+    case DataType::kInt8:
+    case DataType::kInt4:
+    case DataType::kInt2: return reinterpret_cast<const int8_t*>(p)[i];
+    case DataType::kUInt8:
+    case DataType::kBool:
+    case DataType::kUInt4:
+    case DataType::kUInt2: return p[i];
+    default: return saturate_cast<int64_t>(get_f64(i));
   }
 }
 
@@ -122,14 +151,16 @@ void Tensor::set_f64(int64_t i, double v) {
   switch (dtype_) {
     case DataType::kFloat16: reinterpret_cast<uint16_t*>(p)[i] = float_to_half(static_cast<float>(v)); return;
     case DataType::kBFloat16: reinterpret_cast<uint16_t*>(p)[i] = float_to_bfloat16(static_cast<float>(v)); return;
-    case DataType::kFloat8E4M3FN: case DataType::kFloat8E4M3FNUZ: case DataType::kFloat8E5M2:
-    case DataType::kFloat8E5M2FNUZ: case DataType::kFloat8E8M0:
-      p[i] = float_to_float8(static_cast<float>(v), dtype_, true);
-      return;
+    case DataType::kFloat8E4M3FN:
+    case DataType::kFloat8E4M3FNUZ:
+    case DataType::kFloat8E5M2:
+    case DataType::kFloat8E5M2FNUZ:
+    case DataType::kFloat8E8M0: p[i] = float_to_float8(static_cast<float>(v), dtype_, true); return;
     case DataType::kFloat4E2M1: p[i] = float_to_float4e2m1(static_cast<float>(v), true); return;
-    case DataType::kUInt4: case DataType::kInt4: case DataType::kUInt2: case DataType::kInt2:
-      set_i64(i, saturate_cast<int64_t>(v));
-      return;
+    case DataType::kUInt4:
+    case DataType::kInt4:
+    case DataType::kUInt2:
+    case DataType::kInt2: set_i64(i, saturate_cast<int64_t>(v)); return;
     default:
       dispatch_builtin(dtype_, [&](auto tag) {
         using T = decltype(tag);
@@ -150,14 +181,11 @@ void Tensor::set_i64(int64_t i, int64_t v) {
     case DataType::kInt8: reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); return;
     case DataType::kUInt8: p[i] = static_cast<uint8_t>(v); return;
     case DataType::kBool: p[i] = v != 0; return;
-    case DataType::kInt4: case DataType::kInt2:
-      reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(sub_byte_wrap(v, dtype_));
-      return;
-    case DataType::kUInt4: case DataType::kUInt2:
-      p[i] = static_cast<uint8_t>(sub_byte_wrap(v, dtype_));
-      return;
-    default:
-      set_f64(i, static_cast<double>(v));
+    case DataType::kInt4:
+    case DataType::kInt2: reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(sub_byte_wrap(v, dtype_)); return;
+    case DataType::kUInt4:
+    case DataType::kUInt2: p[i] = static_cast<uint8_t>(sub_byte_wrap(v, dtype_)); return;
+    default: set_f64(i, static_cast<double>(v));
   }
 }
 
@@ -173,16 +201,20 @@ Result<Tensor> Tensor::cast(DataType to, bool saturate) const {
         double v = std::strtod(s.c_str(), &end);
         if (s.empty() || end == s.c_str())
           return InvalidArgument("cannot convert string '", s, "' to ", dtype_name(to));
-        if (dtype_is_float(to) || to == DataType::kBool) out.set_f64(i, v);
-        else out.set_i64(i, std::strtoll(s.c_str(), nullptr, 10));
+        if (dtype_is_float(to) || to == DataType::kBool)
+          out.set_f64(i, v);
+        else
+          out.set_i64(i, std::strtoll(s.c_str(), nullptr, 10));
       }
     } else {
       for (int64_t i = 0; i < n; ++i) {
         std::string s;
         if (dtype_is_float(dtype_)) {
           double v = get_f64(i);
-          if (std::isnan(v)) s = "NaN";
-          else if (std::isinf(v)) s = v > 0 ? "INF" : "-INF";
+          if (std::isnan(v))
+            s = "NaN";
+          else if (std::isinf(v))
+            s = v > 0 ? "INF" : "-INF";
           else {
             char buf[64];
             std::snprintf(buf, sizeof buf, "%.9g", v);
@@ -201,19 +233,24 @@ Result<Tensor> Tensor::cast(DataType to, bool saturate) const {
     return out;
   }
   bool float_src = dtype_is_float(dtype_);
-  bool f8_dst = to == DataType::kFloat8E4M3FN || to == DataType::kFloat8E4M3FNUZ ||
-                to == DataType::kFloat8E5M2 || to == DataType::kFloat8E5M2FNUZ || to == DataType::kFloat8E8M0;
+  bool f8_dst = to == DataType::kFloat8E4M3FN || to == DataType::kFloat8E4M3FNUZ || to == DataType::kFloat8E5M2 ||
+                to == DataType::kFloat8E5M2FNUZ || to == DataType::kFloat8E8M0;
   for (int64_t i = 0; i < n; ++i) {
     if (f8_dst) {
       static_cast<uint8_t*>(out.raw())[i] = float_to_float8(static_cast<float>(get_f64(i)), to, saturate);
     } else if (to == DataType::kFloat4E2M1) {
       static_cast<uint8_t*>(out.raw())[i] = float_to_float4e2m1(static_cast<float>(get_f64(i)), saturate);
     } else if (float_src || dtype_is_float(to)) {
-      if (dtype_ == DataType::kUInt64) out.set_f64(i, static_cast<double>(data<uint64_t>()[i]));
-      else if (to == DataType::kUInt64 && !float_src) out.data<uint64_t>()[i] = static_cast<uint64_t>(get_i64(i));
-      else if (to == DataType::kUInt64) out.data<uint64_t>()[i] = saturate_cast<uint64_t>(get_f64(i));
-      else if (!float_src) out.set_f64(i, static_cast<double>(get_i64(i)));
-      else out.set_f64(i, get_f64(i));
+      if (dtype_ == DataType::kUInt64)
+        out.set_f64(i, static_cast<double>(data<uint64_t>()[i]));
+      else if (to == DataType::kUInt64 && !float_src)
+        out.data<uint64_t>()[i] = static_cast<uint64_t>(get_i64(i));
+      else if (to == DataType::kUInt64)
+        out.data<uint64_t>()[i] = saturate_cast<uint64_t>(get_f64(i));
+      else if (!float_src)
+        out.set_f64(i, static_cast<double>(get_i64(i)));
+      else
+        out.set_f64(i, get_f64(i));
     } else {
       out.set_i64(i, get_i64(i));  // integer to integer: wraps like C (two's complement)
     }

@@ -34,6 +34,10 @@ class Tensor {
     return t;
   }
 
+  // A tensor over existing storage (no copy): `buffer` owns the memory, data starts at `offset`
+  // bytes (64-byte aligned for fast kernels). Used for engine weights and memory-planned arenas.
+  static Tensor alias(DataType dtype, Dims shape, std::shared_ptr<uint8_t[]> buffer, size_t offset);
+
   bool defined() const { return dtype_ != DataType::kUndefined; }
   DataType dtype() const { return dtype_; }
   const Dims& shape() const { return shape_; }
@@ -43,9 +47,13 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
 
   template <typename T>
-  T* data() { return reinterpret_cast<T*>(raw()); }
+  T* data() {
+    return reinterpret_cast<T*>(raw());
+  }
   template <typename T>
-  const T* data() const { return reinterpret_cast<const T*>(raw()); }
+  const T* data() const {
+    return reinterpret_cast<const T*>(raw());
+  }
   void* raw() { return buffer_ ? buffer_.get() + offset_ : nullptr; }
   const void* raw() const { return buffer_ ? buffer_.get() + offset_ : nullptr; }
   std::string* strings() { return strings_ ? strings_->data() : nullptr; }
@@ -78,8 +86,7 @@ class Tensor {
 // Calls fn(T{}) with the C++ type of a numeric dtype. Float16/BFloat16 map to Float16/BFloat16
 // wrappers (raw bits); most reference kernels upcast those to float first.
 #define KILN_DISPATCH_CASE(DT, T) \
-  case DataType::DT:              \
-    return fn(T{});
+  case DataType::DT: return fn(T{});
 
 template <typename Fn>
 auto dispatch_builtin(DataType t, Fn&& fn) {
@@ -95,8 +102,7 @@ auto dispatch_builtin(DataType t, Fn&& fn) {
     KILN_DISPATCH_CASE(kUInt32, uint32_t)
     KILN_DISPATCH_CASE(kUInt64, uint64_t)
     KILN_DISPATCH_CASE(kBool, bool)
-    default:
-      return fn(float{});  // callers check dtype_is_builtin first
+    default: return fn(float{});  // callers check dtype_is_builtin first
   }
 }
 // True for dtypes with a native C++ type (everything dispatch_builtin handles).

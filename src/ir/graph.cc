@@ -110,8 +110,8 @@ Status Graph::topological_sort() {
     for (const auto& o : nodes[i].outputs) {
       if (o.empty()) continue;
       if (!producer.emplace(o, i).second)
-        return InvalidModel("graph '", name, "': value '", o, "' is produced by two nodes ('",
-                            nodes[producer[o]].name, "' and '", nodes[i].name, "')");
+        return InvalidModel("graph '", name, "': value '", o, "' is produced by two nodes ('", nodes[producer[o]].name,
+                            "' and '", nodes[i].name, "')");
     }
   }
   std::unordered_set<std::string> available;
@@ -129,8 +129,7 @@ Status Graph::topological_sort() {
         ++pending[i];
       } else if (!available.count(r) && !(parent && parent->visible(r))) {
         return InvalidModel(nodes[i].where(), "input '", r,
-                            "' is not produced by any node, graph input or initializer of graph '",
-                            name, "'");
+                            "' is not produced by any node, graph input or initializer of graph '", name, "'");
       }
     }
   }
@@ -156,8 +155,7 @@ Status Graph::topological_sort() {
   for (size_t i : order) sorted.push_back(std::move(nodes[i]));
   nodes = std::move(sorted);
   for (const auto& o : outputs)
-    if (!o.name.empty() && !available.count(o.name) && !producer.count(o.name) &&
-        !(parent && parent->visible(o.name)))
+    if (!o.name.empty() && !available.count(o.name) && !producer.count(o.name) && !(parent && parent->visible(o.name)))
       return InvalidModel("graph '", name, "': output '", o.name, "' is not produced by any node");
   return Status::Ok();
 }

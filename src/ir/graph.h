@@ -45,7 +45,20 @@ struct ValueInfo {
 };
 
 struct Attribute {
-  enum class Type { kUndefined, kFloat, kInt, kString, kTensor, kGraph, kFloats, kInts, kStrings, kTensors, kGraphs, kTypeProto };
+  enum class Type {
+    kUndefined,
+    kFloat,
+    kInt,
+    kString,
+    kTensor,
+    kGraph,
+    kFloats,
+    kInts,
+    kStrings,
+    kTensors,
+    kGraphs,
+    kTypeProto
+  };
   Type type = Type::kUndefined;
   float f = 0;
   int64_t i = 0;
@@ -63,8 +76,8 @@ struct Attribute {
 struct Node {
   std::string name;
   std::string op_type;
-  std::string domain;  // "" for the default ONNX domain
-  int opset = 0;       // the model's opset for this node's domain
+  std::string domain;                // "" for the default ONNX domain
+  int opset = 0;                     // the model's opset for this node's domain
   std::vector<std::string> inputs;   // "" marks a missing optional input
   std::vector<std::string> outputs;  // "" marks an unused optional output
   std::map<std::string, Attribute> attrs;

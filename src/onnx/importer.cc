@@ -31,7 +31,7 @@ Result<std::string> read_file(const std::string& path) {
 template <typename Msg>
 bool parse_message(const std::string& bytes, Msg* msg) {
   google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                           static_cast<int>(std::min<size_t>(bytes.size(), INT32_MAX)));
+                                            static_cast<int>(std::min<size_t>(bytes.size(), INT32_MAX)));
   in.SetTotalBytesLimit(INT32_MAX);
   in.SetRecursionLimit(200);
   return msg->ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
@@ -61,8 +61,10 @@ Status fill_from_raw(const std::string& raw, Tensor& t, const std::string& what)
   size_t need = dtype_packed_bits(t.dtype()) < 8 ? packed_bytes(t) : t.nbytes();
   if (raw.size() != need)
     return InvalidModel(what, ": raw_data holds ", raw.size(), " bytes but ", t.describe(), " needs ", need);
-  if (dtype_packed_bits(t.dtype()) < 8) unpack_sub_byte(reinterpret_cast<const uint8_t*>(raw.data()), t);
-  else if (need) std::memcpy(t.raw(), raw.data(), need);
+  if (dtype_packed_bits(t.dtype()) < 8)
+    unpack_sub_byte(reinterpret_cast<const uint8_t*>(raw.data()), t);
+  else if (need)
+    std::memcpy(t.raw(), raw.data(), need);
   return Status::Ok();
 }
 
@@ -78,9 +80,12 @@ Result<std::string> read_external(const onnx::TensorProto& p, const std::string&
   int64_t offset = 0, length = -1;
   for (const auto& kv : p.external_data()) {
     try {
-      if (kv.key() == "location") location = kv.value();
-      else if (kv.key() == "offset") offset = std::stoll(kv.value());
-      else if (kv.key() == "length") length = std::stoll(kv.value());
+      if (kv.key() == "location")
+        location = kv.value();
+      else if (kv.key() == "offset")
+        offset = std::stoll(kv.value());
+      else if (kv.key() == "length")
+        length = std::stoll(kv.value());
     } catch (...) {
       return InvalidModel(what, ": external_data '", kv.key(), "' has a non-numeric value '", kv.value(), "'");
     }
@@ -96,7 +101,8 @@ Result<std::string> read_external(const onnx::TensorProto& p, const std::string&
   f.seekg(0, std::ios::end);
   int64_t size = f.tellg();
   if (offset < 0 || offset > size)
-    return InvalidModel(what, ": external data offset ", offset, " is outside '", full.string(), "' (", size, " bytes)");
+    return InvalidModel(what, ": external data offset ", offset, " is outside '", full.string(), "' (", size,
+                        " bytes)");
   if (length < 0) length = size - offset;
   if (offset + length > size)
     return InvalidModel(what, ": external data [", offset, ", ", offset + length, ") runs past the end of '",
@@ -147,15 +153,36 @@ Result<ir::TypeInfo> convert_type(const onnx::TypeProto& tp, const std::string& 
       t.inner = std::make_shared<ir::TypeInfo>(v);
       return t;
     }
-    case onnx::TypeProto::kSparseTensorType:
-      return Unsupported(what, ": sparse tensor values are not supported");
-    default:
-      return ir::TypeInfo();
+    case onnx::TypeProto::kSparseTensorType: return Unsupported(what, ": sparse tensor values are not supported");
+    default: return ir::TypeInfo();
   }
 }
 
 struct Importer {
   std::string base_dir;
+  ExternalResolver resolver;
+
+  Result<Tensor> load_tensor(const onnx::TensorProto& p) {
+    if (resolver && p.data_location() == onnx::TensorProto::EXTERNAL) {
+      std::string location;
+      int64_t offset = 0, length = -1;
+      for (const auto& kv : p.external_data()) {
+        if (kv.key() == "location")
+          location = kv.value();
+        else if (kv.key() == "offset")
+          offset = std::strtoll(kv.value().c_str(), nullptr, 10);
+        else if (kv.key() == "length")
+          length = std::strtoll(kv.value().c_str(), nullptr, 10);
+      }
+      if (!dtype_is_known(p.data_type()))
+        return Unsupported("tensor '", p.name(), "': unknown data type code ", p.data_type());
+      Dims dims(p.dims().begin(), p.dims().end());
+      for (int64_t d : dims)
+        if (d < 0) return InvalidModel("tensor '", p.name(), "': negative dimension ", d);
+      return resolver(location, offset, length, static_cast<DataType>(p.data_type()), dims);
+    }
+    return tensor_from_proto(p, base_dir);
+  }
   std::map<std::string, int> opsets;
   int node_counter = 0;
 
@@ -166,7 +193,7 @@ struct Importer {
     for (const auto& tp : gp.initializer()) {
       std::string what = "initializer '" + tp.name() + "'";
       if (tp.name().empty()) return InvalidModel("graph '", g.name, "' has an initializer without a name");
-      KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, base_dir));
+      KILN_ASSIGN_OR_RETURN(Tensor t, load_tensor(tp));
       g.initializers[tp.name()] = std::move(t);
     }
     for (const auto& sp : gp.sparse_initializer()) {
@@ -200,8 +227,8 @@ struct Importer {
   }
 
   Result<Tensor> sparse_to_dense(const onnx::SparseTensorProto& sp) {
-    KILN_ASSIGN_OR_RETURN(Tensor values, tensor_from_proto(sp.values(), base_dir));
-    KILN_ASSIGN_OR_RETURN(Tensor indices, tensor_from_proto(sp.indices(), base_dir));
+    KILN_ASSIGN_OR_RETURN(Tensor values, load_tensor(sp.values()));
+    KILN_ASSIGN_OR_RETURN(Tensor indices, load_tensor(sp.indices()));
     Dims dims(sp.dims().begin(), sp.dims().end());
     for (int64_t d : dims)
       if (d < 0) return InvalidModel("sparse tensor '", sp.values().name(), "' has a negative dim");
@@ -217,9 +244,13 @@ struct Importer {
         for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d)
           flat = flat * dims[static_cast<size_t>(d)] + indices.get_i64(i * static_cast<int64_t>(dims.size()) + d);
       }
-      if (flat < 0 || flat >= total) return InvalidModel("sparse tensor '", sp.values().name(), "' has an index out of range");
-      if (values.dtype() == DataType::kString) out.strings()[flat] = values.strings()[i];
-      else std::memcpy(static_cast<uint8_t*>(out.raw()) + flat * es, static_cast<const uint8_t*>(values.raw()) + i * es, es);
+      if (flat < 0 || flat >= total)
+        return InvalidModel("sparse tensor '", sp.values().name(), "' has an index out of range");
+      if (values.dtype() == DataType::kString)
+        out.strings()[flat] = values.strings()[i];
+      else
+        std::memcpy(static_cast<uint8_t*>(out.raw()) + flat * es, static_cast<const uint8_t*>(values.raw()) + i * es,
+                    es);
     }
     return out;
   }
@@ -253,22 +284,39 @@ struct Importer {
       return Unsupported(what, " refers to a function attribute '", ap.ref_attr_name(), "' outside a function");
     auto type = ap.type();
     if (type == onnx::AttributeProto::UNDEFINED) {  // IR < 2 files: guess from the filled field
-      if (ap.has_f()) type = onnx::AttributeProto::FLOAT;
-      else if (ap.has_i()) type = onnx::AttributeProto::INT;
-      else if (ap.has_s()) type = onnx::AttributeProto::STRING;
-      else if (ap.has_t()) type = onnx::AttributeProto::TENSOR;
-      else if (ap.has_g()) type = onnx::AttributeProto::GRAPH;
-      else if (ap.floats_size()) type = onnx::AttributeProto::FLOATS;
-      else if (ap.ints_size()) type = onnx::AttributeProto::INTS;
-      else if (ap.strings_size()) type = onnx::AttributeProto::STRINGS;
+      if (ap.has_f())
+        type = onnx::AttributeProto::FLOAT;
+      else if (ap.has_i())
+        type = onnx::AttributeProto::INT;
+      else if (ap.has_s())
+        type = onnx::AttributeProto::STRING;
+      else if (ap.has_t())
+        type = onnx::AttributeProto::TENSOR;
+      else if (ap.has_g())
+        type = onnx::AttributeProto::GRAPH;
+      else if (ap.floats_size())
+        type = onnx::AttributeProto::FLOATS;
+      else if (ap.ints_size())
+        type = onnx::AttributeProto::INTS;
+      else if (ap.strings_size())
+        type = onnx::AttributeProto::STRINGS;
     }
     switch (type) {
-      case onnx::AttributeProto::FLOAT: a.type = T::kFloat; a.f = ap.f(); break;
-      case onnx::AttributeProto::INT: a.type = T::kInt; a.i = ap.i(); break;
-      case onnx::AttributeProto::STRING: a.type = T::kString; a.s = ap.s(); break;
+      case onnx::AttributeProto::FLOAT:
+        a.type = T::kFloat;
+        a.f = ap.f();
+        break;
+      case onnx::AttributeProto::INT:
+        a.type = T::kInt;
+        a.i = ap.i();
+        break;
+      case onnx::AttributeProto::STRING:
+        a.type = T::kString;
+        a.s = ap.s();
+        break;
       case onnx::AttributeProto::TENSOR: {
         a.type = T::kTensor;
-        auto t = tensor_from_proto(ap.t(), base_dir);
+        auto t = load_tensor(ap.t());
         if (!t.ok()) return t.status().with_context(what + ": ");
         a.t = std::move(t).value();
         break;
@@ -286,13 +334,22 @@ struct Importer {
         KILN_RETURN_IF_ERROR(convert_graph(ap.g(), *a.g, &g));
         break;
       }
-      case onnx::AttributeProto::FLOATS: a.type = T::kFloats; a.floats.assign(ap.floats().begin(), ap.floats().end()); break;
-      case onnx::AttributeProto::INTS: a.type = T::kInts; a.ints.assign(ap.ints().begin(), ap.ints().end()); break;
-      case onnx::AttributeProto::STRINGS: a.type = T::kStrings; a.strings.assign(ap.strings().begin(), ap.strings().end()); break;
+      case onnx::AttributeProto::FLOATS:
+        a.type = T::kFloats;
+        a.floats.assign(ap.floats().begin(), ap.floats().end());
+        break;
+      case onnx::AttributeProto::INTS:
+        a.type = T::kInts;
+        a.ints.assign(ap.ints().begin(), ap.ints().end());
+        break;
+      case onnx::AttributeProto::STRINGS:
+        a.type = T::kStrings;
+        a.strings.assign(ap.strings().begin(), ap.strings().end());
+        break;
       case onnx::AttributeProto::TENSORS:
         a.type = T::kTensors;
         for (const auto& tp : ap.tensors()) {
-          auto t = tensor_from_proto(tp, base_dir);
+          auto t = load_tensor(tp);
           if (!t.ok()) return t.status().with_context(what + ": ");
           a.tensors.push_back(std::move(t).value());
         }
@@ -310,8 +367,7 @@ struct Importer {
         KILN_ASSIGN_OR_RETURN(a.type_proto, convert_type(ap.tp(), what));
         break;
       }
-      default:
-        return Unsupported(what, " has an unsupported attribute type ", static_cast<int>(ap.type()));
+      default: return Unsupported(what, " has an unsupported attribute type ", static_cast<int>(ap.type()));
     }
     return Status::Ok();
   }
@@ -342,8 +398,7 @@ Status sort_all(ir::Graph& g) {
 Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir) {
   std::string what = "tensor '" + p.name() + "'";
   if (p.has_segment()) return Unsupported(what, ": segmented tensors are not supported");
-  if (!dtype_is_known(p.data_type()))
-    return Unsupported(what, ": unknown data type code ", p.data_type());
+  if (!dtype_is_known(p.data_type())) return Unsupported(what, ": unknown data type code ", p.data_type());
   auto dt = static_cast<DataType>(p.data_type());
   if (dt == DataType::kComplex64 || dt == DataType::kComplex128)
     return Unsupported(what, ": complex tensors are not supported");
@@ -354,6 +409,28 @@ Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& 
     if (d > 0 && numel > (int64_t{1} << 40) / d) return InvalidModel(what, ": has more than 2^40 elements");
     numel *= d;
     dims.push_back(d);
+  }
+  // Check the stored element count before allocating, so a lying header cannot force a huge allocation.
+  int bits = dtype_packed_bits(dt);
+  int64_t stored = -1;
+  if (p.data_location() != onnx::TensorProto::EXTERNAL) {
+    if (p.has_raw_data())
+      stored = static_cast<int64_t>(p.raw_data().size()) * 8 / std::max(bits, 1);
+    else if (dt == DataType::kFloat32)
+      stored = p.float_data_size();
+    else if (dt == DataType::kFloat64)
+      stored = p.double_data_size();
+    else if (dt == DataType::kInt64)
+      stored = p.int64_data_size();
+    else if (dt == DataType::kUInt32 || dt == DataType::kUInt64)
+      stored = p.uint64_data_size();
+    else if (dt == DataType::kString)
+      stored = p.string_data_size();
+    else
+      stored = static_cast<int64_t>(p.int32_data_size()) * (bits < 8 ? 8 / bits : 1);
+    if (stored + 8 < numel)
+      return InvalidModel(what, ": holds data for ", stored, " elements but its dims ", dims_str(dims), " need ",
+                          numel);
   }
   Tensor t(dt, dims);
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
@@ -379,18 +456,25 @@ Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& 
       KILN_RETURN_IF_ERROR(check_count(p.int64_data(), numel, what, "int64_data"));
       for (int64_t i = 0; i < numel; ++i) t.data<int64_t>()[i] = p.int64_data(static_cast<int>(i));
       break;
-    case DataType::kUInt32: case DataType::kUInt64:
+    case DataType::kUInt32:
+    case DataType::kUInt64:
       KILN_RETURN_IF_ERROR(check_count(p.uint64_data(), numel, what, "uint64_data"));
       for (int64_t i = 0; i < numel; ++i) {
-        if (dt == DataType::kUInt32) t.data<uint32_t>()[i] = static_cast<uint32_t>(p.uint64_data(static_cast<int>(i)));
-        else t.data<uint64_t>()[i] = p.uint64_data(static_cast<int>(i));
+        if (dt == DataType::kUInt32)
+          t.data<uint32_t>()[i] = static_cast<uint32_t>(p.uint64_data(static_cast<int>(i)));
+        else
+          t.data<uint64_t>()[i] = p.uint64_data(static_cast<int>(i));
       }
       break;
     case DataType::kString:
       KILN_RETURN_IF_ERROR(check_count(p.string_data(), numel, what, "string_data"));
       for (int64_t i = 0; i < numel; ++i) t.strings()[i] = p.string_data(static_cast<int>(i));
       break;
-    case DataType::kUInt4: case DataType::kInt4: case DataType::kFloat4E2M1: case DataType::kUInt2: case DataType::kInt2: {
+    case DataType::kUInt4:
+    case DataType::kInt4:
+    case DataType::kFloat4E2M1:
+    case DataType::kUInt2:
+    case DataType::kInt2: {
       // int32_data holds the packed bytes, one byte per int32 value.
       size_t nb = packed_bytes(t);
       KILN_RETURN_IF_ERROR(check_count(p.int32_data(), static_cast<int64_t>(nb), what, "int32_data"));
@@ -404,8 +488,8 @@ Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& 
       size_t es = dtype_size(dt);
       for (int64_t i = 0; i < numel; ++i) {
         int32_t v = p.int32_data(static_cast<int>(i));
-        if (dt == DataType::kInt32 || dt == DataType::kInt16 || dt == DataType::kInt8 ||
-            dt == DataType::kUInt16 || dt == DataType::kUInt8 || dt == DataType::kBool) {
+        if (dt == DataType::kInt32 || dt == DataType::kInt16 || dt == DataType::kInt8 || dt == DataType::kUInt16 ||
+            dt == DataType::kUInt8 || dt == DataType::kBool) {
           t.set_i64(i, v);
         } else {
           std::memcpy(bytes + i * es, &v, es);  // raw bit pattern, little-endian
@@ -438,14 +522,15 @@ void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto
   p->set_raw_data(std::string(static_cast<const char*>(t.raw()), t.nbytes()));
 }
 
-Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_dir, const ImportOptions& opts) {
+namespace {
+Result<ir::Model> parse_model_impl(const std::string& bytes, const std::string& base_dir, const ImportOptions& opts) {
   onnx::ModelProto mp;
   if (!parse_message(bytes, &mp))
     return InvalidModel("not a valid ONNX model: the protobuf could not be parsed (truncated or corrupted file?)");
   if (!mp.has_graph()) return InvalidModel("the ONNX model has no graph");
   if (mp.ir_version() < kMinIrVersion || mp.ir_version() > kMaxIrVersion)
-    return Unsupported("the model's IR version ", mp.ir_version(), " is outside what kiln reads (",
-                       kMinIrVersion, "-", kMaxIrVersion, ")");
+    return Unsupported("the model's IR version ", mp.ir_version(), " is outside what kiln reads (", kMinIrVersion, "-",
+                       kMaxIrVersion, ")");
   ir::Model m;
   m.ir_version = mp.ir_version();
   m.producer_name = mp.producer_name();
@@ -468,6 +553,7 @@ Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_
   }
   Importer imp;
   imp.base_dir = base_dir;
+  imp.resolver = opts.external_resolver;
   imp.opsets = m.opset_imports;
   m.graph = std::make_shared<ir::Graph>();
   KILN_RETURN_IF_ERROR(imp.convert_graph(mp.graph(), *m.graph, nullptr));
@@ -475,6 +561,17 @@ Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_
   KILN_RETURN_IF_ERROR(sort_all(*m.graph));
   if (opts.infer_shapes) KILN_RETURN_IF_ERROR(ops::infer_shapes(*m.graph));
   return m;
+}
+}  // namespace
+
+Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_dir, const ImportOptions& opts) {
+  try {
+    return parse_model_impl(bytes, base_dir, opts);
+  } catch (const std::bad_alloc&) {
+    return InvalidModel("the model needs more memory than is available (a tensor with huge dims?)");
+  } catch (const std::exception& e) {
+    return Internal("import failed: ", e.what());
+  }
 }
 
 Result<ir::Model> load_model(const std::string& path, const ImportOptions& opts) {

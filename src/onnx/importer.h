@@ -1,6 +1,7 @@
 // ONNX ModelProto -> ir::Model. Every malformed input is a Status naming what is wrong.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "core/status.h"
@@ -14,8 +15,14 @@ class TensorProto;
 
 namespace kiln::onnx_import {
 
+// Supplies external tensor data from somewhere other than files beside the model (an engine
+// file's weight section): location/offset/length as stored in the TensorProto.
+using ExternalResolver = std::function<Result<Tensor>(const std::string& location, int64_t offset, int64_t length,
+                                                      DataType dtype, const Dims& dims)>;
+
 struct ImportOptions {
   bool infer_shapes = true;
+  ExternalResolver external_resolver;
 };
 
 // Supported ranges, checked at import.

@@ -34,17 +34,17 @@ Tensor make_i64_tensor(const std::vector<int64_t>& v, Dims shape);
 Tensor make_i64_1d(const std::vector<int64_t>& v);
 
 // Float kernels compute in float32 or float64; these convert the 16/8-bit float types.
-bool is_low_precision_float(DataType t);  // float16, bfloat16, float8*, float4
-Tensor upcast_float(const Tensor& t);     // low-precision float -> float32, else unchanged
+bool is_low_precision_float(DataType t);              // float16, bfloat16, float8*, float4
+Tensor upcast_float(const Tensor& t);                 // low-precision float -> float32, else unchanged
 Tensor downcast_float(const Tensor& t, DataType to);  // float32 -> `to` (no-op if same)
 
 // Copies elements `count` from src[src_off] to dst[dst_off] (same dtype, strings included).
 void copy_elements(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t count);
 
 // Common inference rules.
-Status infer_same_as_input0(InferContext& ctx);   // every output: input 0's type
-Status infer_broadcast_all(InferContext& ctx);    // output 0: broadcast of all inputs, input 0 dtype
-Status infer_broadcast_bool(InferContext& ctx);   // output 0: broadcast of all inputs, bool
+Status infer_same_as_input0(InferContext& ctx);  // every output: input 0's type
+Status infer_broadcast_all(InferContext& ctx);   // output 0: broadcast of all inputs, input 0 dtype
+Status infer_broadcast_bool(InferContext& ctx);  // output 0: broadcast of all inputs, bool
 
 // A value of a constant input as int64 list, when known at build time.
 bool constant_ints(const InferContext& ctx, size_t i, std::vector<int64_t>* out);

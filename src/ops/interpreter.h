@@ -2,9 +2,11 @@
 // the ground truth every optimized engine is compared against, so it favours obviousness.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -33,6 +35,9 @@ class Interpreter : public SubgraphRunner {
   // Called after every node of the main graph with its outputs (parity tools hook in here).
   std::function<void(const ir::Node&, const std::vector<Value>&)> on_node;
 
+  // Runs stop with an error at the next node once this time has passed (fuzzing, services).
+  void set_deadline(std::chrono::steady_clock::time_point t) { deadline_ = t; }
+
   Result<std::vector<Value>> run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs) override;
 
  private:
@@ -50,7 +55,8 @@ class Interpreter : public SubgraphRunner {
 
   std::shared_ptr<const ir::Graph> graph_;
   std::unordered_map<const ir::Graph*, std::unique_ptr<Plan>> plans_;
-  std::vector<Frame*> frames_;  // innermost last; subgraphs see these
+  std::vector<Frame*> frames_;
+  std::optional<std::chrono::steady_clock::time_point> deadline_;  // innermost last; subgraphs see these
 };
 
 // Runs one node's reference kernel on concrete inputs (used by constant folding too).

@@ -17,7 +17,8 @@ Dim InferContext::new_symbol() {
 }
 
 const Tensor& KernelContext::input(size_t i) const {
-  KILN_CHECK(i < inputs.size() && inputs[i] != nullptr);
+  if (i >= inputs.size() || inputs[i] == nullptr || inputs[i]->is_none()) throw MissingInput(i);
+  if (!inputs[i]->is_tensor()) throw MissingInput(i, true);
   return inputs[i]->tensor;
 }
 

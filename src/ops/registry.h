@@ -20,8 +20,7 @@ struct InferContext {
   std::vector<const Tensor*> constants;     // the value of input i when known at build time
   std::vector<ir::TypeInfo> outputs;        // filled by the op; one per node output
   // Infers a subgraph's output types from its input types (for If/Loop/Scan).
-  std::function<Result<std::vector<ir::TypeInfo>>(const ir::Graph&, const std::vector<ir::TypeInfo>&)>
-      infer_subgraph;
+  std::function<Result<std::vector<ir::TypeInfo>>(const ir::Graph&, const std::vector<ir::TypeInfo>&)> infer_subgraph;
   int* symbol_counter = nullptr;
 
   explicit InferContext(const ir::Node& n) : node(n) {}
@@ -49,6 +48,14 @@ class SubgraphRunner {
   virtual Result<std::vector<Value>> run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs) = 0;
 };
 
+// Thrown by KernelContext::input() for a required input that is absent (or not a tensor); the
+// interpreter turns it into an error naming the node and the input.
+struct MissingInput {
+  size_t index;
+  bool wrong_kind = false;
+  explicit MissingInput(size_t i, bool kind = false) : index(i), wrong_kind(kind) {}
+};
+
 // Execution of one node by a reference kernel.
 struct KernelContext {
   const ir::Node& node;
@@ -60,7 +67,8 @@ struct KernelContext {
   int opset() const { return node.opset; }
   size_t num_inputs() const { return inputs.size(); }
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr && !inputs[i]->is_none(); }
-  // The tensor of input i; an internal check guards kind (the interpreter validated arity).
+  // The tensor of input i. Required inputs may be read directly; read optional ones only after
+  // has_input(i). A missing or non-tensor input makes the run fail with a clean error.
   const Tensor& input(size_t i) const;
   const Value& input_value(size_t i) const { return *inputs[i]; }
   size_t num_outputs() const { return outputs.size(); }
@@ -84,7 +92,7 @@ struct OpSchema {
   int since_version = 1;
   InferFn infer = nullptr;
   KernelFn reference = nullptr;
-  int min_inputs = 0, max_inputs = -1;    // arity checks done by the interpreter (-1: unbounded)
+  int min_inputs = 0, max_inputs = -1;  // arity checks done by the interpreter (-1: unbounded)
 };
 
 class OpRegistry {
@@ -108,8 +116,8 @@ std::string canonical_domain(const std::string& d);
 
 // Registers an op: KILN_REGISTER_OP("", Relu, 6, infer_unary, relu_kernel). Arity limits are
 // checked before the kernel runs: KILN_REGISTER_OP_ARITY(..., min_inputs, max_inputs).
-#define KILN_REGISTER_OP_ARITY(DOMAIN, OP, SINCE, INFER, KERNEL, MIN_IN, MAX_IN)                \
-  static const bool KILN_CONCAT(kiln_registered_##OP##_, __LINE__) =                           \
+#define KILN_REGISTER_OP_ARITY(DOMAIN, OP, SINCE, INFER, KERNEL, MIN_IN, MAX_IN) \
+  static const bool KILN_CONCAT(kiln_registered_##OP##_, __LINE__) =             \
       ::kiln::ops::OpRegistry::get().add({DOMAIN, #OP, SINCE, INFER, KERNEL, MIN_IN, MAX_IN})
 #define KILN_REGISTER_OP(DOMAIN, OP, SINCE, INFER, KERNEL) \
   KILN_REGISTER_OP_ARITY(DOMAIN, OP, SINCE, INFER, KERNEL, 0, -1)

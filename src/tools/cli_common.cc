@@ -7,6 +7,9 @@
 #include "core/npy.h"
 #include "onnx/importer.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace kiln::tools {
 
 int exit_code_for(const Status& s) {
@@ -41,13 +44,15 @@ Status fill_random_inputs(const ir::Graph& g, uint64_t seed, const std::map<std:
   for (const auto& in : g.inputs) {
     if (inputs.count(in.name) || g.initializers.count(in.name)) continue;
     if (!in.type.is_tensor())
-      return InvalidArgument("input '", in.name, "' is a ", in.type.str(), "; give it with --input, random values are only made for tensors");
+      return InvalidArgument("input '", in.name, "' is a ", in.type.str(),
+                             "; give it with --input, random values are only made for tensors");
     Dims d;
     auto it = shapes.find(in.name);
     if (it != shapes.end()) {
       d = it->second;
     } else if (!in.type.shape.rank_known) {
-      return InvalidArgument("input '", in.name, "' has unknown rank; give its shape with --shapes ", in.name, ":1x3x224x224");
+      return InvalidArgument("input '", in.name, "' has unknown rank; give its shape with --shapes ", in.name,
+                             ":1x3x224x224");
     } else {
       for (const auto& dim : in.type.shape.dims) d.push_back(dim.known() ? dim.value : 1);
     }
@@ -55,10 +60,14 @@ Status fill_random_inputs(const ir::Graph& g, uint64_t seed, const std::map<std:
     std::uniform_real_distribution<double> uf(-1.0, 1.0);
     std::uniform_int_distribution<int64_t> ui(0, 9);
     for (int64_t i = 0; i < t.numel(); ++i) {
-      if (in.type.elem == DataType::kString) t.strings()[i] = "s" + std::to_string(ui(rng));
-      else if (in.type.elem == DataType::kBool) t.set_i64(i, ui(rng) & 1);
-      else if (dtype_is_float(in.type.elem)) t.set_f64(i, uf(rng));
-      else t.set_i64(i, ui(rng));
+      if (in.type.elem == DataType::kString)
+        t.strings()[i] = "s" + std::to_string(ui(rng));
+      else if (in.type.elem == DataType::kBool)
+        t.set_i64(i, ui(rng) & 1);
+      else if (dtype_is_float(in.type.elem))
+        t.set_f64(i, uf(rng));
+      else
+        t.set_i64(i, ui(rng));
     }
     inputs[in.name] = ops::Value(std::move(t));
   }
@@ -83,7 +92,8 @@ Result<std::map<std::string, Dims>> parse_shapes(const std::string& spec) {
       std::string num = dims.substr(q, x == std::string::npos ? std::string::npos : x - q);
       char* end = nullptr;
       long long v = std::strtoll(num.c_str(), &end, 10);
-      if (num.empty() || *end != '\0' || v < 0) return InvalidArgument("shape '", item, "': '", num, "' is not a dimension");
+      if (num.empty() || *end != '\0' || v < 0)
+        return InvalidArgument("shape '", item, "': '", num, "' is not a dimension");
       d.push_back(v);
       if (x == std::string::npos) break;
       q = x + 1;
@@ -103,8 +113,14 @@ std::string summarize(const std::string& name, const ops::Value& v) {
   int64_t nan = 0, inf = 0, finite = 0;
   for (int64_t i = 0; i < t.numel(); ++i) {
     double x = t.get_f64(i);
-    if (std::isnan(x)) { ++nan; continue; }
-    if (std::isinf(x)) { ++inf; continue; }
+    if (std::isnan(x)) {
+      ++nan;
+      continue;
+    }
+    if (std::isinf(x)) {
+      ++inf;
+      continue;
+    }
     mn = std::min(mn, x);
     mx = std::max(mx, x);
     sum += x;
@@ -112,8 +128,71 @@ std::string summarize(const std::string& name, const ops::Value& v) {
   }
   std::snprintf(buf, sizeof buf, "%s: shape %s dtype %s min %.6g max %.6g mean %.6g NaN %lld Inf %lld", name.c_str(),
                 dims_str(t.shape()).c_str(), dtype_name(t.dtype()), finite ? mn : NAN, finite ? mx : NAN,
-                finite ? sum / static_cast<double>(finite) : NAN, static_cast<long long>(nan), static_cast<long long>(inf));
+                finite ? sum / static_cast<double>(finite) : NAN, static_cast<long long>(nan),
+                static_cast<long long>(inf));
   return buf;
+}
+
+// ONNX's runner: |actual - expected| <= atol + rtol * |expected|, NaN equal to NaN.
+Status compare_tensor(const std::string& name, const Tensor& got, const Tensor& want, const Tolerance& tol,
+                      double* max_abs_err) {
+  if (got.dtype() != want.dtype())
+    return InvalidArgument("output '", name, "': dtype ", dtype_name(got.dtype()), ", expected ",
+                           dtype_name(want.dtype()));
+  if (got.shape() != want.shape())
+    return InvalidArgument("output '", name, "': shape ", dims_str(got.shape()), ", expected ", dims_str(want.shape()));
+  if (got.dtype() == DataType::kString) {
+    for (int64_t i = 0; i < got.numel(); ++i)
+      if (got.strings()[i] != want.strings()[i])
+        return InvalidArgument("output '", name, "'[", i, "] = '", got.strings()[i], "', expected '", want.strings()[i],
+                               "'");
+    return Status::Ok();
+  }
+  bool exact = !dtype_is_float(got.dtype());
+  int64_t bad = 0, first = -1;
+  double worst = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    bool ok;
+    if (exact && got.dtype() == DataType::kUInt64) {
+      ok = got.data<uint64_t>()[i] == want.data<uint64_t>()[i];
+    } else if (exact) {
+      ok = got.get_i64(i) == want.get_i64(i);
+    } else {
+      double a = got.get_f64(i), e = want.get_f64(i);
+      if (std::isnan(e) || std::isnan(a))
+        ok = std::isnan(e) && std::isnan(a);
+      else if (std::isinf(e) || std::isinf(a))
+        ok = a == e;
+      else {
+        ok = std::fabs(a - e) <= tol.atol + tol.rtol * std::fabs(e);
+        worst = std::max(worst, std::fabs(a - e));
+      }
+    }
+    if (!ok) {
+      if (first < 0) first = i;
+      ++bad;
+    }
+  }
+  if (max_abs_err) *max_abs_err = worst;
+  if (bad)
+    return InvalidArgument("output '", name, "': ", bad, " of ", got.numel(), " elements differ (first at ", first,
+                           ": got ", got.get_f64(first), ", expected ", want.get_f64(first), "; max abs err ", worst,
+                           ")");
+  return Status::Ok();
+}
+
+Status compare_value(const std::string& name, const ops::Value& got, const ops::Value& want, const Tolerance& tol) {
+  if (got.kind != want.kind) return InvalidArgument("output '", name, "': kind differs (tensor/sequence/none)");
+  if (got.is_tensor()) return compare_tensor(name, got.tensor, want.tensor, tol);
+  if (got.is_sequence()) {
+    if (got.sequence.size() != want.sequence.size())
+      return InvalidArgument("output '", name, "': sequence of ", got.sequence.size(), ", expected ",
+                             want.sequence.size());
+    for (size_t i = 0; i < got.sequence.size(); ++i)
+      KILN_RETURN_IF_ERROR(
+          compare_tensor(name + "[" + std::to_string(i) + "]", got.sequence[i], want.sequence[i], tol));
+  }
+  return Status::Ok();
 }
 
 std::string sanitize_name(const std::string& name) {

@@ -13,10 +13,10 @@ namespace kiln::tools {
 
 // Exit codes (documented in the README).
 constexpr int kExitOk = 0;
-constexpr int kExitMismatch = 1;     // outputs differ / tests failed
-constexpr int kExitUsage = 2;        // bad command line
-constexpr int kExitInvalidInput = 3; // bad model, input file or value
-constexpr int kExitUnsupported = 4;  // valid but unsupported
+constexpr int kExitMismatch = 1;      // outputs differ / tests failed
+constexpr int kExitUsage = 2;         // bad command line
+constexpr int kExitInvalidInput = 3;  // bad model, input file or value
+constexpr int kExitUnsupported = 4;   // valid but unsupported
 constexpr int kExitInternal = 5;
 
 int exit_code_for(const Status& s);
@@ -35,6 +35,16 @@ Result<std::map<std::string, Dims>> parse_shapes(const std::string& spec);
 
 // "shape, dtype, min, max, mean, NaN, Inf" line for one value.
 std::string summarize(const std::string& name, const ops::Value& v);
+
+// Tolerances as ONNX's backend runner uses them: |got - want| <= atol + rtol * |want|.
+struct Tolerance {
+  double rtol = 1e-3, atol = 1e-7;
+};
+// Ok when equal within tolerance (dtype, shape and values; NaN equals NaN); the error says how many
+// elements differ, the first one, and the max abs error. `max_abs_err` receives the max abs error.
+Status compare_tensor(const std::string& name, const Tensor& got, const Tensor& want, const Tolerance& tol,
+                      double* max_abs_err = nullptr);
+Status compare_value(const std::string& name, const ops::Value& got, const ops::Value& want, const Tolerance& tol);
 
 // File-system-safe version of a value name.
 std::string sanitize_name(const std::string& name);

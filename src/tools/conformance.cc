@@ -2,10 +2,10 @@
 // reference interpreter and reports pass / fail / unsupported per test and per op. Each test runs
 // in a child process so that one crash or hang cannot take the whole run down.
 #include <fcntl.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -27,8 +27,8 @@ namespace fs = std::filesystem;
 namespace {
 
 struct TestCase {
-  std::string name;   // "node/test_abs"
-  std::string model;  // path to model.onnx
+  std::string name;                        // "node/test_abs"
+  std::string model;                       // path to model.onnx
   std::vector<std::string> data_dirs;      // test_data_set_* (empty for light models)
   std::vector<std::string> light_outputs;  // light models: output_*.pb next to the model
 };
@@ -38,10 +38,6 @@ struct Outcome {
   std::string message;
   std::vector<std::string> ops;
   double seconds = 0;
-};
-
-struct Tolerance {
-  double rtol = 1e-3, atol = 1e-7;
 };
 
 std::vector<TestCase> discover(const std::string& root) {
@@ -88,69 +84,19 @@ void collect_ops(const ir::Graph& g, std::set<std::string>& ops) {
   }
 }
 
-// ONNX's runner: |actual - expected| <= atol + rtol * |expected|, NaN equal to NaN.
-Status compare_tensor(const std::string& name, const Tensor& got, const Tensor& want, const Tolerance& tol) {
-  if (got.dtype() != want.dtype())
-    return InvalidArgument("output '", name, "': dtype ", dtype_name(got.dtype()), ", expected ", dtype_name(want.dtype()));
-  if (got.shape() != want.shape())
-    return InvalidArgument("output '", name, "': shape ", dims_str(got.shape()), ", expected ", dims_str(want.shape()));
-  if (got.dtype() == DataType::kString) {
-    for (int64_t i = 0; i < got.numel(); ++i)
-      if (got.strings()[i] != want.strings()[i])
-        return InvalidArgument("output '", name, "'[", i, "] = '", got.strings()[i], "', expected '", want.strings()[i], "'");
-    return Status::Ok();
-  }
-  bool exact = !dtype_is_float(got.dtype());
-  int64_t bad = 0, first = -1;
-  double worst = 0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    bool ok;
-    if (exact && got.dtype() == DataType::kUInt64) {
-      ok = got.data<uint64_t>()[i] == want.data<uint64_t>()[i];
-    } else if (exact) {
-      ok = got.get_i64(i) == want.get_i64(i);
-    } else {
-      double a = got.get_f64(i), e = want.get_f64(i);
-      if (std::isnan(e) || std::isnan(a)) ok = std::isnan(e) && std::isnan(a);
-      else if (std::isinf(e) || std::isinf(a)) ok = a == e;
-      else {
-        ok = std::fabs(a - e) <= tol.atol + tol.rtol * std::fabs(e);
-        worst = std::max(worst, std::fabs(a - e));
-      }
-    }
-    if (!ok) {
-      if (first < 0) first = i;
-      ++bad;
-    }
-  }
-  if (bad)
-    return InvalidArgument("output '", name, "': ", bad, " of ", got.numel(), " elements differ (first at ", first, ": got ",
-                           got.get_f64(first), ", expected ", want.get_f64(first), "; max abs err ", worst, ")");
-  return Status::Ok();
-}
-
-Status compare_value(const std::string& name, const ops::Value& got, const ops::Value& want, const Tolerance& tol) {
-  if (got.kind != want.kind) return InvalidArgument("output '", name, "': kind differs (tensor/sequence/none)");
-  if (got.is_tensor()) return compare_tensor(name, got.tensor, want.tensor, tol);
-  if (got.is_sequence()) {
-    if (got.sequence.size() != want.sequence.size())
-      return InvalidArgument("output '", name, "': sequence of ", got.sequence.size(), ", expected ", want.sequence.size());
-    for (size_t i = 0; i < got.sequence.size(); ++i)
-      KILN_RETURN_IF_ERROR(compare_tensor(name + "[" + std::to_string(i) + "]", got.sequence[i], want.sequence[i], tol));
-  }
-  return Status::Ok();
-}
-
 // Inferred static types must agree with what actually came out.
 Status check_inferred(const ir::ValueInfo& decl, const ops::Value& got) {
   if (!decl.type.is_tensor() || !got.is_tensor()) return Status::Ok();
   const SymShape& s = decl.type.shape;
   if (decl.type.elem != DataType::kUndefined && decl.type.elem != got.tensor.dtype())
-    return InvalidModel("output '", decl.name, "': inference said ", decl.type.str(), ", run produced ", got.tensor.describe());
+    return InvalidModel("output '", decl.name, "': inference said ", decl.type.str(), ", run produced ",
+                        got.tensor.describe());
   if (!s.rank_known) return Status::Ok();
   bool bad = s.rank() != got.tensor.shape().size();
   for (size_t i = 0; !bad && i < s.rank(); ++i) bad = s.dims[i].known() && s.dims[i].value != got.tensor.shape()[i];
-  if (bad) return InvalidModel("output '", decl.name, "': inference said ", decl.type.str(), ", run produced ", got.tensor.describe());
+  if (bad)
+    return InvalidModel("output '", decl.name, "': inference said ", decl.type.str(), ", run produced ",
+                        got.tensor.describe());
   return Status::Ok();
 }
 
@@ -313,7 +259,8 @@ int run_conformance(const ConformanceOptions& o) {
     if (k == 0) passed.insert(tc.name);
     std::string first_line = r.message.substr(0, r.message.find('\n'));
     if (!o.quiet) std::printf("%-12s %-70s %s\n", r.status.c_str(), tc.name.c_str(), first_line.substr(0, 300).c_str());
-    jtests.push_back({{"name", tc.name}, {"status", r.status}, {"message", r.message}, {"ops", r.ops}, {"seconds", r.seconds}});
+    jtests.push_back(
+        {{"name", tc.name}, {"status", r.status}, {"message", r.message}, {"ops", r.ops}, {"seconds", r.seconds}});
   }
   std::printf("\nper op (tests using the op: pass / fail / unsupported)\n");
   nlohmann::json jops = nlohmann::json::object();
@@ -332,8 +279,13 @@ int run_conformance(const ConformanceOptions& o) {
   std::printf("\nTOTAL: %d pass, %d fail, %d unsupported of %d (%.1f%% pass)\n", counts[0], counts[1], counts[2], total,
               100.0 * counts[0] / std::max(1, total));
   if (!o.json_path.empty()) {
-    nlohmann::json j = {{"summary", {{"pass", counts[0]}, {"fail", counts[1]}, {"unsupported", counts[2]}, {"total", total}}},
-                        {"suites", jsuites}, {"ops", jops}, {"tests", jtests}, {"rtol", o.rtol}, {"atol", o.atol}};
+    nlohmann::json j = {
+        {"summary", {{"pass", counts[0]}, {"fail", counts[1]}, {"unsupported", counts[2]}, {"total", total}}},
+        {"suites", jsuites},
+        {"ops", jops},
+        {"tests", jtests},
+        {"rtol", o.rtol},
+        {"atol", o.atol}};
     std::ofstream(o.json_path) << j.dump(1) << "\n";
   }
   if (!o.write_expect_path.empty()) {

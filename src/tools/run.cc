@@ -15,11 +15,16 @@ struct RunOptions {
   std::vector<std::string> inputs;  // NAME=FILE
   std::string inputs_npz;
   std::string output_dir;
+  std::string output_format = "npy";  // npy | pb, for --output-dir
+  std::string save_outputs;           // all outputs in one .npz
   std::string shapes;
   uint64_t seed = 0;
+  std::string expect_outputs;  // .npz with expected outputs by name
+  Tolerance tol{1e-3, 1e-4};
 };
 
-Status run_model(const RunOptions& o) {
+// Returns whether every expected output matched (true when none were given).
+Result<bool> run_model(const RunOptions& o) {
   KILN_ASSIGN_OR_RETURN(ir::Model model, onnx_import::load_model(o.model));
   KILN_RETURN_IF_ERROR(ops::check_supported(*model.graph));
   const ir::Graph& g = *model.graph;
@@ -54,10 +59,39 @@ Status run_model(const RunOptions& o) {
   for (size_t i = 0; i < outs.size(); ++i) {
     const std::string& name = g.outputs[i].name;
     std::printf("output %s\n", summarize(name, outs[i]).c_str());
-    if (!o.output_dir.empty() && outs[i].is_tensor())
-      KILN_RETURN_IF_ERROR(write_npy(o.output_dir + "/" + sanitize_name(name) + ".npy", outs[i].tensor));
+    if (o.output_dir.empty() || !outs[i].is_tensor()) continue;
+    std::string base = o.output_dir + "/" + sanitize_name(name);
+    if (o.output_format == "pb")
+      KILN_RETURN_IF_ERROR(onnx_import::write_tensor_pb(base + ".pb", outs[i].tensor, name));
+    else
+      KILN_RETURN_IF_ERROR(write_npy(base + ".npy", outs[i].tensor));
   }
-  return Status::Ok();
+  if (!o.save_outputs.empty()) {
+    std::vector<std::pair<std::string, Tensor>> entries;
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (outs[i].is_tensor()) entries.emplace_back(g.outputs[i].name, outs[i].tensor);
+    KILN_RETURN_IF_ERROR(write_npz(o.save_outputs, entries));
+  }
+  if (!o.expect_outputs.empty()) {
+    KILN_ASSIGN_OR_RETURN(auto expected, read_npz(o.expect_outputs));
+    int bad = 0;
+    for (const auto& [name, want] : expected) {
+      size_t i = 0;
+      while (i < g.outputs.size() && g.outputs[i].name != name) ++i;
+      if (i == g.outputs.size()) return InvalidArgument("expected output '", name, "' is not an output of the model");
+      if (!outs[i].is_tensor()) return InvalidArgument("output '", name, "' is not a tensor");
+      double max_err = 0;
+      Status st = compare_tensor(name, outs[i].tensor, want, o.tol, &max_err);
+      std::printf("compare %s: max abs error %.3g (rtol %g, atol %g): %s\n", name.c_str(), max_err, o.tol.rtol,
+                  o.tol.atol, st.ok() ? "MATCH" : st.message().c_str());
+      bad += !st.ok();
+    }
+    if (bad) {
+      std::printf("%d output(s) differ from the expected values\n", bad);
+      return false;
+    }
+  }
+  return true;
 }
 }  // namespace
 
@@ -68,11 +102,17 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--input", o->inputs, "NAME=FILE (.npy or ONNX .pb), repeatable");
   cmd->add_option("--inputs", o->inputs_npz, "all inputs from one .npz");
   cmd->add_option("--output-dir", o->output_dir, "write each output to DIR/NAME.npy");
+  cmd->add_option("--output-format", o->output_format, "file format for --output-dir: npy or pb (TensorProto)")
+      ->check(CLI::IsMember({"npy", "pb"}));
+  cmd->add_option("--save-outputs", o->save_outputs, "write all outputs to one .npz (by output name)");
   cmd->add_option("--shapes", o->shapes, "shapes for random inputs: NAME:1x3x224x224,...");
   cmd->add_option("--seed", o->seed, "seed for random inputs");
+  cmd->add_option("--expect-outputs", o->expect_outputs, "compare outputs with this .npz (by output name)");
+  cmd->add_option("--rtol", o->tol.rtol, "relative tolerance for --expect-outputs");
+  cmd->add_option("--atol", o->tol.atol, "absolute tolerance for --expect-outputs");
   cmd->callback([o, &exit_code]() {
-    Status s = run_model(*o);
-    exit_code = s.ok() ? kExitOk : report_error(s);
+    auto r = run_model(*o);
+    exit_code = !r.ok() ? report_error(r.status()) : (r.value() ? kExitOk : kExitMismatch);
   });
 }
 

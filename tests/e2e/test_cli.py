@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the kiln CLI: inputs in every format, output files, seeds, exit codes, errors.
+
+usage: test_cli.py KILN WORKDIR
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto
+
+KILN, WORK = sys.argv[1], sys.argv[2]
+os.makedirs(WORK, exist_ok=True)
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def kiln(*args):
+    r = subprocess.run([KILN, *args], capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+def save_model(nodes, inputs, outputs, name, inits=()):
+    g = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="kiln-e2e")
+    m.ir_version = 8
+    path = os.path.join(WORK, name + ".onnx")
+    onnx.save(m, path)
+    return path
+
+
+# y:0/out = (x + w) * x with an output name that needs sanitizing.
+w = np.array([1, 2, 3], dtype=np.float32)
+model = save_model(
+    [helper.make_node("Add", ["x", "w"], ["s"], name="add"), helper.make_node("Mul", ["s", "x"], ["y:0/out"], name="mul")],
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+    [helper.make_tensor_value_info("y:0/out", TensorProto.FLOAT, ["batch", 3])], "small",
+    [numpy_helper.from_array(w, "w")])
+x = np.arange(6, dtype=np.float32).reshape(2, 3)
+want = (x + w) * x
+
+np.save(os.path.join(WORK, "x.npy"), x)
+out_dir = os.path.join(WORK, "out_npy")
+rc, log = kiln("run", model, "--input", "x=" + os.path.join(WORK, "x.npy"), "--output-dir", out_dir)
+check(rc == 0, "run with --input .npy exits 0")
+out_file = os.path.join(out_dir, "y_0_out.npy")
+check(os.path.exists(out_file), "output name is sanitized to y_0_out.npy")
+check(os.path.exists(out_file) and np.array_equal(np.load(out_file), want), "output values are right")
+check("shape [2,3] dtype float32" in log and "NaN 0 Inf 0" in log, "summary line has shape, dtype and NaN/Inf counts")
+
+np.savez_compressed(os.path.join(WORK, "in.npz"), x=x)
+rc, log = kiln("run", model, "--inputs", os.path.join(WORK, "in.npz"), "--output-dir", os.path.join(WORK, "out_npz"))
+check(rc == 0 and np.array_equal(np.load(os.path.join(WORK, "out_npz", "y_0_out.npy")), want), "run with compressed --inputs .npz")
+
+with open(os.path.join(WORK, "x.pb"), "wb") as f:
+    f.write(numpy_helper.from_array(x, "x").SerializeToString())
+rc, log = kiln("run", model, "--input", "x=" + os.path.join(WORK, "x.pb"), "--output-dir", os.path.join(WORK, "out_pb"))
+check(rc == 0 and np.array_equal(np.load(os.path.join(WORK, "out_pb", "y_0_out.npy")), want), "run with a TensorProto .pb input")
+
+rc, log = kiln("run", model, "--inputs", os.path.join(WORK, "in.npz"), "--output-dir", os.path.join(WORK, "out_pbfmt"),
+               "--output-format", "pb", "--save-outputs", os.path.join(WORK, "all.npz"))
+pb_out = os.path.join(WORK, "out_pbfmt", "y_0_out.pb")
+check(rc == 0 and os.path.exists(pb_out) and np.array_equal(numpy_helper.to_array(onnx.load_tensor(pb_out)), want),
+      "--output-format pb writes TensorProto files")
+check(rc == 0 and np.array_equal(np.load(os.path.join(WORK, "all.npz"))["y:0/out"], want), "--save-outputs writes one .npz")
+
+np.savez(os.path.join(WORK, "expected.npz"), **{"y:0/out": want})
+rc, log = kiln("run", model, "--inputs", os.path.join(WORK, "in.npz"), "--expect-outputs", os.path.join(WORK, "expected.npz"))
+check(rc == 0 and "MATCH" in log, "--expect-outputs matches")
+np.savez(os.path.join(WORK, "wrong.npz"), **{"y:0/out": want + 1})
+rc, log = kiln("run", model, "--inputs", os.path.join(WORK, "in.npz"), "--expect-outputs", os.path.join(WORK, "wrong.npz"))
+check(rc == 1 and "differ" in log, "--expect-outputs mismatch exits 1")
+
+outs = []
+for seed in ("7", "7", "8"):
+    d = os.path.join(WORK, "seed" + seed + str(len(outs)))
+    rc, log = kiln("run", model, "--seed", seed, "--shapes", "x:4x3", "--output-dir", d)
+    outs.append(np.load(os.path.join(d, "y_0_out.npy")) if rc == 0 else None)
+check(outs[0] is not None and outs[0].shape == (4, 3), "random inputs follow --shapes")
+check(outs[0] is not None and np.array_equal(outs[0], outs[1]), "same --seed gives the same random inputs")
+check(outs[0] is not None and not np.array_equal(outs[0], outs[2]), "another --seed gives other inputs")
+
+rc, log = kiln("run", model, "--input", "x=" + os.path.join(WORK, "x.npy").replace("x.npy", "nope.npy"))
+check(rc == 3 and "nope.npy" in log, "missing input file: exit 3 naming the file")
+np.save(os.path.join(WORK, "xi.npy"), x.astype(np.int64))
+rc, log = kiln("run", model, "--input", "x=" + os.path.join(WORK, "xi.npy"))
+check(rc == 3 and "expects dtype float32" in log, "wrong input dtype: exit 3 with the expected dtype")
+
+bad = save_model([helper.make_node("Frobnicate", ["x"], ["y"], name="f1"), helper.make_node("Zap", ["y"], ["z"], name="f2")],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                 [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3])], "unsupported")
+rc, log = kiln("run", bad)
+check(rc == 4 and "'f1': Frobnicate" in log and "'f2': Zap" in log and "KILN_REGISTER_OP" in log,
+      "unsupported ops: exit 4 listing every node and the plugin route")
+
+data = open(model, "rb").read()
+trunc = os.path.join(WORK, "truncated.onnx")
+open(trunc, "wb").write(data[: len(data) // 2])
+rc, log = kiln("run", trunc)
+check(rc == 3 and "kiln: error:" in log, "truncated model: exit 3 with a clean error")
+rc, log = kiln("run", os.path.join(WORK, "does_not_exist.onnx"))
+check(rc == 3 and "does not exist" in log, "missing model file: exit 3")
+rc, log = kiln("run")
+check(rc == 2, "bad command line: exit 2")
+
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
