@@ -87,24 +87,30 @@ Status infer_if(InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(const ir::Graph* then_g, cf::graph_attr(ctx.node, "then_branch"));
   KILN_ASSIGN_OR_RETURN(const ir::Graph* else_g, cf::graph_attr(ctx.node, "else_branch"));
   if (!ctx.infer_subgraph) return Status::Ok();
-  KILN_ASSIGN_OR_RETURN(std::vector<ir::TypeInfo> then_t, ctx.infer_subgraph(*then_g, {}));
-  KILN_ASSIGN_OR_RETURN(std::vector<ir::TypeInfo> else_t, ctx.infer_subgraph(*else_g, {}));
-  size_t n = ctx.outputs.size();
-  if (then_t.size() != else_t.size() || then_t.size() < n)
-    return ctx.error(
-        str_cat("then_branch has ", then_t.size(), " outputs, else_branch ", else_t.size(), ", the node ", n));
   const Tensor* c = ctx.constant(0);
-  bool known_cond = c && c->numel() == 1;
+  int known = c && c->numel() == 1 ? (c->get_f64(0) != 0 ? 1 : 0) : -1;  // -1: decided at run time
+  // A branch that cannot run (its inference fails) only fails the run if it is taken, so the
+  // outputs then have the other branch's types; a branch that is never taken is not inferred.
+  auto then_t = known == 0 ? Result<std::vector<ir::TypeInfo>>(Status()) : ctx.infer_subgraph(*then_g, {});
+  auto else_t = known == 1 ? Result<std::vector<ir::TypeInfo>>(Status()) : ctx.infer_subgraph(*else_g, {});
+  if (!then_t.ok() && !else_t.ok()) return known == 0 ? else_t.status() : then_t.status();
+  size_t n = ctx.outputs.size();
+  for (const auto* r : {&then_t, &else_t})
+    if (r->ok() && r->value().size() < n)
+      return ctx.error(
+          str_cat(r == &then_t ? "then_branch" : "else_branch", " has ", r->value().size(), " outputs, the node ", n));
+  if (!then_t.ok() || !else_t.ok()) {
+    const std::vector<ir::TypeInfo>& only = then_t.ok() ? then_t.value() : else_t.value();
+    for (size_t i = 0; i < n; ++i) ctx.set_output(i, only[i]);
+    return Status::Ok();
+  }
   for (size_t i = 0; i < n; ++i) {
-    const ir::TypeInfo& a = then_t[i];
-    const ir::TypeInfo& b = else_t[i];
+    const ir::TypeInfo& a = then_t.value()[i];
+    const ir::TypeInfo& b = else_t.value()[i];
     if (a.is_tensor() && b.is_tensor() && a.elem != DataType::kUndefined && b.elem != DataType::kUndefined &&
         a.elem != b.elem)
       return ctx.error(str_cat("output ", i, " is ", a.str(), " in then_branch but ", b.str(), " in else_branch"));
-    if (known_cond)
-      ctx.set_output(i, c->get_i64(0) ? a : b);
-    else
-      ctx.set_output(i, cf::widen(a, b, [&] { return ctx.new_symbol(); }));
+    ctx.set_output(i, cf::widen(a, b, [&] { return ctx.new_symbol(); }));
   }
   return Status::Ok();
 }
@@ -149,6 +155,11 @@ Status infer_loop(InferContext& ctx) {
     // After zero iterations the initial value comes out: cover it too.
     ir::TypeInfo t = cf::widen(in[2 + i], outs[1 + i], [&] { return ctx.new_symbol(); });
     if (ctx.has_input(2 + i)) t = cf::widen(t, ctx.input(2 + i), [&] { return ctx.new_symbol(); });
+    // An optional initial value that the body replaces by a plain one: the output has the body's
+    // kind, as in ONNX (only a zero-trip loop could return the optional itself).
+    if (t.kind == ir::TypeInfo::Kind::kOptional && t.inner && outs[1 + i].kind != ir::TypeInfo::Kind::kOptional &&
+        outs[1 + i].kind != ir::TypeInfo::Kind::kUnknown)
+      t = ir::TypeInfo(*t.inner);
     ctx.set_output(i, t);
   }
   Dim trips = ctx.new_symbol();
