@@ -187,9 +187,7 @@ std::vector<std::string> split_string(const std::string& s, const std::string& d
       while (i < s.size() && is_space(s[i])) ++i;
       if (i >= s.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-        size_t end = s.size();
-        while (end > i && is_space(s[end - 1])) --end;
-        parts.push_back(s.substr(i, end - i));
+        parts.push_back(s.substr(i));  // the rest, trailing whitespace included (as Python)
         break;
       }
       size_t j = i;
