@@ -242,10 +242,12 @@ Result<Forest> read_forest(const ir::Node& node) {
   f.leaf_targets = node.attr_ints("leaf_targetids");
   f.splits = tensor_attr_f64(node, "nodes_splits");
   f.leaf_weights = tensor_attr_f64(node, "leaf_weights");
-  for (double m : tensor_attr_f64(node, "nodes_modes")) f.modes.push_back(static_cast<int>(m));
+  for (double m : tensor_attr_f64(node, "nodes_modes"))
+    f.modes.push_back(m >= kLeq && m <= kMember ? static_cast<int>(m) : -1);  // -1: reported below
   f.n_targets = node.attr_int("n_targets", 0);
-  f.aggregate = static_cast<int>(node.attr_int("aggregate_function", kSum));
-  f.post = static_cast<int>(node.attr_int("post_transform", kNone));
+  int64_t aggregate = node.attr_int("aggregate_function", kSum), post = node.attr_int("post_transform", kNone);
+  f.aggregate = aggregate >= kAverage && aggregate <= kMax ? static_cast<int>(aggregate) : -1;
+  f.post = post >= kNone && post <= kProbit ? static_cast<int>(post) : -1;
   size_t n = f.features.size();
   auto bad = [&](const std::string& what) { return InvalidModel(node.where(), what); };
   if (f.true_ids.size() != n || f.false_ids.size() != n || f.true_leaf.size() != n || f.false_leaf.size() != n ||
@@ -255,8 +257,8 @@ Result<Forest> read_forest(const ir::Node& node) {
     return bad("nodes_missing_value_tracks_true must have one entry per node");
   if (f.leaf_targets.size() != f.leaf_weights.size()) return bad("leaf_targetids and leaf_weights differ in length");
   if (f.n_targets <= 0) return bad(str_cat("n_targets must be positive, got ", f.n_targets));
-  if (f.aggregate < kAverage || f.aggregate > kMax) return bad(str_cat("unknown aggregate_function ", f.aggregate));
-  if (f.post < kNone || f.post > kProbit) return bad(str_cat("unknown post_transform ", f.post));
+  if (f.aggregate < 0) return bad(str_cat("unknown aggregate_function ", aggregate));
+  if (f.post < 0) return bad(str_cat("unknown post_transform ", post));
   for (int64_t t : f.leaf_targets)
     if (t < 0 || t >= f.n_targets)
       return bad(str_cat("leaf target ", t, " is out of range for ", f.n_targets, " targets"));
@@ -372,6 +374,8 @@ Status tree_ensemble_kernel(KernelContext& ctx) {
   if (!fr.ok()) return fr.status();
   const Forest& f = fr.value();
   int64_t rows = x.dim(0), feats = x.dim(1);
+  if (f.n_targets > (int64_t{1} << 40) / std::max<int64_t>(rows, 1))
+    return ctx.error(str_cat("output [", rows, ", ", f.n_targets, "] is too large"));
   double big = x.dtype() == DataType::kFloat64   ? std::numeric_limits<double>::max()
                : x.dtype() == DataType::kFloat32 ? std::numeric_limits<float>::max()
                                                  : 65504.0;
