@@ -6,8 +6,8 @@ namespace kiln::ops {
 
 Result<int64_t> normalize_axis(int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= rank || (rank == 0 && axis != 0 && axis != -1))
-    return InvalidArgument("axis ", axis, " is out of range for rank ", rank, " (valid: [", -rank,
-                           ", ", rank - 1, "])");
+    return InvalidArgument("axis ", axis, " is out of range for rank ", rank, " (valid: [", -rank, ", ", rank - 1,
+                           "])");
   return axis < 0 ? axis + rank : axis;
 }
 
@@ -24,9 +24,13 @@ Result<Dims> broadcast_dims(const Dims& a, const Dims& b) {
   for (size_t i = 0; i < r; ++i) {
     int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
     int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da == db || db == 1) out[i] = da;
-    else if (da == 1) out[i] = db;
-    else return InvalidArgument("shapes ", dims_str(a), " and ", dims_str(b), " cannot be broadcast (dim ", i, ": ", da, " vs ", db, ")");
+    if (da == db || db == 1)
+      out[i] = da;
+    else if (da == 1)
+      out[i] = db;
+    else
+      return InvalidArgument("shapes ", dims_str(a), " and ", dims_str(b), " cannot be broadcast (dim ", i, ": ", da,
+                             " vs ", db, ")");
   }
   return out;
 }
@@ -38,12 +42,18 @@ SymShape broadcast_sym(const SymShape& a, const SymShape& b) {
   for (size_t i = 0; i < r; ++i) {
     Dim da = i < r - a.rank() ? Dim(1) : a.dims[i - (r - a.rank())];
     Dim db = i < r - b.rank() ? Dim(1) : b.dims[i - (r - b.rank())];
-    if (da.known() && da.value == 1) out[i] = db;
-    else if (db.known() && db.value == 1) out[i] = da;
-    else if (da.known()) out[i] = da;
-    else if (db.known()) out[i] = db;
-    else if (da == db) out[i] = da;
-    else out[i] = Dim();
+    if (da.known() && da.value == 1)
+      out[i] = db;
+    else if (db.known() && db.value == 1)
+      out[i] = da;
+    else if (da.known())
+      out[i] = da;
+    else if (db.known())
+      out[i] = db;
+    else if (da == db)
+      out[i] = da;
+    else
+      out[i] = Dim();
   }
   return SymShape(out);
 }
@@ -84,9 +94,7 @@ Tensor make_i64_tensor(const std::vector<int64_t>& v, Dims shape) {
   return Tensor::from_vector<int64_t>(DataType::kInt64, std::move(shape), v);
 }
 
-Tensor make_i64_1d(const std::vector<int64_t>& v) {
-  return make_i64_tensor(v, {static_cast<int64_t>(v.size())});
-}
+Tensor make_i64_1d(const std::vector<int64_t>& v) { return make_i64_tensor(v, {static_cast<int64_t>(v.size())}); }
 
 bool is_low_precision_float(DataType t) {
   return dtype_is_float(t) && t != DataType::kFloat32 && t != DataType::kFloat64;
@@ -109,8 +117,8 @@ void copy_elements(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_
     return;
   }
   size_t es = dtype_size(src.dtype());
-  std::memcpy(static_cast<uint8_t*>(dst.raw()) + dst_off * es,
-              static_cast<const uint8_t*>(src.raw()) + src_off * es, static_cast<size_t>(count) * es);
+  std::memcpy(static_cast<uint8_t*>(dst.raw()) + dst_off * es, static_cast<const uint8_t*>(src.raw()) + src_off * es,
+              static_cast<size_t>(count) * es);
 }
 
 Status infer_same_as_input0(InferContext& ctx) {

@@ -12,8 +12,8 @@ void collect_unsupported(const ir::Graph& g, std::vector<std::string>& out, std:
     if (!reg.find(n.domain, n.op_type, n.opset)) {
       std::string dom = n.domain.empty() ? "ai.onnx" : n.domain;
       std::string why = reg.knows(n.domain, n.op_type) ? " (kiln supports this op only from a later opset)" : "";
-      out.push_back("  - '" + n.name + "': " + n.op_type + " (domain " + dom + ", opset " +
-                    std::to_string(n.opset) + ")" + why);
+      out.push_back("  - '" + n.name + "': " + n.op_type + " (domain " + dom + ", opset " + std::to_string(n.opset) +
+                    ")" + why);
       seen_ops.insert(dom + "::" + n.op_type);
     }
     for (const auto& [k, a] : n.attrs) {
@@ -31,10 +31,11 @@ Status check_supported(const ir::Graph& g) {
   if (lines.empty()) return Status::Ok();
   std::string msg = std::to_string(lines.size()) + " node(s) use ops kiln does not support:\n";
   for (const auto& l : lines) msg += l + "\n";
-  msg += "To run this model, add these ops as plugins: implement an OpSchema (shape inference and a "
-         "reference kernel) and register it with KILN_REGISTER_OP(domain, op, since_opset, infer, "
-         "kernel) in a library linked into kiln (see src/ops/ for examples), or replace the nodes "
-         "when exporting the model.";
+  msg +=
+      "To run this model, add these ops as plugins: implement an OpSchema (shape inference and a "
+      "reference kernel) and register it with KILN_REGISTER_OP(domain, op, since_opset, infer, "
+      "kernel) in a library linked into kiln (see src/ops/ for examples), or replace the nodes "
+      "when exporting the model.";
   return Unsupported(msg);
 }
 
@@ -45,17 +46,17 @@ Status check_input_value(const ir::ValueInfo& decl, const Value& v) {
       return InvalidArgument("input '", decl.name, "' expects a tensor ", t.str(), ", got a ",
                              v.is_sequence() ? "sequence" : "missing value");
     if (t.elem != DataType::kUndefined && v.tensor.dtype() != t.elem)
-      return InvalidArgument("input '", decl.name, "' expects dtype ", dtype_name(t.elem), " (", t.str(),
-                             "), got ", v.tensor.describe(), " — convert the input to ", dtype_name(t.elem));
+      return InvalidArgument("input '", decl.name, "' expects dtype ", dtype_name(t.elem), " (", t.str(), "), got ",
+                             v.tensor.describe(), " — convert the input to ", dtype_name(t.elem));
     if (t.shape.rank_known) {
       const Dims& d = v.tensor.shape();
       if (d.size() != t.shape.rank())
-        return InvalidArgument("input '", decl.name, "' expects rank ", t.shape.rank(), " ", t.str(),
-                               ", got ", v.tensor.describe());
+        return InvalidArgument("input '", decl.name, "' expects rank ", t.shape.rank(), " ", t.str(), ", got ",
+                               v.tensor.describe());
       for (size_t i = 0; i < d.size(); ++i)
         if (t.shape.dims[i].known() && t.shape.dims[i].value != d[i])
-          return InvalidArgument("input '", decl.name, "' expects shape ", t.shape.str(), ", got ",
-                                 dims_str(d), " (dim ", i, " must be ", t.shape.dims[i].value, ")");
+          return InvalidArgument("input '", decl.name, "' expects shape ", t.shape.str(), ", got ", dims_str(d),
+                                 " (dim ", i, " must be ", t.shape.dims[i].value, ")");
     }
   } else if (t.kind == ir::TypeInfo::Kind::kSequence && !v.is_sequence()) {
     return InvalidArgument("input '", decl.name, "' expects a sequence ", t.str());
@@ -100,8 +101,7 @@ Result<const Interpreter::Plan*> Interpreter::plan_for(const ir::Graph& g) {
     for (const auto& o : n.outputs) local.insert(o);
   plan->release_after.resize(g.nodes.size());
   for (const auto& [name, idx] : last_use)
-    if (!keep.count(name) && local.count(name) && !g.initializers.count(name))
-      plan->release_after[idx].push_back(name);
+    if (!keep.count(name) && local.count(name) && !g.initializers.count(name)) plan->release_after[idx].push_back(name);
   const Plan* p = plan.get();
   plans_[&g] = std::move(plan);
   return p;
@@ -110,7 +110,8 @@ Result<const Interpreter::Plan*> Interpreter::plan_for(const ir::Graph& g) {
 Result<std::vector<Value>> run_node(const ir::Node& node, const OpSchema& schema,
                                     const std::vector<const Value*>& inputs, SubgraphRunner* runner) {
   size_t given = inputs.size();
-  if (static_cast<int>(given) < schema.min_inputs || (schema.max_inputs >= 0 && static_cast<int>(given) > schema.max_inputs))
+  if (static_cast<int>(given) < schema.min_inputs ||
+      (schema.max_inputs >= 0 && static_cast<int>(given) > schema.max_inputs))
     return InvalidModel(node.where(), "has ", given, " inputs; ", node.op_type, " takes ", schema.min_inputs,
                         schema.max_inputs < 0 ? " or more" : " to " + std::to_string(schema.max_inputs));
   KernelContext ctx(node);

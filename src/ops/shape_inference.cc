@@ -13,8 +13,8 @@ namespace {
 
 // Ops whose outputs must not be folded: random, or with side information.
 bool never_fold(const ir::Node& n) {
-  static const std::set<std::string> kRandom = {"RandomNormal", "RandomUniform", "RandomNormalLike",
-                                                "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"};
+  static const std::set<std::string> kRandom = {
+      "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"};
   if (kRandom.count(n.op_type)) return true;
   for (const auto& [k, a] : n.attrs)
     if (a.g || !a.graphs.empty()) return true;
@@ -29,8 +29,8 @@ Status merge_types(const ir::Node& n, const std::string& value, ir::TypeInfo& in
   }
   if (!inferred.is_tensor() || !declared.is_tensor()) return Status::Ok();
   if (inferred.elem != DataType::kUndefined && declared.elem != DataType::kUndefined && inferred.elem != declared.elem)
-    return InvalidModel(n.where(), "output '", value, "' is inferred as ", inferred.str(),
-                        " but the model declares ", declared.str());
+    return InvalidModel(n.where(), "output '", value, "' is inferred as ", inferred.str(), " but the model declares ",
+                        declared.str());
   if (inferred.elem == DataType::kUndefined) inferred.elem = declared.elem;
   if (!inferred.shape.rank_known) {
     inferred.shape = declared.shape;
@@ -83,8 +83,8 @@ class GraphInferencer {
         ctx.constants.push_back(c);
       }
       ctx.outputs.resize(n.outputs.size());
-      ctx.infer_subgraph = [&](const ir::Graph& sg, const std::vector<ir::TypeInfo>& in_types)
-          -> Result<std::vector<ir::TypeInfo>> {
+      ctx.infer_subgraph = [&](const ir::Graph& sg,
+                               const std::vector<ir::TypeInfo>& in_types) -> Result<std::vector<ir::TypeInfo>> {
         auto& mg = const_cast<ir::Graph&>(sg);
         for (size_t i = 0; i < mg.inputs.size() && i < in_types.size(); ++i)
           if (in_types[i].kind != ir::TypeInfo::Kind::kUnknown) {

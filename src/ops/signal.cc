@@ -14,6 +14,7 @@ using arnn::dim_at;
 using cplx = std::complex<double>;
 
 constexpr double kPi = 3.14159265358979323846;
+constexpr int64_t kMaxLength = int64_t{1} << 26;  // longest transform / window accepted
 
 // Twiddles e^{sign * 2*pi*i*m/n} for m in [0, n).
 std::vector<cplx> twiddles(int64_t n, double sign) {
@@ -117,7 +118,7 @@ Status dft_kernel(KernelContext& ctx) {
   const int64_t in_len = x.dim(axis);
   int64_t n = (inverse && onesided) ? 2 * (in_len - 1) : in_len;
   KILN_ASSIGN_OR_RETURN(n, scalar_int(ctx, 1, n, "dft_length"));
-  if (n <= 0) return ctx.error(str_cat("dft_length must be positive, got ", n));
+  if (n <= 0 || n > kMaxLength) return ctx.error(str_cat("dft_length must be in [1, ", kMaxLength, "], got ", n));
   const int64_t out_len = (!inverse && onesided) ? n / 2 + 1 : n;
   const int64_t out_comp = (inverse && onesided) ? 1 : 2;
   // Iterate over every 1-D signal along `axis`: outer dims before, inner dims between axis and
@@ -206,7 +207,7 @@ Status stft_kernel(KernelContext& ctx) {
   }
   int64_t dflt_fl = ctx.has_input(2) ? static_cast<int64_t>(window.size()) : L;
   KILN_ASSIGN_OR_RETURN(int64_t fl, scalar_int(ctx, 3, dflt_fl, "frame_length"));
-  if (fl <= 0) return ctx.error(str_cat("frame_length must be positive, got ", fl));
+  if (fl <= 0 || fl > kMaxLength) return ctx.error(str_cat("frame_length must be in [1, ", kMaxLength, "], got ", fl));
   if (!ctx.has_input(2)) window.assign(static_cast<size_t>(fl), 1.0);
   const int64_t wlen = static_cast<int64_t>(window.size());
   if (L < fl) return ctx.error(str_cat("signal length ", L, " is shorter than frame_length ", fl));
@@ -266,7 +267,7 @@ template <int Kind>
 Status window_kernel(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(DataType dt, output_datatype(ctx.node));
   KILN_ASSIGN_OR_RETURN(int64_t size, scalar_int(ctx, 0, 0, "size"));
-  if (size < 0) return ctx.error(str_cat("size must be non-negative, got ", size));
+  if (size < 0 || size > kMaxLength) return ctx.error(str_cat("size must be in [0, ", kMaxLength, "], got ", size));
   const bool periodic = ctx.node.attr_int("periodic", 1) != 0;
   const double N = static_cast<double>(periodic ? size : size - 1);
   Tensor out(DataType::kFloat64, {size});
