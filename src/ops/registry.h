@@ -101,7 +101,11 @@ struct KernelContext {
   // The tensor of input i. Required inputs may be read directly; read optional ones only after
   // has_input(i). A missing or non-tensor input makes the run fail with a clean error.
   const Tensor& input(size_t i) const;
-  const Value& input_value(size_t i) const { return *inputs[i]; }
+  // Input i as a value (tensor, sequence or empty optional); a missing input throws like input().
+  const Value& input_value(size_t i) const {
+    if (i >= inputs.size() || inputs[i] == nullptr) throw MissingInput(i);
+    return *inputs[i];
+  }
   size_t num_outputs() const { return outputs.size(); }
   bool wants_output(size_t i) const { return node.has_output(i); }
   void set_output(size_t i, Tensor t) {
