@@ -129,7 +129,10 @@ Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes)
   std::memcpy(storage.get(), bytes.data(), n);
   const uint8_t* p = storage.get();
   if (std::memcmp(p, kMagic, 8) != 0)
-    return InvalidModel("not a kiln engine file (bad magic bytes; is this an ONNX model? use it with kiln build)");
+    return InvalidModel(
+        "not a kiln engine file (bad magic bytes; an ONNX model is the input of kiln build, not of this "
+        "command; a damaged engine must be rebuilt)",
+        kRebuild);
   uint32_t version = get<uint32_t>(p + 8);
   if (version != kEngineFormatVersion)
     return InvalidModel("engine file format version ", version, " — this kiln (", KILN_VERSION,
