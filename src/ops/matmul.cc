@@ -238,21 +238,31 @@ Status matmul_integer_kernel(KernelContext& ctx) {
     return ctx.unsupported(str_cat("A and B must be int8 or uint8, got ", a.describe(), " and ", b.describe()));
   auto sh = matmul_shape(a.shape(), b.shape());
   if (!sh.ok()) return ctx.error(sh.status().message());
-  // Zero points: a scalar, or per row of A (M values) / per column of B (N values).
-  std::vector<int64_t> azp{0}, bzp{0};
-  if (ctx.has_input(2)) {
-    const Tensor& z = ctx.input(2);
-    if (z.dtype() != a.dtype() || z.rank() > 1 || (z.numel() != 1 && z.numel() != sh->m))
-      return ctx.error(str_cat("a_zero_point must be a scalar or ", sh->m, " values of A's dtype, got ", z.describe()));
-    azp = to_i64_vector(z);
-  }
-  if (ctx.has_input(3)) {
-    const Tensor& z = ctx.input(3);
-    if (z.dtype() != b.dtype() || z.rank() > 1 || (z.numel() != 1 && z.numel() != sh->n))
-      return ctx.error(str_cat("b_zero_point must be a scalar or ", sh->n, " values of B's dtype, got ", z.describe()));
-    bzp = to_i64_vector(z);
-  }
-  std::vector<int64_t> av = to_i64_vector(a), bv = to_i64_vector(b);
+  // Zero points: a scalar; per row of A (M values, or [..., M, 1]) / per column of B (N values, or
+  // [..., 1, N]). They are subtracted from the operands up front.
+  auto subtract_zp = [&](const Tensor& x, size_t zi, bool rows, const char* name) -> Result<std::vector<int64_t>> {
+    std::vector<int64_t> v = to_i64_vector(x);
+    if (!ctx.has_input(zi)) return v;
+    Tensor z = ctx.input(zi);
+    if (z.dtype() != x.dtype()) return InvalidArgument(name, " dtype differs from its operand: ", z.describe());
+    if (z.numel() == 1)
+      z = z.reshaped({});
+    else if (rows && z.rank() == 1 && x.rank() >= 2)
+      z = z.reshaped({z.numel(), 1});
+    auto bc = broadcast_dims(z.shape(), x.shape());
+    if (!bc.ok() || *bc != x.shape())
+      return InvalidArgument(name, " ", z.describe(), " must be a scalar or per-", rows ? "row" : "column",
+                             " values matching ", x.describe());
+    BroadcastIndex zb(z.shape(), x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) v[static_cast<size_t>(i)] -= z.get_i64(zb(i));
+    return v;
+  };
+  auto av_r = subtract_zp(a, 2, true, "a_zero_point");
+  if (!av_r.ok()) return ctx.error(av_r.status().message());
+  auto bv_r = subtract_zp(b, 3, false, "b_zero_point");
+  if (!bv_r.ok()) return ctx.error(bv_r.status().message());
+  const std::vector<int64_t>& av = *av_r;
+  const std::vector<int64_t>& bv = *bv_r;
   Tensor out(DataType::kInt32, sh->out);
   int32_t* po = out.data<int32_t>();
   int64_t m = sh->m, k = sh->k, n = sh->n;
@@ -262,14 +272,11 @@ Status matmul_integer_kernel(KernelContext& ctx) {
     const int64_t* pa = av.data() + ia(bi) * m * k;
     const int64_t* pb = bv.data() + ib(bi) * k * n;
     for (int64_t i = 0; i < m; ++i) {
-      int64_t za = azp.size() == 1 ? azp[0] : azp[static_cast<size_t>(i)];
       std::fill(row.begin(), row.end(), 0);
       for (int64_t p = 0; p < k; ++p) {
-        int64_t x = pa[i * k + p] - za;
-        for (int64_t j = 0; j < n; ++j) {
-          int64_t zb = bzp.size() == 1 ? bzp[0] : bzp[static_cast<size_t>(j)];
-          row[static_cast<size_t>(j)] += x * (pb[p * n + j] - zb);  // |x*y| < 2^16: no overflow for K < 2^47
-        }
+        int64_t x = pa[i * k + p];
+        for (int64_t j = 0; j < n; ++j)
+          row[static_cast<size_t>(j)] += x * pb[p * n + j];  // |x*y| <= 2^16: no overflow for K < 2^47
       }
       for (int64_t j = 0; j < n; ++j)
         po[(bi * m + i) * n + j] = static_cast<int32_t>(static_cast<uint32_t>(row[static_cast<size_t>(j)]));

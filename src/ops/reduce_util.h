@@ -81,7 +81,4 @@ inline Result<std::vector<int64_t>> normalize_axes(const std::vector<int64_t>& a
   return out;
 }
 
-// Float input converted to float32 or float64 for computing; other dtypes are rejected by callers.
-inline bool is_float_kind(DataType t) { return dtype_is_float(t); }
-
 }  // namespace kiln::ops

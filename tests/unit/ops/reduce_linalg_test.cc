@@ -293,6 +293,19 @@ TEST(MatMulInteger, ZeroPoints) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ((*r)[0].tensor.dtype(), DataType::kInt32);
   EXPECT_EQ((*r)[0].tensor.data<int32_t>()[0], 2 * 5 + 3 * 6);
+  // Per-row zero points of A (M values) and per-column of B (N values).
+  Tensor a2 = Tensor::from_vector<int8_t>(DataType::kInt8, {2, 1}, {3, -4});
+  Tensor b2 = Tensor::from_vector<int8_t>(DataType::kInt8, {1, 2}, {5, 6});
+  Tensor za2 = Tensor::from_vector<int8_t>(DataType::kInt8, {2}, {1, -1});
+  Tensor zb2 = Tensor::from_vector<int8_t>(DataType::kInt8, {2}, {0, 2});
+  r = run(NodeBuilder("MatMulInteger", 10, 4).n, {a2, b2, za2, zb2});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const int32_t* y = (*r)[0].tensor.data<int32_t>();
+  EXPECT_EQ(y[0], 2 * 5);
+  EXPECT_EQ(y[3], -3 * 4);
+  r = run(NodeBuilder("MatMulInteger", 10, 3).n,
+          {a2, b2, Tensor::from_vector<int8_t>(DataType::kInt8, {3}, {1, 2, 3})});
+  EXPECT_FALSE(r.ok());
 }
 
 // ---- normalization ----
