@@ -11,8 +11,8 @@
 #include "engine/memory_planner.h"
 #include "engine/target.h"
 #include "ir/graph.h"
-#include "ops/value.h"
 #include "kiln/kiln.h"
+#include "ops/value.h"
 
 namespace kiln::detail {
 

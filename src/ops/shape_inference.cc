@@ -167,7 +167,8 @@ class GraphInferencer {
         if (!n.has_output(o) || !ctx.output_values[o]) continue;
         values[n.outputs[o]] = *ctx.output_values[o];
         if (!constants.count(n.outputs[o]))
-          if (auto t = constant_of_value(*ctx.output_values[o], ctx.outputs[o])) constants[n.outputs[o]] = std::move(*t);
+          if (auto t = constant_of_value(*ctx.output_values[o], ctx.outputs[o]))
+            constants[n.outputs[o]] = std::move(*t);
       }
       for (size_t o = 0; o < n.outputs.size(); ++o) {
         if (!n.has_output(o)) continue;
