@@ -70,8 +70,14 @@ struct HostTensor {
 struct ShapeRange {
   std::vector<int64_t> min, opt, max;
 };
+/// One optimization profile: a shape range per dynamic input. An engine may hold several; at run time
+/// the first profile whose ranges contain every given input shape is used (or the one forced with
+/// ExecutionContext::set_profile). Inputs with fixed dims need no entry.
 struct Profile {
+  std::string name;  ///< defaults to "profile<i>" at build time
   std::map<std::string, ShapeRange> inputs;
+  /// Planned activation bytes at the profile's min / opt / max shapes (filled by the builder).
+  size_t memory_min = 0, memory_opt = 0, memory_max = 0;
 };
 
 struct BuilderConfig {
@@ -106,6 +112,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   std::vector<TensorDesc> inputs() const;
   std::vector<TensorDesc> outputs() const;
+  /// The optimization profiles the engine was built with (empty: any shape the model allows).
+  std::vector<Profile> profiles() const;
   std::unique_ptr<ExecutionContext> create_context() const;
   /// Layers, kernels, memory plan, pass counts and build target, as JSON.
   std::string inspect_json() const;
@@ -132,7 +140,19 @@ class ExecutionContext {
  public:
   explicit ExecutionContext(std::shared_ptr<const Engine> engine);
   ~ExecutionContext();
+  /// Binds an input; its shape selects the profile (see set_profile).
   void set_input(const std::string& name, HostTensor tensor);
+  /// Declares an input's shape ahead of its data: checks it against the profiles now (throws with the
+  /// ranges when it fits none) so that output_shape() answers before run().
+  void set_input_shape(const std::string& name, std::vector<int64_t> dims);
+  /// Forces profile `index` (throws when out of range); -1 (default) picks the first fitting profile.
+  void set_profile(int index);
+  /// The profile of the shapes given so far (set_input / set_input_shape), or of the last run;
+  /// -1 when the engine has no profiles. Throws when the shapes fit no profile.
+  int profile_index() const;
+  /// An output's shape: after run() the actual one; before, as resolved from the input shapes given so
+  /// far, with -1 for dims that depend on data (NonZero, NonMaxSuppression, Unique, TopK with a runtime k).
+  std::vector<int64_t> output_shape(const std::string& name) const;
   void run();
   HostTensor output(const std::string& name) const;  ///< valid until the next run()
   std::vector<std::string> output_names() const;

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "engine/engine_impl.h"
+#include "engine/profiles.h"
 #include "ir/rewrite.h"
 #include "onnx/importer.h"
 #include "ops/interpreter.h"
@@ -42,8 +43,7 @@ void EngineImpl::describe_layers() {
   }
 }
 
-Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph& g,
-                                                                 const std::map<std::string, Dims>& input_shapes) {
+Result<std::shared_ptr<ir::Graph>> infer_at(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes) {
   std::shared_ptr<ir::Graph> copy = ir::deep_copy(g);
   for (auto& in : copy->inputs) {
     auto it = input_shapes.find(in.name);
@@ -53,6 +53,12 @@ Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph
   ops::InferOptions opts;
   opts.fold_constants = true;
   KILN_RETURN_IF_ERROR(ops::infer_shapes(*copy, opts));
+  return copy;
+}
+
+Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph& g,
+                                                                 const std::map<std::string, Dims>& input_shapes) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> copy, infer_at(g, input_shapes));
   std::map<std::string, std::optional<size_t>> sizes;
   for (const auto& n : copy->nodes)
     for (const auto& o : n.outputs) {
@@ -65,6 +71,14 @@ Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph
         sizes[o] = std::nullopt;
     }
   return sizes;
+}
+
+Result<engine::MemoryPlan> plan_at(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes) {
+  KILN_ASSIGN_OR_RETURN(auto sizes, value_sizes(g, input_shapes));
+  return engine::plan_memory(g, [&](const std::string& v) -> std::optional<size_t> {
+    auto it = sizes.find(v);
+    return it == sizes.end() ? std::nullopt : it->second;
+  });
 }
 
 namespace {
@@ -97,25 +111,13 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   e->build["source"]["batch_norms"] = bns;
   log("[kiln build] imported: " + std::to_string(count_nodes(*model.graph)) + " nodes");
 
-  // Profiles: apply the opt shapes to the inputs they name (kernels are tuned and memory planned there).
-  std::map<std::string, Dims> opt_shapes;
-  nlohmann::json profiles = nlohmann::json::array();
-  for (const auto& p : cfg.profiles) {
-    nlohmann::json jp = nlohmann::json::object();
-    for (const auto& [name, r] : p.inputs) {
-      bool found = false;
-      for (const auto& in : model.graph->inputs) found |= in.name == name;
-      if (!found) return InvalidArgument("profile names input '", name, "', which the model does not have");
-      jp[name] = {{"min", r.min}, {"opt", r.opt}, {"max", r.max}};
-    }
-    profiles.push_back(jp);
-  }
-  if (!cfg.profiles.empty())
-    for (const auto& [name, r] : cfg.profiles[0].inputs) opt_shapes[name] = r.opt;
-  e->build["config"] = {{"precision", "fp32"},
-                        {"workspace_bytes", cfg.workspace_bytes},
-                        {"disabled_passes", cfg.disabled_passes},
-                        {"profiles", profiles}};
+  // Profiles: checked against the model's inputs (and completed), stored with the memory they plan.
+  KILN_ASSIGN_OR_RETURN(std::vector<Profile> profiles, validate_profiles(*model.graph, cfg.profiles));
+  std::map<std::string, Dims> opt_shapes;  // kernels are tuned and memory planned at profile 0's opt
+  if (!profiles.empty())
+    for (const auto& [name, r] : profiles[0].inputs) opt_shapes[name] = r.opt;
+  e->build["config"] = {
+      {"precision", "fp32"}, {"workspace_bytes", cfg.workspace_bytes}, {"disabled_passes", cfg.disabled_passes}};
 
   std::set<std::string> disabled(cfg.disabled_passes.begin(), cfg.disabled_passes.end());
   KILN_ASSIGN_OR_RETURN(auto stats, passes::optimize(model, disabled));
@@ -129,15 +131,32 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   model.graph->opset_imports["kiln"] = 1;
   log("[kiln build] optimized: " + std::to_string(count_nodes(*model.graph)) + " layers");
 
-  KILN_ASSIGN_OR_RETURN(auto sizes, value_sizes(*model.graph, opt_shapes));
-  e->plan = engine::plan_memory(*model.graph, [&](const std::string& v) -> std::optional<size_t> {
-    auto it = sizes.find(v);
-    return it == sizes.end() ? std::nullopt : it->second;
-  });
+  KILN_ASSIGN_OR_RETURN(e->plan, plan_at(*model.graph, opt_shapes));
   if (e->plan.arena_bytes > cfg.workspace_bytes)
     return OutOfRange("the activation memory plan needs ", e->plan.arena_bytes,
                       " bytes at the opt shapes, over the workspace limit of ", cfg.workspace_bytes,
                       " — raise --workspace or lower the opt/max shapes");
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    Profile& p = profiles[i];
+    std::map<std::string, Dims> mn, op, mx;
+    for (const auto& [name, r] : p.inputs) mn[name] = r.min, op[name] = r.opt, mx[name] = r.max;
+    KILN_ASSIGN_OR_RETURN(auto pmin, plan_at(*model.graph, mn));
+    KILN_ASSIGN_OR_RETURN(auto popt, plan_at(*model.graph, op));
+    KILN_ASSIGN_OR_RETURN(auto pmax, plan_at(*model.graph, mx));
+    p.memory_min = pmin.arena_bytes, p.memory_opt = popt.arena_bytes, p.memory_max = pmax.arena_bytes;
+    if (p.memory_max > cfg.workspace_bytes)
+      return OutOfRange("profile ", i, " '", p.name, "' needs ", p.memory_max,
+                        " bytes of activation memory at its max shapes, over the workspace limit of ",
+                        cfg.workspace_bytes, " — raise --workspace or lower the max shapes");
+    std::string ranges;
+    for (const auto& [name, r] : p.inputs)
+      ranges += " " + name + " " + input_signature(*model.graph, name) + " " + dims_str(r.min) + ".." + dims_str(r.max);
+    log("[kiln build] profile " + std::to_string(i) + " '" + p.name + "':" + ranges + "; activation memory min " +
+        std::to_string(p.memory_min) + " / opt " + std::to_string(p.memory_opt) + " / max " +
+        std::to_string(p.memory_max) + " bytes");
+  }
+  e->build["config"]["profiles"] = profiles_to_json(profiles);
+  e->profiles = profiles;
   log("[kiln build] memory plan: peak " + std::to_string(e->plan.arena_bytes) + " bytes (naive " +
       std::to_string(e->plan.naive_bytes) + ")");
   e->target = engine::detect_host();

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "engine/engine_impl.h"
+#include "engine/profiles.h"
 #include "ops/interpreter.h"
 
 namespace kiln {
@@ -20,6 +21,7 @@ struct ContextImpl {
   std::shared_ptr<engine::MemoryPlan> plan;
   std::shared_ptr<uint8_t[]> arena;
   size_t arena_capacity = 0;
+  ShapeState shape_state;  // declared shapes and profile choice (profiles.cc)
 
   Status run();
 };
@@ -40,6 +42,7 @@ std::shared_ptr<uint8_t[]> alloc_arena(size_t n) {
 
 Status ContextImpl::run() {
   const ir::Graph& g = *engine->model.graph;
+  KILN_RETURN_IF_ERROR(choose_profile(*engine, inputs, shape_state));
   std::string sig = signature(inputs);
   auto it = plans.find(sig);
   if (it == plans.end()) {
@@ -80,16 +83,20 @@ Status ContextImpl::run() {
     }
   };
   KILN_ASSIGN_OR_RETURN(outputs, interp->run(inputs));
+  shape_state.ran_with_current = true;
   return Status::Ok();
 }
 
-Result<std::vector<ops::Value>> run_engine(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs) {
+Result<std::vector<ops::Value>> run_engine(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
+                                           int profile, RunInfo* info) {
   ContextImpl ctx;
   ctx.engine =
       std::shared_ptr<const EngineImpl>(std::shared_ptr<const EngineImpl>(), &e);  // non-owning: e outlives ctx
   ctx.interp = std::make_unique<ops::Interpreter>(e.model.graph);
   ctx.inputs = inputs;
+  ctx.shape_state.forced = profile;
   KILN_RETURN_IF_ERROR(ctx.run());
+  if (info) *info = {ctx.shape_state.chosen, ctx.plan ? ctx.plan->arena_bytes : 0};
   return std::move(ctx.outputs);
 }
 
@@ -213,6 +220,29 @@ void ExecutionContext::set_input(const std::string& name, HostTensor t) {
         InvalidArgument("input '", name, "': ", t.nbytes, " bytes given, ", x.describe(), " needs ", x.nbytes()));
   if (t.nbytes) std::memcpy(x.raw(), t.data.get(), t.nbytes);
   impl_->inputs[name] = ops::Value(std::move(x));
+  detail::declare_shape(impl_->shape_state, name, t.shape);
+}
+
+void ExecutionContext::set_input_shape(const std::string& name, std::vector<int64_t> dims) {
+  Status s = detail::set_input_shape(*impl_->engine, impl_->shape_state, name, std::move(dims));
+  if (!s.ok()) detail::throw_error(s);
+}
+
+void ExecutionContext::set_profile(int index) {
+  Status s = detail::force_profile(*impl_->engine, impl_->shape_state, index);
+  if (!s.ok()) detail::throw_error(s);
+}
+
+int ExecutionContext::profile_index() const {
+  auto r = detail::current_profile(*impl_->engine, impl_->shape_state);
+  if (!r.ok()) detail::throw_error(r.status());
+  return r.value();
+}
+
+std::vector<int64_t> ExecutionContext::output_shape(const std::string& name) const {
+  auto r = detail::output_shape(*impl_->engine, impl_->shape_state, impl_->outputs, name);
+  if (!r.ok()) detail::throw_error(r.status());
+  return r.value();
 }
 
 void ExecutionContext::run() {

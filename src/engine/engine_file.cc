@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "engine/engine_impl.h"
+#include "engine/profiles.h"
 #include "onnx/exporter.h"
 #include "onnx/importer.h"
 #include "ops/interpreter.h"
@@ -181,6 +182,12 @@ Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes)
   if (graph_offset > body_len || graph_length > body_len - graph_offset || weights_offset > body_len ||
       weights_length > body_len - weights_offset)
     return InvalidModel("engine header points outside the file", kRebuild);
+  if (e->build.is_object() && e->build.contains("config") && e->build["config"].is_object() &&
+      e->build["config"].contains("profiles")) {
+    auto profiles = profiles_from_json(e->build["config"]["profiles"]);
+    if (!profiles.ok()) return InvalidModel(profiles.status().message(), kRebuild);
+    e->profiles = std::move(profiles).value();
+  }
   KILN_RETURN_IF_ERROR(engine::check_runnable(e->required_isa, e->target, engine::detect_host()));
   const size_t weights_abs = body_start + weights_offset;
   onnx_import::ImportOptions opts;
@@ -251,6 +258,18 @@ nlohmann::json inspect(const EngineImpl& e) {
   for (const auto& o : g.outputs) outs.push_back({{"name", o.name}, {"type", o.type.str()}});
   j["inputs"] = ins;
   j["outputs"] = outs;
+  // Profiles with the model's symbolic dims, and the activation memory planned at min / opt / max.
+  nlohmann::json profiles = nlohmann::json::array();
+  for (const auto& p : e.profiles) {
+    nlohmann::json pins = nlohmann::json::array();
+    for (const auto& [name, r] : p.inputs)
+      pins.push_back(
+          {{"name", name}, {"dims", input_signature(g, name)}, {"min", r.min}, {"opt", r.opt}, {"max", r.max}});
+    profiles.push_back({{"name", p.name},
+                        {"inputs", pins},
+                        {"memory", {{"min", p.memory_min}, {"opt", p.memory_opt}, {"max", p.memory_max}}}});
+  }
+  j["profiles"] = profiles;
   size_t weight_bytes = 0;
   for (const auto& [k, t] : g.initializers) weight_bytes += t.nbytes();
   j["weights_bytes"] = weight_bytes;

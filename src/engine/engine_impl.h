@@ -32,12 +32,16 @@ struct EngineImpl {
   std::vector<std::string> required_isa;  // CPU features its kernels need
   nlohmann::json build;                   // config, profiles, pass counts, source model facts
   engine::MemoryPlan plan;                // at the build's shapes (opt), for inspect
+  std::vector<Profile> profiles;          // optimization profiles (also in build["config"]["profiles"])
 
   void describe_layers();  // fills `layers` from the graph
 };
 
 // Converts a Status into the public exception.
 [[noreturn]] void throw_error(const Status& s);
+
+// A copy of `g` with shapes inferred for these concrete input shapes (others keep their declaration).
+Result<std::shared_ptr<ir::Graph>> infer_at(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes);
 
 // Sizes of every value of `g` when its inputs have the given concrete shapes (nullopt when
 // data-dependent). Works on a private copy: safe to call from several contexts at once.
@@ -51,7 +55,14 @@ Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes)
 nlohmann::json inspect(const EngineImpl& e);
 
 // Runs an engine on values (tensors, sequences, optionals) in a fresh context: what the tools use.
-Result<std::vector<ops::Value>> run_engine(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs);
+// `profile` forces a profile (-1: the first that fits); `info` receives the profile used and the
+// activation memory of the run.
+struct RunInfo {
+  int profile = -1;
+  size_t activation_bytes = 0;
+};
+Result<std::vector<ops::Value>> run_engine(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
+                                           int profile = -1, RunInfo* info = nullptr);
 // Builds an engine in memory from a loaded model.
 Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderConfig& cfg);
 

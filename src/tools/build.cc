@@ -14,8 +14,51 @@ struct BuildOptions {
   double workspace_mb = 1024;
   bool verbose = false;
   std::vector<std::string> disabled_passes;
+  std::vector<std::string> profiles;  // --profile, repeatable
 };
 }  // namespace
+
+// One --profile value: "[PROFILE=]INPUT:MIN/OPT/MAX[,INPUT:MIN/OPT/MAX...]" with dims like 1x3x224x224;
+// "INPUT:DIMS" alone fixes that input (min = opt = max).
+Result<Profile> profile_from_flag(const std::string& spec) {
+  Profile p;
+  std::string body = spec;
+  size_t eq = spec.find('='), colon = spec.find(':');
+  if (eq != std::string::npos && (colon == std::string::npos || eq < colon)) {
+    p.name = spec.substr(0, eq);
+    body = spec.substr(eq + 1);
+  }
+  if (body.empty()) return InvalidArgument("--profile '", spec, "' gives no input shapes");
+  size_t pos = 0;
+  while (pos <= body.size()) {
+    size_t comma = body.find(',', pos);
+    std::string item = body.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? body.size() + 1 : comma + 1;
+    size_t c = item.rfind(':');
+    if (c == std::string::npos || c == 0)
+      return InvalidArgument("--profile item '", item, "' must look like INPUT:MIN/OPT/MAX, e.g. x:1x3x224x224/",
+                             "4x3x224x224/8x3x224x224");
+    std::string name = item.substr(0, c), ranges = item.substr(c + 1);
+    std::vector<std::string> parts;
+    for (size_t q = 0;;) {
+      size_t slash = ranges.find('/', q);
+      parts.push_back(ranges.substr(q, slash == std::string::npos ? std::string::npos : slash - q));
+      if (slash == std::string::npos) break;
+      q = slash + 1;
+    }
+    if (parts.size() == 1) parts = {parts[0], parts[0], parts[0]};
+    if (parts.size() != 3)
+      return InvalidArgument("--profile item '", item, "': give MIN/OPT/MAX (three shapes) or one fixed shape");
+    std::vector<Dims> d;
+    for (const auto& part : parts) {
+      KILN_ASSIGN_OR_RETURN(auto m, parse_shapes(name + ":" + part));
+      d.push_back(m.begin()->second);
+    }
+    if (p.inputs.count(name)) return InvalidArgument("--profile '", spec, "' gives input '", name, "' twice");
+    p.inputs[name] = {d[0], d[1], d[2]};
+  }
+  return p;
+}
 
 Result<std::vector<Profile>> profiles_from_flags(const std::string& min_s, const std::string& opt_s,
                                                  const std::string& max_s, const std::string& shapes) {
@@ -62,6 +105,12 @@ void add_build_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--opt-shapes", o->opt_shapes, "shapes to tune and plan memory for");
   cmd->add_option("--max-shapes", o->max_shapes, "largest shapes of dynamic inputs");
   cmd->add_option("--shapes", o->shapes, "fixed shapes (min = opt = max)");
+  cmd->add_option("--profile", o->profiles,
+                  "an optimization profile, repeatable: [NAME=]INPUT:MIN/OPT/MAX[,INPUT:MIN/OPT/MAX...], e.g. "
+                  "small=x:1x3x224x224/2x3x224x224/4x3x224x224 (dims separated by x; INPUT:DIMS fixes an input). "
+                  "Inputs whose symbolic dims another input of the profile binds may be left out. At run time the "
+                  "first profile holding every input shape is used. --min/--opt/--max-shapes (or --shapes) form "
+                  "the first profile when given");
   cmd->add_flag("--fp32", o->fp32, "FP32 precision (default)");
   cmd->add_flag("--fp16", o->fp16, "FP16 precision (not implemented yet)");
   cmd->add_flag("--bf16", o->bf16, "BF16 precision (not implemented yet)");
@@ -74,6 +123,14 @@ void add_build_command(CLI::App& app, int& exit_code) {
     if (!profiles.ok()) {
       exit_code = report_error(profiles.status());
       return;
+    }
+    for (const auto& spec : o->profiles) {
+      auto p = profile_from_flag(spec);
+      if (!p.ok()) {
+        exit_code = report_error(p.status());
+        return;
+      }
+      profiles.value().push_back(p.value());
     }
     BuilderConfig cfg;
     cfg.precision = o->fp16   ? Precision::kFP16

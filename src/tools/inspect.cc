@@ -53,6 +53,22 @@ void print_text(const nlohmann::json& j, bool passes_only) {
     std::printf("  %4d %-32s %-24s %-10s %-26s <- %s\n", i++, l["name"].get<std::string>().c_str(),
                 l["op"].get<std::string>().c_str(), l["kernel"].get<std::string>().c_str(), out.c_str(), src.c_str());
   }
+  if (j.contains("profiles"))
+    for (size_t i = 0; i < j["profiles"].size(); ++i) {
+      const auto& p = j["profiles"][i];
+      std::printf("profile  %zu '%s': activation memory min %s / opt %s / max %s\n", i,
+                  p["name"].get<std::string>().c_str(), mib(p["memory"]["min"].get<double>()).c_str(),
+                  mib(p["memory"]["opt"].get<double>()).c_str(), mib(p["memory"]["max"].get<double>()).c_str());
+      auto d = [](const nlohmann::json& v) {
+        std::string s = "[";
+        for (size_t k = 0; k < v.size(); ++k) s += (k ? "," : "") + std::to_string(v[k].get<int64_t>());
+        return s + "]";
+      };
+      for (const auto& in : p["inputs"])
+        std::printf("  %-12s %-20s min %-18s opt %-18s max %s\n", in["name"].get<std::string>().c_str(),
+                    in["dims"].get<std::string>().c_str(), d(in["min"]).c_str(), d(in["opt"]).c_str(),
+                    d(in["max"]).c_str());
+    }
   const auto& m = j["memory"];
   std::printf("memory   planned activation peak %s vs naive sum %s (%d in place); weights %s\n",
               mib(m["arena_bytes"].get<double>()).c_str(), mib(m["naive_bytes"].get<double>()).c_str(),

@@ -21,6 +21,7 @@ struct RunOptions {
   std::string save_outputs;           // all outputs in one .npz
   std::string shapes;
   uint64_t seed = 0;
+  int profile_index = -1;      // engines: force a profile
   std::string expect_outputs;  // .npz with expected outputs by name
   Tolerance tol{1e-3, 1e-4};
 };
@@ -67,11 +68,24 @@ Result<bool> run_model(const RunOptions& o) {
   if (!o.shapes.empty()) {
     KILN_ASSIGN_OR_RETURN(shapes, parse_shapes(o.shapes));
   }
+  if (is_engine) {  // random dynamic inputs default to the opt shapes of the profile
+    auto profiles = engine->profiles();
+    if (!profiles.empty()) {
+      const Profile& p =
+          profiles[o.profile_index >= 0 && o.profile_index < static_cast<int>(profiles.size()) ? o.profile_index : 0];
+      for (const auto& [name, r] : p.inputs)
+        if (!shapes.count(name)) shapes[name] = r.opt;
+    }
+  }
   KILN_RETURN_IF_ERROR(fill_random_inputs(g, o.seed, shapes, inputs));
   for (const auto& [name, v] : inputs) std::printf("input  %s\n", summarize(name, v).c_str());
   std::vector<ops::Value> outs;
   if (is_engine) {
-    KILN_ASSIGN_OR_RETURN(outs, detail::run_engine(engine->impl(), inputs));
+    detail::RunInfo info;
+    KILN_ASSIGN_OR_RETURN(outs, detail::run_engine(engine->impl(), inputs, o.profile_index, &info));
+    if (info.profile >= 0)
+      std::printf("profile %d '%s'\n", info.profile, engine->profiles()[info.profile].name.c_str());
+    std::printf("memory activation %zu bytes\n", info.activation_bytes);
   } else {
     ops::Interpreter interp(graph);
     KILN_ASSIGN_OR_RETURN(outs, interp.run(inputs));
@@ -128,6 +142,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--save-outputs", o->save_outputs, "write all outputs to one .npz (by output name)");
   cmd->add_option("--shapes", o->shapes, "shapes for random inputs: NAME:1x3x224x224,...");
   cmd->add_option("--seed", o->seed, "seed for random inputs");
+  cmd->add_option("--profile-index", o->profile_index,
+                  "engines: run on this optimization profile (default: the first whose ranges hold the input "
+                  "shapes); random inputs take its opt shapes");
   cmd->add_option("--expect-outputs", o->expect_outputs, "compare outputs with this .npz (by output name)");
   cmd->add_option("--rtol", o->tol.rtol, "relative tolerance for --expect-outputs");
   cmd->add_option("--atol", o->tol.atol, "absolute tolerance for --expect-outputs");
