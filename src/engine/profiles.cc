@@ -208,7 +208,9 @@ Result<int> select_profile(const ir::Graph& g, const std::vector<Profile>& profi
                       : profiles.size() > 1 ? " (fits no profile)"
                                             : "";
   return InvalidArgument(msg, which, " — build with a wider ", fix,
-                         profiles.size() > 1 || forced >= 0 ? " or pick another profile" : "");
+                         forced >= 0           ? " or let kiln pick the profile"
+                         : profiles.size() > 1 ? " or add a --profile that covers it"
+                                               : "");
 }
 
 Result<std::map<std::string, Dims>> resolve_output_shapes(const ir::Graph& g,

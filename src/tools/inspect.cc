@@ -18,7 +18,10 @@ struct InspectOptions {
 
 std::string mib(double bytes) {
   char b[32];
-  std::snprintf(b, sizeof b, "%.2f MiB", bytes / (1024.0 * 1024.0));
+  if (bytes < 1024.0 * 1024.0)
+    std::snprintf(b, sizeof b, "%.1f KiB", bytes / 1024.0);
+  else
+    std::snprintf(b, sizeof b, "%.2f MiB", bytes / (1024.0 * 1024.0));
   return b;
 }
 
