@@ -2,7 +2,7 @@
 # Fails when any C++ source is not formatted per .clang-format (run clang-format -i to fix).
 set -euo pipefail
 cd "$1"
-dirs=$(for d in src include tests examples bench python; do [ -d "$d" ] && echo "$d"; done)
+dirs=$(for d in src include tests examples bench python; do if [ -d "$d" ]; then echo "$d"; fi; done)
 files=$(find $dirs \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cpp' \) | sort)
 [ -n "$files" ] || exit 0
 clang-format --dry-run --Werror $files
