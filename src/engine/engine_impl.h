@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +53,11 @@ nlohmann::json inspect(const EngineImpl& e);
 
 // Runs an engine on values (tensors, sequences, optionals) in a fresh context: what the tools use.
 Result<std::vector<ops::Value>> run_engine(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs);
+// The same, calling `on_layer` after every layer with its outputs (kiln compare --find-divergence).
+// The tensors may live in the context's arena: clone what must outlive the call.
+Result<std::vector<ops::Value>> run_engine_observed(
+    const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
+    std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer);
 // Builds an engine in memory from a loaded model.
 Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderConfig& cfg);
 
