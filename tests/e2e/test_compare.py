@@ -94,7 +94,7 @@ print(log)
 check(rc == 1 and "RESULT: FAIL" in log, "planted bug: compare fails with exit 1")
 rep = json.load(open(os.path.join(WORK, "planted.json")))
 first = (rep.get("divergence") or {}).get("first") or {}
-check(first.get("name") == "conv2", "first divergence is the fused layer conv2 (got %r)" % first.get("name"))
+check(first.get("name", "").startswith("conv2"), "first divergence is the fused layer conv2 (got %r)" % first.get("name"))
 srcs = first.get("sources", [])
 check("conv2" in srcs and "bn2" in srcs and first.get("fused"), "its ONNX sources include conv2 and bn2: %r" % srcs)
 check(all(i.get("pass") for i in first.get("inputs", [])) and first.get("inputs"),
@@ -151,7 +151,7 @@ rr = json.load(open(rjson)) if os.path.exists(rjson) else {}
 check(rc == 1 and rr.get("replay", {}).get("reproduced") is True and "reproduces the bundle's numbers" in log,
       "--replay reproduces the same numbers")
 same = rr and all(a["stats"]["abs_err"] == c["stats"]["abs_err"] for a, c in zip(rr["outputs"], rep["outputs"]))
-check(same and rr["divergence"]["first"]["name"] == "conv2", "replayed max/mean/median abs errors and divergent layer are identical")
+check(same and rr["divergence"]["first"]["name"] == first.get("name"), "replayed max/mean/median abs errors and divergent layer are identical")
 rc, log = kiln("compare", "--replay", bundle)
 check(rc == 1 and "numbers DIFFER" in log, "replay without the planted bug notices the numbers differ")
 
