@@ -8,6 +8,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev
   googletest libgtest-dev libbenchmark-dev
   clang-format
+  chromium
   python3-numpy python3-onnx python3-torch python3-torchvision
 )
 

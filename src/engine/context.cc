@@ -1,4 +1,5 @@
 // Engine (public) and ExecutionContext: running an engine with memory-planned activations.
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -38,6 +39,25 @@ std::shared_ptr<uint8_t[]> alloc_arena(size_t n) {
       static_cast<uint8_t*>(::operator new[](std::max<size_t>(n, 64), std::align_val_t(64))),
       [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
 }
+
+// TEST-ONLY fault injection for kiln compare's acceptance test (tests/e2e/test_compare.py), never
+// set in production: KILN_TEST_PLANT_BUG=conv_channels_mod_N makes every Conv/FusedConv layer whose
+// output channel count is a multiple of N wrong (its first channel shifted by 0.25).
+void plant_test_bug(const ir::Node& n, std::vector<ops::Value>& outs) {
+  static const long mod = [] {
+    const char* s = std::getenv("KILN_TEST_PLANT_BUG");
+    const char* prefix = "conv_channels_mod_";
+    return s && std::strncmp(s, prefix, std::strlen(prefix)) == 0 ? std::atol(s + std::strlen(prefix)) : 0L;
+  }();
+  if (mod <= 0 || (n.op_type != "Conv" && n.op_type != "FusedConv") || outs.empty() || !outs[0].is_tensor()) return;
+  const Tensor& t = outs[0].tensor;
+  if (t.dtype() != DataType::kFloat32 || t.rank() < 2 || t.dim(1) == 0 || t.dim(1) % mod != 0) return;
+  Tensor bad = t.clone();
+  int64_t per = bad.numel() / std::max<int64_t>(1, t.dim(0) * t.dim(1));
+  for (int64_t b = 0; b < t.dim(0); ++b)
+    for (int64_t i = 0; i < per; ++i) bad.data<float>()[b * t.dim(1) * per + i] += 0.25f;
+  outs[0] = ops::Value(std::move(bad));
+}
 }  // namespace
 
 Status ContextImpl::run() {
@@ -72,6 +92,7 @@ Status ContextImpl::run() {
   }
   const engine::MemoryPlan& p = *plan;
   interp->place_outputs = [&](const ir::Node& n, std::vector<ops::Value>& outs) {
+    plant_test_bug(n, outs);
     for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i) {
       auto off = p.offsets.find(n.outputs[i]);
       if (off == p.offsets.end() || !outs[i].is_tensor()) continue;
@@ -88,16 +109,24 @@ Status ContextImpl::run() {
 }
 
 Result<std::vector<ops::Value>> run_engine(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
-                                           int profile, RunInfo* info) {
+                                           int profile, RunInfo* info,
+                                           std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer) {
   ContextImpl ctx;
   ctx.engine =
       std::shared_ptr<const EngineImpl>(std::shared_ptr<const EngineImpl>(), &e);  // non-owning: e outlives ctx
   ctx.interp = std::make_unique<ops::Interpreter>(e.model.graph);
+  ctx.interp->on_node = std::move(on_layer);
   ctx.inputs = inputs;
   ctx.shape_state.forced = profile;
   KILN_RETURN_IF_ERROR(ctx.run());
   if (info) *info = {ctx.shape_state.chosen, ctx.plan ? ctx.plan->arena_bytes : 0};
   return std::move(ctx.outputs);
+}
+
+Result<std::vector<ops::Value>> run_engine_observed(
+    const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
+    std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer) {
+  return run_engine(e, inputs, -1, nullptr, std::move(on_layer));
 }
 
 }  // namespace detail

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,8 +62,14 @@ struct RunInfo {
   int profile = -1;
   size_t activation_bytes = 0;
 };
-Result<std::vector<ops::Value>> run_engine(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
-                                           int profile = -1, RunInfo* info = nullptr);
+Result<std::vector<ops::Value>> run_engine(
+    const EngineImpl& e, const std::map<std::string, ops::Value>& inputs, int profile = -1, RunInfo* info = nullptr,
+    std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer = nullptr);
+// The same, calling `on_layer` after every layer with its outputs (kiln compare --find-divergence).
+// The tensors may live in the context's arena: clone what must outlive the call.
+Result<std::vector<ops::Value>> run_engine_observed(
+    const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
+    std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer);
 // Builds an engine in memory from a loaded model.
 Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderConfig& cfg);
 

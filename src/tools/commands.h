@@ -12,6 +12,7 @@ void add_run_command(CLI::App& app, int& exit_code);
 void add_conformance_command(CLI::App& app, int& exit_code);
 void add_build_command(CLI::App& app, int& exit_code);
 void add_inspect_command(CLI::App& app, int& exit_code);
+void add_compare_command(CLI::App& app, int& exit_code);
 
 // The Status behind a public kiln::Error (for exit codes and messages).
 Status detail_status(const Error& e);
