@@ -4,7 +4,7 @@
 // Matches trees of elementwise ops: unary (Abs, Neg, Exp, Log, Sqrt, Reciprocal, Relu, Sigmoid,
 // Tanh, Erf, Sin, Cos, Floor, Ceil, Round, Sign, Softplus, Softsign, LeakyRelu, Elu, Selu,
 // HardSigmoid, HardSwish, Clip, Gelu, kiln.Gelu) and binary (Add, Sub, Mul, Div, Pow, PRelu, and
-// Max/Min of two), where every node's output has the dtype and static shape of the tree's root
+// Max/Min/Sum of two), where every node's output has the dtype and static shape of the tree's root
 // output (so no intermediate is broadcast up: other operands, constants or values computed
 // elsewhere, only broadcast into it) and every absorbed intermediate has exactly one reader.
 // Trees grow from their last node (the root) up through its operands; at least two nodes.
@@ -24,7 +24,7 @@ bool is_elementwise(const ir::Node& n) {
       "Abs",       "Neg", "Exp",  "Log",         "Sqrt",      "Reciprocal", "Relu", "Sigmoid",  "Tanh",
       "Erf",       "Sin", "Cos",  "Floor",       "Ceil",      "Round",      "Sign", "Softplus", "Softsign",
       "LeakyRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Clip",       "Gelu"};
-  static const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Pow", "PRelu", "Max", "Min"};
+  static const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Pow", "PRelu", "Max", "Min", "Sum"};
   if (n.outputs.size() != 1 || n.outputs[0].empty()) return false;
   if (fusion::is_kiln(n, "Gelu")) return n.inputs.size() == 1;
   if (!n.domain.empty() || n.opset < 7) return false;

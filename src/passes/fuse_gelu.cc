@@ -6,7 +6,7 @@
 // where P is a product (a tree of Mul nodes, in any order and grouping: torch's
 // Mul(Mul(x, 1 + erf), 0.5), 0.5 * x * (...), ...) and Q any polynomial built from Add, Sub,
 // Mul, Div by a constant, Neg and Pow(., 2 or 3) of x and scalar constants (x / 1.4142, x * 0.7071,
-// x * x * x, Pow(x, 3), ...). The coefficients are compared within float32 rounding (1e-6
+// x * x * x, Pow(x, 3), ...; Sum of two counts as Add). The coefficients are compared within float32 rounding (1e-6
 // relative), so only true GELUs match. `1 + E` may be Add(E, 1) or Add(1, E).
 //
 // Preconditions: every intermediate node has exactly one reader (x itself may have many), the
@@ -30,6 +30,11 @@ struct Poly {
   double c[4] = {0, 0, 0, 0};
   bool has_marker = false;  // a factor (1 + E) multiplies the whole polynomial
 };
+
+// Add, or a Sum of two (ONNX function bodies write 1 + erf as Sum).
+bool is_add(const ir::Node& n) {
+  return is_onnx(n, "Add") || (is_onnx(n, "Sum") && n.opset >= 8 && n.inputs.size() == 2);
+}
 
 class GeluMatcher {
  public:
@@ -62,8 +67,8 @@ class GeluMatcher {
     bool arithmetic = false;
     if (p >= 0 && (depth == 0 || uses_.single_use(v))) {
       const ir::Node& n = g_.nodes[static_cast<size_t>(p)];
-      arithmetic = is_onnx(n, "Add") || is_onnx(n, "Sub") || is_onnx(n, "Mul") || is_onnx(n, "Div") ||
-                   is_onnx(n, "Pow") || (is_onnx(n, "Neg") && n.opset >= 6);
+      arithmetic = is_add(n) || is_onnx(n, "Sub") || is_onnx(n, "Mul") || is_onnx(n, "Div") || is_onnx(n, "Pow") ||
+                   (is_onnx(n, "Neg") && n.opset >= 6);
       arithmetic = arithmetic && n.outputs.size() == 1 && !nodes.count(p);
     }
     if (!arithmetic) {
@@ -101,7 +106,7 @@ class GeluMatcher {
     if (!poly(n.inputs[0], &a, depth + 1) || !poly(n.inputs[1], &b, depth + 1)) return false;
     if (n.op_type == "Mul") return mul(a, b, out);
     if (a.has_marker || b.has_marker) return false;  // (1 + E) must multiply everything
-    for (int k = 0; k < 4; ++k) out->c[k] = n.op_type == "Add" ? a.c[k] + b.c[k] : a.c[k] - b.c[k];
+    for (int k = 0; k < 4; ++k) out->c[k] = n.op_type == "Sub" ? a.c[k] - b.c[k] : a.c[k] + b.c[k];
     out->has_marker = false;
     return true;
   }
@@ -145,8 +150,7 @@ bool try_gelu(ir::Graph& g, const ir::UseIndex& uses, int ei) {
   if (ai < 0) return false;
   const ir::Node& add = g.nodes[static_cast<size_t>(ai)];
   double one;
-  if (!is_onnx(add, "Add") || !ir::constant_scalar(g, fusion::other_input(add, e.outputs[0]), &one) || one != 1)
-    return false;
+  if (!is_add(add) || !ir::constant_scalar(g, fusion::other_input(add, e.outputs[0]), &one) || one != 1) return false;
   // Q(x), the argument of E.
   GeluMatcher m(g, uses);
   Poly q;

@@ -99,6 +99,31 @@ TEST(FuseGelu, PowCubeVariant) {
   EXPECT_LT(max_abs_diff(before, after), 1e-6);
 }
 
+TEST(FuseGelu, OnnxFunctionBodyAfterConstantFolding) {
+  // ONNX's Gelu function: constants go through CastLike(c, x), sqrt(2) is computed, 1 + erf is a Sum.
+  GraphBuilder b(20);
+  b.input("x", {7}).output("y");
+  b.init("half", scalar_f(0.5f)).init("one", scalar_f(1.0f)).init("two", scalar_f(2.0f));
+  b.node("CastLike", {"half", "x"}, {"half_c"});
+  b.node("CastLike", {"one", "x"}, {"one_c"});
+  b.node("CastLike", {"two", "x"}, {"two_c"});
+  b.node("Sqrt", {"two_c"}, {"sqrt2"});
+  b.node("Div", {"x", "sqrt2"}, {"xs"});
+  b.node("Erf", {"xs"}, {"e"});
+  b.node("Sum", {"one_c", "e"}, {"phi"});
+  b.node("Mul", {"half_c", "x"}, {"hx"});
+  b.node("Mul", {"hx", "phi"}, {"y"});
+  ir::Model before = b.finish();
+  int changed = 0;
+  ir::Model folded = apply_pass(before, passes::fold_constants, &changed);
+  EXPECT_EQ(changed, 4);  // three CastLikes, then the Sqrt
+  ir::Model after = apply_pass(folded, passes::fuse_gelu, &changed);
+  EXPECT_EQ(changed, 1);
+  ASSERT_EQ(after.graph->nodes.size(), 1u);
+  EXPECT_EQ(count_kiln(*after.graph, "Gelu"), 1);
+  EXPECT_LT(max_abs_diff(before, after), 1e-6);
+}
+
 TEST(FuseGelu, LeavesWrongConstantsAndSharedIntermediatesAlone) {
   {  // x / 1.5 is not x / sqrt(2)
     GraphBuilder b(13);
