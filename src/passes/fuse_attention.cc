@@ -145,7 +145,7 @@ bool try_attention(ir::Graph& g, const ir::UseIndex& uses, int smi) {
     group.insert(tp);
   }
   if (!fusion::is_float_value(g, scores_out) || !fusion::is_float_value(g, node(mm2).outputs[0]) ||
-      !std::isfinite(scale))
+      !fusion::in_float_range(scale))
     return false;
   ir::Node att = fusion::kiln_node("Attention", node(mm2).name);
   att.inputs = {q, k, v};

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -68,8 +69,14 @@ inline int sole_consumer(const ir::UseIndex& uses, const std::string& v) {
 // |a - b| within float32 rounding of b.
 inline bool close_to(double a, double b, double rel = 1e-6) { return std::fabs(a - b) <= rel * std::fabs(b) + 1e-12; }
 
-// A float value that survives a round trip through float32 (so a float attribute holds it exactly).
-inline bool fits_float(double v) { return static_cast<double>(static_cast<float>(v)) == v || std::isnan(v); }
+// A finite value within float32's range (a float attribute can hold it; the cast is defined).
+inline bool in_float_range(double v) {
+  return std::isfinite(v) && std::fabs(v) <= static_cast<double>(std::numeric_limits<float>::max());
+}
+// A value that survives a round trip through float32 (so a float attribute holds it exactly).
+inline bool fits_float(double v) {
+  return std::isinf(v) || (in_float_range(v) && static_cast<double>(static_cast<float>(v)) == v);
+}
 
 inline void set_int(ir::Node& n, const std::string& k, int64_t v) {
   ir::Attribute a;
