@@ -2,7 +2,7 @@
 """Exports a PyTorch model to ONNX with a saved input and PyTorch's own output.
 
 usage: export_torch_model.py NAME OUTDIR [--opset N]
-NAME: resnet18 | resnet50 | mobilenet_v2 | transformer_encoder
+NAME: resnet18 | resnet50 | mobilenet_v2 | transformer_encoder | bert_encoder
 Writes OUTDIR/NAME.onnx, OUTDIR/NAME_inputs.npz (by ONNX input name) and OUTDIR/NAME_expected.npz
 (by ONNX output name). Weights are random with a fixed seed: parity, not accuracy, is the point.
 """
@@ -11,6 +11,58 @@ import os
 
 import numpy as np
 import torch
+
+
+class BertLayer(torch.nn.Module):
+    """One post-LN BERT encoder layer written out by hand (no nn.MultiheadAttention), so the export
+    shows the patterns kiln fuses: Q/K/V Linear, heads split by reshape/transpose,
+    softmax(Q K^T / sqrt(d) + mask) V, output projection, residual + LayerNorm, GELU FFN."""
+
+    def __init__(self, hidden, heads, ffn):
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.q = torch.nn.Linear(hidden, hidden)
+        self.k = torch.nn.Linear(hidden, hidden)
+        self.v = torch.nn.Linear(hidden, hidden)
+        self.out = torch.nn.Linear(hidden, hidden)
+        self.ln1 = torch.nn.LayerNorm(hidden, eps=1e-12)
+        self.ff1 = torch.nn.Linear(hidden, ffn)
+        self.ff2 = torch.nn.Linear(ffn, hidden)
+        self.ln2 = torch.nn.LayerNorm(hidden, eps=1e-12)
+
+    def split_heads(self, x):
+        b, s, _ = x.shape
+        return x.view(b, s, self.heads, self.head_dim).transpose(1, 2)  # [B, H, S, D]
+
+    def forward(self, x, mask):
+        import math
+        q, k, v = self.split_heads(self.q(x)), self.split_heads(self.k(x)), self.split_heads(self.v(x))
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim) + mask
+        ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
+        b, h, s, d = ctx.shape
+        ctx = ctx.transpose(1, 2).reshape(b, s, h * d)
+        x = self.ln1(x + self.out(ctx))
+        return self.ln2(x + self.ff2(torch.nn.functional.gelu(self.ff1(x))))
+
+
+class BertEncoder(torch.nn.Module):
+    """BERT-base-like: token + position embeddings, embedding LayerNorm, 12 layers, additive mask
+    (1 - attention_mask) * -10000 broadcast over heads and query positions."""
+
+    def __init__(self, vocab=1000, hidden=768, heads=12, ffn=3072, layers=12, max_len=512):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, hidden)
+        self.pos = torch.nn.Embedding(max_len, hidden)
+        self.ln = torch.nn.LayerNorm(hidden, eps=1e-12)
+        self.layers = torch.nn.ModuleList([BertLayer(hidden, heads, ffn) for _ in range(layers)])
+
+    def forward(self, input_ids, attention_mask):
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        x = self.ln(self.tok(input_ids) + self.pos(positions))
+        mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
 
 
 def build(name):
@@ -31,6 +83,14 @@ def build(name):
         model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
         x = torch.randn(2, 16, 64)
         return model, (x,), ["tokens"], ["hidden"], {"tokens": {0: "batch", 1: "seq"}, "hidden": {0: "batch", 1: "seq"}}, 17
+    if name == "bert_encoder":
+        # Opset 13: LayerNormalization and GELU come out decomposed (ReduceMean/Sub/Pow/..., Erf).
+        model = BertEncoder()
+        ids = torch.randint(0, 1000, (1, 128))
+        mask = torch.ones(1, 128, dtype=torch.int64)
+        mask[:, 100:] = 0  # padding at the end
+        return (model, (ids, mask), ["input_ids", "attention_mask"], ["hidden"],
+                {"input_ids": {0: "batch"}, "attention_mask": {0: "batch"}, "hidden": {0: "batch"}}, 13)
     raise SystemExit(f"unknown model {name}")
 
 

@@ -40,5 +40,12 @@ Result<int> remove_dead_nodes(ir::Graph& g);
 Result<int> eliminate_common_subexpressions(ir::Graph& g);
 Result<int> remove_noop_ops(ir::Graph& g);
 Result<int> fold_batch_norm(ir::Graph& g);
+Result<int> fuse_gelu(ir::Graph& g);
+Result<int> fuse_layer_norm(ir::Graph& g);
+Result<int> fuse_attention(ir::Graph& g);
+Result<int> fuse_matmul_bias(ir::Graph& g);
+Result<int> fuse_activation(ir::Graph& g);
+Result<int> fuse_horizontal_matmul(ir::Graph& g);
+Result<int> fuse_elementwise(ir::Graph& g);
 
 }  // namespace kiln::passes

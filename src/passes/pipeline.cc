@@ -16,6 +16,22 @@ const std::vector<PassInfo>& pipeline() {
       {"eliminate_common_subexpressions", eliminate_common_subexpressions, "merge nodes computing the same values"},
       // Before activation fusion: Conv -> BatchNorm -> Relu must become Conv -> Relu first.
       {"fold_batch_norm", fold_batch_norm, "fold BatchNormalization into Conv/Gemm weights, or lower it to Mul+Add"},
+      // The pattern fusions below all match plain ONNX elementwise ops, so they come before
+      // fuse_elementwise, which would otherwise swallow their pieces. Among them:
+      // GELU first: it makes kiln.Gelu, which fuse_activation then folds into a linear layer.
+      {"fuse_gelu", fuse_gelu, "GELU written with Erf or Tanh -> kiln.Gelu"},
+      {"fuse_layer_norm", fuse_layer_norm, "decomposed layer normalization -> kiln.LayerNormalization"},
+      // Before fuse_matmul_bias: an additive mask after Q K^T would otherwise look like a bias.
+      {"fuse_attention", fuse_attention, "MatMul-scale-mask-Softmax-MatMul -> kiln.Attention"},
+      {"fuse_matmul_bias", fuse_matmul_bias, "MatMul + constant bias -> kiln.FusedMatMul"},
+      // After fuse_matmul_bias (a layer's bias is in place before its residual and activation).
+      {"fuse_activation", fuse_activation,
+       "Conv/Gemm/MatMul + residual Add + activation (Relu, Clip, Sigmoid, SiLU, GELU, ...) -> kiln.Fused*"},
+      // After fuse_activation, so only siblings with the same activation merge and none loses its own.
+      {"fuse_horizontal_matmul", fuse_horizontal_matmul,
+       "sibling MatMuls on one input with constant weights (Q/K/V) -> one MatMul + Split"},
+      // Last of the fusions: whatever elementwise chains the patterns above left.
+      {"fuse_elementwise", fuse_elementwise, "chains of elementwise ops -> kiln.FusedElementwise"},
       // Last: rewrites leave orphans behind.
       {"remove_dead_nodes", remove_dead_nodes, "drop nodes and initializers nothing reads"},
   };
