@@ -108,9 +108,9 @@ Status ContextImpl::run() {
   return Status::Ok();
 }
 
-Result<std::vector<ops::Value>> run_engine(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
-                                           int profile, RunInfo* info,
-                                           std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer) {
+Result<std::vector<ops::Value>> run_engine(
+    const EngineImpl& e, const std::map<std::string, ops::Value>& inputs, int profile, RunInfo* info,
+    std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer) {
   ContextImpl ctx;
   ctx.engine =
       std::shared_ptr<const EngineImpl>(std::shared_ptr<const EngineImpl>(), &e);  // non-owning: e outlives ctx

@@ -38,7 +38,8 @@ Result<PoolPlan> make_pool_plan(const Window& win, const Dims& x_shape) {
     a.in = x_shape[d + 2];
     KILN_ASSIGN_OR_RETURN(a.out, window_output(win, d, a.in, &pb, &pe));
     if (a.out > (int64_t{1} << 31))
-      return InvalidArgument("pooling output dim ", d, " would be ", a.out, " (over 2^31): check pads/strides/kernel_shape");
+      return InvalidArgument("pooling output dim ", d, " would be ", a.out,
+                             " (over 2^31): check pads/strides/kernel_shape");
     a.stride = win.strides[d];
     a.dilation = win.dilations[d];
     a.pad_begin = pb;
