@@ -309,7 +309,8 @@ Status resize_kernel(KernelContext& ctx) {
     sizes = to_i64_vector(s);
     have_sizes = true;
   }
-  if (in.roi >= 0 && ctx.has_input(static_cast<size_t>(in.roi))) {
+  if (in.roi >= 0 && ctx.has_input(static_cast<size_t>(in.roi)) &&
+      a.coord == "tf_crop_and_resize") {  // roi is unused otherwise
     const Tensor& rt = ctx.input(static_cast<size_t>(in.roi));
     if (rt.numel() > 0 && !dtype_is_float(rt.dtype()))
       return ctx.error(str_cat("roi must be a float tensor, got ", rt.describe()));
