@@ -325,14 +325,24 @@ Status resize_kernel(KernelContext& ctx) {
   auto numel = checked_numel(out_shape);
   if (!numel.ok()) return ctx.error(numel.status().message());
 
+  if (*numel == 0) {
+    ctx.set_output(0, Tensor(x.dtype(), out_shape));
+    return Status::Ok();
+  }
+  for (const AxisPlan& p : *plan)
+    if (p.in == 0 && p.out > 0) return ctx.error(str_cat("cannot resize an empty axis to ", p.out));
+  // Axes that shrink go first so that intermediate results stay small.
+  std::vector<size_t> order;
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t axis = 0; axis < plan->size(); ++axis)
+      if (((*plan)[axis].out <= (*plan)[axis].in) == (pass == 0)) order.push_back(axis);
   std::vector<double> data = to_f64_vector(x);
   Dims shape = x.shape();
-  for (size_t axis = 0; axis < plan->size(); ++axis) {
+  for (size_t axis : order) {
     const AxisPlan& p = (*plan)[axis];
     bool identity = p.out == p.in && std::fabs(p.scale - 1.0) < 1e-9 &&
                     (a.coord != "tf_crop_and_resize" || (p.roi_start == 0.0 && p.roi_end == 1.0));
     if (identity) continue;
-    if (p.in == 0 && p.out > 0) return ctx.error(str_cat("cannot resize the empty axis ", axis, " to ", p.out));
     auto taps = axis_taps(a, p);
     if (!taps.ok()) return ctx.error(taps.status().message());
     data = resize_axis(data, shape, axis, *taps, p, a.extrapolation);
