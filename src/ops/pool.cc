@@ -302,6 +302,15 @@ Status global_lp_pool_kernel(KernelContext& ctx) { return global_pool_kernel(ctx
 // when output_shape is given and differs, that result is placed at the start of each dim of a
 // zero tensor of output_shape (as ONNX's reference does).
 
+// (in - 1) * stride - pads + kernel, computed wide (stride * in can exceed 64 bits).
+Result<int64_t> unpooled_extent(const Window& win, size_t d, int64_t in) {
+  if (in < 1 || in > kMaxExtent) return InvalidArgument("spatial dim ", d, " has invalid extent ", in);
+  __int128 v = static_cast<__int128>(in - 1) * win.strides[d] - (win.pad_begin[d] + win.pad_end[d]) + win.kernel[d];
+  if (v < 0 || v > kMaxExtent)
+    return InvalidArgument("unpooled extent of spatial dim ", d, " is out of range (", static_cast<double>(v), ")");
+  return static_cast<int64_t>(v);
+}
+
 Result<Dims> unpool_inferred_shape(const ir::Node& node, const Dims& x_shape) {
   if (x_shape.size() < 3)
     return InvalidArgument("input X must have rank >= 3 (N, C, spatial...), got shape ", dims_str(x_shape));
@@ -311,8 +320,7 @@ Result<Dims> unpool_inferred_shape(const ir::Node& node, const Dims& x_shape) {
   KILN_ASSIGN_OR_RETURN(Window win, read_window(node, x_shape.size() - 2, nullptr, o));
   Dims shape = {x_shape[0], x_shape[1]};
   for (size_t d = 0; d < win.rank; ++d) {
-    int64_t v = (x_shape[d + 2] - 1) * win.strides[d] - (win.pad_begin[d] + win.pad_end[d]) + win.kernel[d];
-    if (v < 0) return InvalidArgument("unpooled extent of spatial dim ", d, " is negative (", v, ")");
+    KILN_ASSIGN_OR_RETURN(int64_t v, unpooled_extent(win, d, x_shape[d + 2]));
     shape.push_back(v);
   }
   return shape;
@@ -349,13 +357,13 @@ Status infer_max_unpool(InferContext& ctx) {
   std::vector<Dim> out = {xs.dims[0], xs.dims[1]};
   for (size_t d = 0; d < win.rank; ++d) {
     const Dim& in = xs.dims[d + 2];
-    if (!in.known() || in.value > (int64_t{1} << 40)) {
+    if (!in.known() || in.value > kMaxExtent) {
       out.push_back(Dim());
       continue;
     }
-    int64_t v = (in.value - 1) * win.strides[d] - (win.pad_begin[d] + win.pad_end[d]) + win.kernel[d];
-    if (v < 0) return ctx.error(str_cat("unpooled extent of spatial dim ", d, " is negative (", v, ")"));
-    out.push_back(Dim(v));
+    auto v = unpooled_extent(win, d, in.value);
+    if (!v.ok()) return ctx.error(v.status().message());
+    out.push_back(Dim(*v));
   }
   ctx.set_output(0, dt, SymShape(out));
   return Status::Ok();
