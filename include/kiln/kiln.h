@@ -76,7 +76,7 @@ struct Profile {
 
 struct BuilderConfig {
   Precision precision = Precision::kFP32;
-  std::vector<Profile> profiles;           ///< one per optimization profile (dynamic inputs)
+  std::vector<Profile> profiles;             ///< one per optimization profile (dynamic inputs)
   size_t workspace_bytes = size_t{1} << 30;  ///< cap on planned activation memory per context
   std::vector<std::string> disabled_passes;  ///< pass names to skip (see `kiln inspect --passes`)
   bool verbose = false;
@@ -86,7 +86,7 @@ struct BuilderConfig {
 struct TensorDesc {
   std::string name;
   DataTypeCode dtype = 0;
-  std::vector<int64_t> shape;  ///< -1 for dynamic dims
+  std::vector<int64_t> shape;          ///< -1 for dynamic dims
   std::vector<std::string> dim_names;  ///< symbol per dim ("batch"), empty when fixed
 };
 

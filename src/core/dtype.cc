@@ -287,8 +287,8 @@ uint8_t float_to_float8e8m0(float x, bool saturate, E8M0Rounding mode) {
     case E8M0Rounding::kUp: round_up = mant != 0; break;
     case E8M0Rounding::kDown: round_up = false; break;
     case E8M0Rounding::kNearest: {
-      bool half = mant & 0x400000u;   // the first dropped bit
-      bool rest = mant & 0x3fffffu;   // any bit below it
+      bool half = mant & 0x400000u;          // the first dropped bit
+      bool rest = mant & 0x3fffffu;          // any bit below it
       round_up = half && (rest || exp > 0);  // normal numbers: halves go up
       break;
     }

@@ -27,20 +27,6 @@ namespace detail {
   throw Error(c, s.message());
 }
 
-Status to_status(const Error& e) {
-  ErrorCode c = ErrorCode::kInternal;
-  switch (e.category()) {
-    case ErrorCategory::kInvalidArgument: c = ErrorCode::kInvalidArgument; break;
-    case ErrorCategory::kInvalidModel: c = ErrorCode::kInvalidModel; break;
-    case ErrorCategory::kUnsupported: c = ErrorCode::kUnsupported; break;
-    case ErrorCategory::kNotFound: c = ErrorCode::kNotFound; break;
-    case ErrorCategory::kIOError: c = ErrorCode::kIOError; break;
-    case ErrorCategory::kOutOfRange: c = ErrorCode::kOutOfRange; break;
-    default: break;
-  }
-  return Status(c, e.what());
-}
-
 void EngineImpl::describe_layers() {
   layers.clear();
   for (const auto& n : model.graph->nodes) {
@@ -56,7 +42,8 @@ void EngineImpl::describe_layers() {
   }
 }
 
-Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes) {
+Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph& g,
+                                                                 const std::map<std::string, Dims>& input_shapes) {
   std::shared_ptr<ir::Graph> copy = ir::deep_copy(g);
   for (auto& in : copy->inputs) {
     auto it = input_shapes.find(in.name);
@@ -84,16 +71,19 @@ namespace {
 
 int count_nodes(const ir::Graph& g) { return static_cast<int>(g.nodes.size()); }
 
-Result<std::shared_ptr<EngineImpl>> build(ir::Model model, const BuilderConfig& cfg) {
+Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderConfig& cfg) {
   auto log = [&](const std::string& line) {
-    if (cfg.log) cfg.log(line);
-    else if (cfg.verbose) std::fprintf(stderr, "%s\n", line.c_str());
+    if (cfg.log)
+      cfg.log(line);
+    else if (cfg.verbose)
+      std::fprintf(stderr, "%s\n", line.c_str());
   };
   auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&]() { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   if (cfg.precision != Precision::kFP32)
-    return Unsupported("only --fp32 engines can be built so far; reduced precision (FP16/BF16/INT8/mixed) is not "
-                       "implemented yet — build with --fp32");
+    return Unsupported(
+        "only --fp32 engines can be built so far; reduced precision (FP16/BF16/INT8/mixed) is not "
+        "implemented yet — build with --fp32");
   KILN_RETURN_IF_ERROR(ops::check_supported(*model.graph));
   auto e = std::make_shared<EngineImpl>();
   e->build["source"] = {{"producer", model.producer_name + " " + model.producer_version},
@@ -145,8 +135,9 @@ Result<std::shared_ptr<EngineImpl>> build(ir::Model model, const BuilderConfig& 
     return it == sizes.end() ? std::nullopt : it->second;
   });
   if (e->plan.arena_bytes > cfg.workspace_bytes)
-    return OutOfRange("the activation memory plan needs ", e->plan.arena_bytes, " bytes at the opt shapes, over the workspace limit of ",
-                      cfg.workspace_bytes, " — raise --workspace or lower the opt/max shapes");
+    return OutOfRange("the activation memory plan needs ", e->plan.arena_bytes,
+                      " bytes at the opt shapes, over the workspace limit of ", cfg.workspace_bytes,
+                      " — raise --workspace or lower the opt/max shapes");
   log("[kiln build] memory plan: peak " + std::to_string(e->plan.arena_bytes) + " bytes (naive " +
       std::to_string(e->plan.naive_bytes) + ")");
   e->target = engine::detect_host();
@@ -158,6 +149,15 @@ Result<std::shared_ptr<EngineImpl>> build(ir::Model model, const BuilderConfig& 
 }
 
 }  // namespace
+
+Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderConfig& cfg) {
+  try {
+    return build_impl(std::move(model), cfg);
+  } catch (const std::bad_alloc&) {
+    return OutOfRange("out of memory while building the engine");
+  }
+}
+
 }  // namespace detail
 
 Builder::Builder(BuilderConfig config) : config_(std::move(config)) {}
@@ -165,7 +165,7 @@ Builder::Builder(BuilderConfig config) : config_(std::move(config)) {}
 std::shared_ptr<Engine> Builder::build_from_file(const std::string& onnx_path) const {
   auto m = onnx_import::load_model(onnx_path);
   if (!m.ok()) detail::throw_error(m.status());
-  auto e = detail::build(std::move(m).value(), config_);
+  auto e = detail::build_engine(std::move(m).value(), config_);
   if (!e.ok()) detail::throw_error(e.status());
   return std::make_shared<Engine>(std::move(e).value());
 }
@@ -173,7 +173,7 @@ std::shared_ptr<Engine> Builder::build_from_file(const std::string& onnx_path) c
 std::shared_ptr<Engine> Builder::build_from_memory(const std::string& onnx_bytes) const {
   auto m = onnx_import::parse_model(onnx_bytes, "");
   if (!m.ok()) detail::throw_error(m.status());
-  auto e = detail::build(std::move(m).value(), config_);
+  auto e = detail::build_engine(std::move(m).value(), config_);
   if (!e.ok()) detail::throw_error(e.status());
   return std::make_shared<Engine>(std::move(e).value());
 }

@@ -32,8 +32,9 @@ std::string signature(const std::map<std::string, ops::Value>& inputs) {
 }
 
 std::shared_ptr<uint8_t[]> alloc_arena(size_t n) {
-  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(::operator new[](std::max<size_t>(n, 64), std::align_val_t(64))),
-                                    [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
+  return std::shared_ptr<uint8_t[]>(
+      static_cast<uint8_t*>(::operator new[](std::max<size_t>(n, 64), std::align_val_t(64))),
+      [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
 }
 }  // namespace
 
@@ -54,10 +55,11 @@ Status ContextImpl::run() {
     for (const auto& [k, v] : inputs)
       if (v.is_tensor()) shapes[k] = v.tensor.shape();
     KILN_ASSIGN_OR_RETURN(auto sizes, value_sizes(g, shapes));
-    auto plan_ptr = std::make_shared<engine::MemoryPlan>(engine::plan_memory(g, [&](const std::string& v) -> std::optional<size_t> {
-      auto s = sizes.find(v);
-      return s == sizes.end() ? std::nullopt : s->second;
-    }));
+    auto plan_ptr =
+        std::make_shared<engine::MemoryPlan>(engine::plan_memory(g, [&](const std::string& v) -> std::optional<size_t> {
+          auto s = sizes.find(v);
+          return s == sizes.end() ? std::nullopt : s->second;
+        }));
     it = plans.emplace(sig, plan_ptr).first;
   }
   plan = it->second;
@@ -79,6 +81,16 @@ Status ContextImpl::run() {
   };
   KILN_ASSIGN_OR_RETURN(outputs, interp->run(inputs));
   return Status::Ok();
+}
+
+Result<std::vector<ops::Value>> run_engine(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs) {
+  ContextImpl ctx;
+  ctx.engine =
+      std::shared_ptr<const EngineImpl>(std::shared_ptr<const EngineImpl>(), &e);  // non-owning: e outlives ctx
+  ctx.interp = std::make_unique<ops::Interpreter>(e.model.graph);
+  ctx.inputs = inputs;
+  KILN_RETURN_IF_ERROR(ctx.run());
+  return std::move(ctx.outputs);
 }
 
 }  // namespace detail
@@ -197,7 +209,8 @@ void ExecutionContext::set_input(const std::string& name, HostTensor t) {
     if (d < 0) detail::throw_error(InvalidArgument("input '", name, "': negative dimension ", d));
   Tensor x(static_cast<DataType>(t.dtype), t.shape);
   if (x.nbytes() != t.nbytes)
-    detail::throw_error(InvalidArgument("input '", name, "': ", t.nbytes, " bytes given, ", x.describe(), " needs ", x.nbytes()));
+    detail::throw_error(
+        InvalidArgument("input '", name, "': ", t.nbytes, " bytes given, ", x.describe(), " needs ", x.nbytes()));
   if (t.nbytes) std::memcpy(x.raw(), t.data.get(), t.nbytes);
   impl_->inputs[name] = ops::Value(std::move(x));
 }
@@ -217,7 +230,8 @@ HostTensor ExecutionContext::output(const std::string& name) const {
   const auto& outs = impl_->engine->model.graph->outputs;
   for (size_t i = 0; i < outs.size(); ++i) {
     if (outs[i].name != name) continue;
-    if (i >= impl_->outputs.size()) detail::throw_error(InvalidArgument("output '", name, "' is not available: call run() first"));
+    if (i >= impl_->outputs.size())
+      detail::throw_error(InvalidArgument("output '", name, "' is not available: call run() first"));
     const ops::Value& v = impl_->outputs[i];
     if (!v.is_tensor()) detail::throw_error(Unsupported("output '", name, "' is not a tensor"));
     HostTensor h;

@@ -96,7 +96,8 @@ Result<std::string> serialize_engine(const EngineImpl& e) {
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& l : e.layers) layers.push_back({{"name", l.name}, {"kernel", l.kernel}});
   h["layers"] = layers;
-  h["memory"] = {{"arena_bytes", e.plan.arena_bytes}, {"naive_bytes", e.plan.naive_bytes}, {"in_place", e.plan.in_place}};
+  h["memory"] = {
+      {"arena_bytes", e.plan.arena_bytes}, {"naive_bytes", e.plan.naive_bytes}, {"in_place", e.plan.in_place}};
   std::string header = h.dump();
   std::string body(weights_offset + weights.size(), '\0');
   std::memcpy(body.data(), graph.data(), graph.size());
@@ -112,40 +113,48 @@ Result<std::string> serialize_engine(const EngineImpl& e) {
   put<uint32_t>(file, 24, crc(reinterpret_cast<const uint8_t*>(file.data()) + kFixedHeader, header.size()));
   // The body checksum covers the padding too: every byte after the header is checked.
   size_t after_header = kFixedHeader + header.size();
-  put<uint32_t>(file, 28, crc(reinterpret_cast<const uint8_t*>(file.data()) + after_header, file.size() - after_header));
+  put<uint32_t>(file, 28,
+                crc(reinterpret_cast<const uint8_t*>(file.data()) + after_header, file.size() - after_header));
   return file;
 }
 
 Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes) {
   const size_t n = bytes.size();
   if (n < kFixedHeader)
-    return InvalidModel("not a kiln engine: the file has ", n, " bytes, fewer than the 32-byte header (truncated?)", kRebuild);
+    return InvalidModel("not a kiln engine: the file has ", n, " bytes, fewer than the 32-byte header (truncated?)",
+                        kRebuild);
   // Copy into 64-byte-aligned storage that the weights alias for the engine's lifetime.
   std::shared_ptr<uint8_t[]> storage(static_cast<uint8_t*>(::operator new[](n, std::align_val_t(64))),
                                      [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
   std::memcpy(storage.get(), bytes.data(), n);
   const uint8_t* p = storage.get();
   if (std::memcmp(p, kMagic, 8) != 0)
-    return InvalidModel("not a kiln engine file (bad magic bytes; is this an ONNX model? use it with kiln build)");
+    return InvalidModel(
+        "not a kiln engine file (bad magic bytes; an ONNX model is the input of kiln build, not of this "
+        "command; a damaged engine must be rebuilt)",
+        kRebuild);
   uint32_t version = get<uint32_t>(p + 8);
   if (version != kEngineFormatVersion)
-    return InvalidModel("engine file format version ", version, " — this kiln (", KILN_VERSION, ") reads format version ",
-                        kEngineFormatVersion, kRebuild);
+    return InvalidModel("engine file format version ", version, " — this kiln (", KILN_VERSION,
+                        ") reads format version ", kEngineFormatVersion, kRebuild);
   uint64_t header_len = get<uint32_t>(p + 12);
   uint64_t body_len = get<uint64_t>(p + 16);
   size_t body_start = align64(kFixedHeader + header_len);
   if (header_len > n || body_len > n || body_start + body_len != n)
-    return InvalidModel("engine file is truncated or has extra bytes: its header says ",
-                        header_len <= n && body_len <= n ? std::to_string(body_start + body_len) : std::string("an impossible size"),
-                        " bytes, the file has ", n, kRebuild);
+    return InvalidModel(
+        "engine file is truncated or has extra bytes: its header says ",
+        header_len <= n && body_len <= n ? std::to_string(body_start + body_len) : std::string("an impossible size"),
+        " bytes, the file has ", n, kRebuild);
   uint32_t header_crc = get<uint32_t>(p + 24), body_crc = get<uint32_t>(p + 28);
   uint32_t actual_header_crc = crc(p + kFixedHeader, header_len);
   if (actual_header_crc != header_crc)
-    return InvalidModel("engine header is corrupted (checksum ", actual_header_crc, ", expected ", header_crc, ")", kRebuild);
+    return InvalidModel("engine header is corrupted (checksum ", actual_header_crc, ", expected ", header_crc, ")",
+                        kRebuild);
   size_t after_header = kFixedHeader + header_len;
   uint32_t actual_body_crc = crc(p + after_header, n - after_header);
   if (actual_body_crc != body_crc)
-    return InvalidModel("engine weights/graph are corrupted (checksum ", actual_body_crc, ", expected ", body_crc, ")", kRebuild);
+    return InvalidModel("engine weights/graph are corrupted (checksum ", actual_body_crc, ", expected ", body_crc, ")",
+                        kRebuild);
   auto e = std::make_shared<EngineImpl>();
   e->storage = storage;
   nlohmann::json h;
@@ -196,7 +205,8 @@ Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes)
   e->describe_layers();
   try {
     const auto& jl = h.at("layers");
-    if (jl.size() != e->layers.size()) return InvalidModel("engine lists ", jl.size(), " layers but its graph has ", e->layers.size(), kRebuild);
+    if (jl.size() != e->layers.size())
+      return InvalidModel("engine lists ", jl.size(), " layers but its graph has ", e->layers.size(), kRebuild);
     for (size_t i = 0; i < jl.size(); ++i) e->layers[i].kernel = jl[i].at("kernel").get<std::string>();
   } catch (const std::exception& ex) {
     return InvalidModel("engine header is malformed (", ex.what(), ")", kRebuild);
@@ -223,11 +233,18 @@ nlohmann::json inspect(const EngineImpl& e) {
     for (const auto& o : l.outputs) outs.push_back({{"name", o}, {"type", o.empty() ? "" : type_str(o)}});
     std::string op = l.domain.empty() ? l.op_type : l.domain + "." + l.op_type;
     ++op_counts[op];
-    layers.push_back({{"name", l.name}, {"op", op}, {"kernel", l.kernel}, {"sources", l.sources}, {"inputs", ins}, {"outputs", outs}});
+    layers.push_back({{"name", l.name},
+                      {"op", op},
+                      {"kernel", l.kernel},
+                      {"sources", l.sources},
+                      {"inputs", ins},
+                      {"outputs", outs}});
   }
   j["layers"] = layers;
   j["layer_counts"] = op_counts;
-  j["memory"] = {{"arena_bytes", e.plan.arena_bytes}, {"naive_bytes", e.plan.naive_bytes}, {"in_place", e.plan.in_place},
+  j["memory"] = {{"arena_bytes", e.plan.arena_bytes},
+                 {"naive_bytes", e.plan.naive_bytes},
+                 {"in_place", e.plan.in_place},
                  {"dynamic_values", e.plan.dynamic.size()}};
   nlohmann::json ins = nlohmann::json::array(), outs = nlohmann::json::array();
   for (const auto& i : g.inputs) ins.push_back({{"name", i.name}, {"type", i.type.str()}});

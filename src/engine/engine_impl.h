@@ -12,6 +12,7 @@
 #include "engine/target.h"
 #include "ir/graph.h"
 #include "kiln/kiln.h"
+#include "ops/value.h"
 
 namespace kiln::detail {
 
@@ -24,29 +25,34 @@ struct LayerInfo {
 };
 
 struct EngineImpl {
-  ir::Model model;                      // optimized graph; large weights alias `storage`
-  std::shared_ptr<uint8_t[]> storage;   // the engine file's bytes when loaded
+  ir::Model model;                     // optimized graph; large weights alias `storage`
+  std::shared_ptr<uint8_t[]> storage;  // the engine file's bytes when loaded
   std::vector<LayerInfo> layers;
-  engine::TargetInfo target;            // the machine it was built on
+  engine::TargetInfo target;              // the machine it was built on
   std::vector<std::string> required_isa;  // CPU features its kernels need
-  nlohmann::json build;                 // config, profiles, pass counts, source model facts
-  engine::MemoryPlan plan;              // at the build's shapes (opt), for inspect
+  nlohmann::json build;                   // config, profiles, pass counts, source model facts
+  engine::MemoryPlan plan;                // at the build's shapes (opt), for inspect
 
   void describe_layers();  // fills `layers` from the graph
 };
 
 // Converts a Status into the public exception.
 [[noreturn]] void throw_error(const Status& s);
-Status to_status(const Error& e);
 
 // Sizes of every value of `g` when its inputs have the given concrete shapes (nullopt when
 // data-dependent). Works on a private copy: safe to call from several contexts at once.
-Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes);
+Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph& g,
+                                                                 const std::map<std::string, Dims>& input_shapes);
 
 // The engine file (format in engine_file.cc).
 Result<std::string> serialize_engine(const EngineImpl& e);
 Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes);
 
 nlohmann::json inspect(const EngineImpl& e);
+
+// Runs an engine on values (tensors, sequences, optionals) in a fresh context: what the tools use.
+Result<std::vector<ops::Value>> run_engine(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs);
+// Builds an engine in memory from a loaded model.
+Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderConfig& cfg);
 
 }  // namespace kiln::detail

@@ -7,11 +7,17 @@
 namespace kiln::engine {
 
 bool op_allows_in_place(const ir::Node& n) {
-  static const std::set<std::string> kOps = {
-      "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal", "Clip", "LeakyRelu", "Elu",
-      "Selu", "Celu", "HardSigmoid", "HardSwish", "Erf", "Softplus", "Softsign", "Gelu", "Mish", "Sin", "Cos",
-      "Floor", "Ceil", "Round", "Sign", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu",
-      "Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "BatchNormalization"};
+  static const std::set<std::string> kOps = {"Relu",       "Sigmoid",  "Tanh",        "Exp",
+                                             "Log",        "Abs",      "Neg",         "Sqrt",
+                                             "Reciprocal", "Clip",     "LeakyRelu",   "Elu",
+                                             "Selu",       "Celu",     "HardSigmoid", "HardSwish",
+                                             "Erf",        "Softplus", "Softsign",    "Gelu",
+                                             "Mish",       "Sin",      "Cos",         "Floor",
+                                             "Ceil",       "Round",    "Sign",        "Add",
+                                             "Sub",        "Mul",      "Div",         "Pow",
+                                             "Max",        "Min",      "Sum",         "Mean",
+                                             "PRelu",      "Identity", "Dropout",     "Reshape",
+                                             "Flatten",    "Squeeze",  "Unsqueeze",   "BatchNormalization"};
   if (n.domain == "kiln") return n.op_type == "FusedElementwise";
   return n.domain.empty() && kOps.count(n.op_type) > 0;
 }
@@ -74,7 +80,8 @@ MemoryPlan plan_memory(const ir::Graph& g, const std::function<std::optional<siz
   std::vector<std::string> roots;
   for (const auto& v : order)
     if (!shares.count(v)) roots.push_back(v);
-  std::stable_sort(roots.begin(), roots.end(), [&](const std::string& a, const std::string& b) { return life[a].bytes > life[b].bytes; });
+  std::stable_sort(roots.begin(), roots.end(),
+                   [&](const std::string& a, const std::string& b) { return life[a].bytes > life[b].bytes; });
   struct Placed {
     size_t offset, bytes;
     int first, last;

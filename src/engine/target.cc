@@ -40,8 +40,9 @@ Status check_runnable(const std::vector<std::string>& required, const TargetInfo
     if (!have) missing += (missing.empty() ? "" : ", ") + r;
   }
   if (missing.empty()) return Status::Ok();
-  return Unsupported("this engine was built for '", built_on.cpu_model, "' and its kernels need CPU features this machine ('",
-                     host.cpu_model, "') lacks: ", missing, " — rebuild the engine on this machine from the ONNX model with kiln build");
+  return Unsupported("this engine was built for '", built_on.cpu_model,
+                     "' and its kernels need CPU features this machine ('", host.cpu_model, "') lacks: ", missing,
+                     " — rebuild the engine on this machine from the ONNX model with kiln build");
 }
 
 }  // namespace kiln::engine

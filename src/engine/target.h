@@ -9,9 +9,9 @@
 namespace kiln::engine {
 
 struct TargetInfo {
-  std::string device = "cpu";       // "cpu" now; "cuda:<n>" later
-  std::string cpu_model;            // from /proc/cpuinfo
-  std::vector<std::string> isa;     // features this CPU has (avx2, avx512f, fma, ...)
+  std::string device = "cpu";    // "cpu" now; "cuda:<n>" later
+  std::string cpu_model;         // from /proc/cpuinfo
+  std::vector<std::string> isa;  // features this CPU has (avx2, avx512f, fma, ...)
   int cores = 0;
 };
 

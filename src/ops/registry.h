@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,12 +14,38 @@
 
 namespace kiln::ops {
 
+// One element of an integer value known at build time, as a number (any sign) or as a dim symbol.
+// Shape sub-graphs (Shape -> Gather -> Concat -> Reshape) carry these so that symbolic dims survive.
+struct SymInt {
+  bool known = false;
+  int64_t value = 0;  // when known
+  std::string param;  // when not known: the dim symbol ("" = nothing known)
+  static SymInt of(int64_t v) {
+    SymInt s;
+    s.known = true;
+    s.value = v;
+    return s;
+  }
+  static SymInt of(const Dim& d) {
+    if (d.known()) return of(d.value);
+    SymInt s;
+    s.param = d.param;
+    return s;
+  }
+  Dim dim() const { return known ? (value >= 0 ? Dim(value) : Dim()) : (param.empty() ? Dim() : Dim::symbol(param)); }
+};
+using SymValue = std::vector<SymInt>;  // the elements of a scalar or 1-D integer tensor
+
 // Shape/type inference for one node.
 struct InferContext {
   const ir::Node& node;
   std::vector<const ir::TypeInfo*> inputs;  // nullptr where the optional input is missing
   std::vector<const Tensor*> constants;     // the value of input i when known at build time
   std::vector<ir::TypeInfo> outputs;        // filled by the op; one per node output
+  // Symbolic values of small integer inputs (from constants or from ops like Shape), nullptr when
+  // unknown; an op that knows its output's value sets output_values (all-known ones become constants).
+  std::vector<const SymValue*> input_values;
+  std::vector<std::optional<SymValue>> output_values;
   // Infers a subgraph's output types from its input types (for If/Loop/Scan).
   std::function<Result<std::vector<ir::TypeInfo>>(const ir::Graph&, const std::vector<ir::TypeInfo>&)> infer_subgraph;
   int* symbol_counter = nullptr;
@@ -32,6 +59,10 @@ struct InferContext {
   DataType input_dtype(size_t i) const { return has_input(i) ? inputs[i]->elem : DataType::kUndefined; }
   const SymShape& input_shape(size_t i) const;
   const Tensor* constant(size_t i) const { return i < constants.size() ? constants[i] : nullptr; }
+  const SymValue* sym_value(size_t i) const { return i < input_values.size() ? input_values[i] : nullptr; }
+  void set_output_value(size_t i, SymValue v) {
+    if (i < output_values.size()) output_values[i] = std::move(v);
+  }
   // A fresh symbol for a dim only known at run time ("unk__3").
   Dim new_symbol();
   void set_output(size_t i, ir::TypeInfo t) {
@@ -70,7 +101,11 @@ struct KernelContext {
   // The tensor of input i. Required inputs may be read directly; read optional ones only after
   // has_input(i). A missing or non-tensor input makes the run fail with a clean error.
   const Tensor& input(size_t i) const;
-  const Value& input_value(size_t i) const { return *inputs[i]; }
+  // Input i as a value (tensor, sequence or empty optional); a missing input throws like input().
+  const Value& input_value(size_t i) const {
+    if (i >= inputs.size() || inputs[i] == nullptr) throw MissingInput(i);
+    return *inputs[i];
+  }
   size_t num_outputs() const { return outputs.size(); }
   bool wants_output(size_t i) const { return node.has_output(i); }
   void set_output(size_t i, Tensor t) {

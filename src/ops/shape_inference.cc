@@ -1,5 +1,6 @@
 #include "ops/shape_inference.h"
 
+#include <optional>
 #include <set>
 
 #include "ops/interpreter.h"
@@ -42,6 +43,26 @@ Status merge_types(const ir::Node& n, const std::string& value, ir::TypeInfo& in
   return Status::Ok();
 }
 
+// The elements of a small integer constant as a symbolic value (nullopt for other constants).
+std::optional<SymValue> value_of_constant(const Tensor& t) {
+  if (!dtype_is_integer(t.dtype()) || t.rank() > 1 || t.numel() > 64) return std::nullopt;
+  SymValue v;
+  for (int64_t i = 0; i < t.numel(); ++i) v.push_back(SymInt::of(t.get_i64(i)));
+  return v;
+}
+
+// A fully known symbolic value as a constant of the output's type (scalar or 1-D integer).
+std::optional<Tensor> constant_of_value(const SymValue& v, const ir::TypeInfo& type) {
+  if (!type.is_tensor() || !dtype_is_integer(type.elem) || !type.shape.rank_known || type.shape.rank() > 1)
+    return std::nullopt;
+  if (type.shape.rank() == 0 && v.size() != 1) return std::nullopt;
+  for (const SymInt& x : v)
+    if (!x.known) return std::nullopt;
+  Tensor t(type.elem, type.shape.rank() == 0 ? Dims{} : Dims{static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.set_i64(static_cast<int64_t>(i), v[i].value);
+  return t;
+}
+
 class GraphInferencer {
  public:
   GraphInferencer(const InferOptions& opts, int* counter) : opts_(opts), counter_(counter) {}
@@ -63,11 +84,14 @@ class GraphInferencer {
     for (const auto& o : g.outputs) declared[o.name] = o.type;
     for (auto& [k, v] : g.value_types) declared.emplace(k, v);
 
+    std::map<std::string, SymValue> values;  // symbolic values of integer tensors (shape sub-graphs)
     const OpRegistry& reg = OpRegistry::get();
     for (auto& n : g.nodes) {
       const OpSchema* s = reg.find(n.domain, n.op_type, n.opset);
       InferContext ctx(n);
       ctx.symbol_counter = counter_;
+      std::vector<SymValue> const_values;
+      const_values.reserve(n.inputs.size());  // ctx.input_values points into it
       for (const auto& in : n.inputs) {
         const ir::TypeInfo* t = nullptr;
         const Tensor* c = nullptr;
@@ -82,8 +106,17 @@ class GraphInferencer {
         }
         ctx.inputs.push_back(t);
         ctx.constants.push_back(c);
+        const SymValue* sv = nullptr;
+        if (c) {
+          if (auto v = value_of_constant(*c)) sv = &const_values.emplace_back(std::move(*v));
+        } else if (!in.empty()) {
+          auto it = values.find(in);
+          if (it != values.end()) sv = &it->second;
+        }
+        ctx.input_values.push_back(sv);
       }
       ctx.outputs.resize(n.outputs.size());
+      ctx.output_values.resize(n.outputs.size());
       ctx.infer_subgraph = [&](const ir::Graph& sg,
                                const std::vector<ir::TypeInfo>& in_types) -> Result<std::vector<ir::TypeInfo>> {
         auto& mg = const_cast<ir::Graph&>(sg);
@@ -129,6 +162,13 @@ class GraphInferencer {
             if (t.numel() <= opts_.max_fold_elements) constants[n.outputs[o]] = t;
           }
         }
+      }
+      for (size_t o = 0; o < n.outputs.size(); ++o) {
+        if (!n.has_output(o) || !ctx.output_values[o]) continue;
+        values[n.outputs[o]] = *ctx.output_values[o];
+        if (!constants.count(n.outputs[o]))
+          if (auto t = constant_of_value(*ctx.output_values[o], ctx.outputs[o]))
+            constants[n.outputs[o]] = std::move(*t);
       }
       for (size_t o = 0; o < n.outputs.size(); ++o) {
         if (!n.has_output(o)) continue;

@@ -88,7 +88,8 @@ bool fold_into_gemm(ir::Graph& g, ir::Node& gemm, const Affine& a) {
   Tensor nc(w->dtype(), {m_count});
   for (int64_t m = 0; m < m_count; ++m) {
     double cv = c ? c->get_f64(c->numel() == 1 ? 0 : m) : 0.0;
-    nc.set_f64(m, c ? cv * a.s[static_cast<size_t>(m)] + a.t[static_cast<size_t>(m)] / beta : a.t[static_cast<size_t>(m)]);
+    nc.set_f64(m,
+               c ? cv * a.s[static_cast<size_t>(m)] + a.t[static_cast<size_t>(m)] / beta : a.t[static_cast<size_t>(m)]);
   }
   gemm.inputs[1] = add_initializer(g, gemm.inputs[1] + "_bnfold", std::move(nw));
   if (gemm.inputs.size() < 3) gemm.inputs.resize(3);
@@ -119,14 +120,16 @@ Result<int> fold_batch_norm(ir::Graph& g) {
     bool folded = false;
     if (p >= 0 && uses.single_use(x) && !removed.count(p)) {
       ir::Node& prod = g.nodes[static_cast<size_t>(p)];
-      if (prod.domain.empty() && prod.op_type == "Conv" && prod.inputs.size() >= 2) folded = fold_into_conv(g, prod, a);
-      else if (prod.domain.empty() && prod.op_type == "Gemm" && prod.inputs.size() >= 2) folded = fold_into_gemm(g, prod, a);
+      if (prod.domain.empty() && prod.op_type == "Conv" && prod.inputs.size() >= 2)
+        folded = fold_into_conv(g, prod, a);
+      else if (prod.domain.empty() && prod.op_type == "Gemm" && prod.inputs.size() >= 2)
+        folded = fold_into_gemm(g, prod, a);
       if (folded) {
         prod.outputs[0] = bn.outputs[0];
         ir::add_sources(prod, bn);
       }
     }
-    if (!folded) {  // standalone: x * s + t with s, t shaped [C, 1, ...]
+    if (!folded) {                 // standalone: x * s + t with s, t shaped [C, 1, ...]
       if (bn.opset < 7) continue;  // legacy Mul/Add would not broadcast [C, 1, 1]
       auto xt = g.value_types.find(x);
       if (xt == g.value_types.end() || !xt->second.is_tensor() || !xt->second.shape.rank_known ||

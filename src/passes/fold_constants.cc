@@ -3,8 +3,8 @@
 // feeding a Reshape) by initializers. Random ops and nodes with subgraphs are left alone (shape
 // inference never folds them); outputs larger than 1M elements are not folded (they would bloat
 // the engine file more than they save).
-#include "ops/shape_inference.h"
 #include "ir/rewrite.h"
+#include "ops/shape_inference.h"
 #include "passes/pass.h"
 
 namespace kiln::passes {

@@ -15,7 +15,7 @@ namespace kiln::passes {
 using PassFn = Result<int> (*)(ir::Graph& g);
 
 struct PassInfo {
-  const char* name;         // stable, used by --disable-pass and reports
+  const char* name;  // stable, used by --disable-pass and reports
   PassFn run;
   const char* description;  // one line for `kiln inspect --passes`
 };

@@ -54,7 +54,8 @@ Result<std::vector<PassStat>> optimize(ir::Model& model, const std::set<std::str
       st.changed = r.value();
       if (st.changed) {
         Status s = refresh(g);
-        if (!s.ok()) return s.with_context(std::string("after pass ") + p.name + " the graph is invalid (a kiln bug): ");
+        if (!s.ok())
+          return s.with_context(std::string("after pass ") + p.name + " the graph is invalid (a kiln bug): ");
       }
       st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }

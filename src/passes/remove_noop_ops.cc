@@ -40,7 +40,8 @@ bool bypass(ir::Graph& g, const ir::UseIndex& uses, int idx, const std::string& 
 }
 
 bool dropout_is_identity(const ir::Graph& g, const ir::UseIndex& uses, const ir::Node& n) {
-  if (n.outputs.size() > 1 && !n.outputs[1].empty() && (!uses.consumers(n.outputs[1]).empty() || uses.is_graph_output(n.outputs[1])))
+  if (n.outputs.size() > 1 && !n.outputs[1].empty() &&
+      (!uses.consumers(n.outputs[1]).empty() || uses.is_graph_output(n.outputs[1])))
     return false;
   if (n.inputs.size() > 2 && !n.inputs[2].empty()) {  // training_mode must be a constant false
     const Tensor* t = ir::constant_value(g, n.inputs[2]);
@@ -79,7 +80,8 @@ Result<int> remove_noop_ops(ir::Graph& g) {
       } else if (n.op_type == "Cast") {
         const ir::TypeInfo* t = type_of(g, n.inputs[0]);
         noop = t && t->is_tensor() && static_cast<int64_t>(t->elem) == n.attr_int("to", -1);
-      } else if (n.op_type == "Reshape" || n.op_type == "Squeeze" || n.op_type == "Unsqueeze" || n.op_type == "Flatten") {
+      } else if (n.op_type == "Reshape" || n.op_type == "Squeeze" || n.op_type == "Unsqueeze" ||
+                 n.op_type == "Flatten") {
         noop = same_static_shape(g, n.inputs[0], n.outputs[0]);
       } else if (n.op_type == "Transpose") {
         std::vector<int64_t> perm = transpose_perm(g, n);
@@ -112,7 +114,8 @@ Result<int> remove_noop_ops(ir::Graph& g) {
         if (p1.empty() || p1.size() != p2.size()) continue;
         std::vector<int64_t> q(p2.size());
         for (size_t k = 0; k < q.size(); ++k) {
-          if (p2[k] < 0 || p2[k] >= static_cast<int64_t>(p1.size())) return Status(ErrorCode::kInvalidModel, n.where() + "perm out of range");
+          if (p2[k] < 0 || p2[k] >= static_cast<int64_t>(p1.size()))
+            return Status(ErrorCode::kInvalidModel, n.where() + "perm out of range");
           q[k] = p1[static_cast<size_t>(p2[k])];
         }
         n.inputs[0] = inner.inputs[0];

@@ -1,5 +1,7 @@
 #include "tools/cli_common.h"
 
+#include "tools/commands.h"
+
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -19,6 +21,20 @@ int exit_code_for(const Status& s) {
     case ErrorCode::kInternal: return kExitInternal;
     default: return kExitInvalidInput;
   }
+}
+
+Status detail_status(const Error& e) {
+  ErrorCode c = ErrorCode::kInternal;
+  switch (e.category()) {
+    case ErrorCategory::kInvalidArgument: c = ErrorCode::kInvalidArgument; break;
+    case ErrorCategory::kInvalidModel: c = ErrorCode::kInvalidModel; break;
+    case ErrorCategory::kUnsupported: c = ErrorCode::kUnsupported; break;
+    case ErrorCategory::kNotFound: c = ErrorCode::kNotFound; break;
+    case ErrorCategory::kIOError: c = ErrorCode::kIOError; break;
+    case ErrorCategory::kOutOfRange: c = ErrorCode::kOutOfRange; break;
+    default: break;
+  }
+  return Status(c, e.what());
 }
 
 int report_error(const Status& s) {

@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "kiln/kiln.h"
 #include "tools/cli_common.h"
 
 namespace kiln::tools {
@@ -9,5 +10,13 @@ namespace kiln::tools {
 // Each subcommand stores its exit status in `exit_code` when it runs.
 void add_run_command(CLI::App& app, int& exit_code);
 void add_conformance_command(CLI::App& app, int& exit_code);
+void add_build_command(CLI::App& app, int& exit_code);
+void add_inspect_command(CLI::App& app, int& exit_code);
+
+// The Status behind a public kiln::Error (for exit codes and messages).
+Status detail_status(const Error& e);
+// min/opt/max flags (trtexec syntax) -> profiles, validated (ranks, min <= opt <= max).
+Result<std::vector<Profile>> profiles_from_flags(const std::string& min_s, const std::string& opt_s,
+                                                 const std::string& max_s, const std::string& shapes);
 
 }  // namespace kiln::tools

@@ -16,6 +16,7 @@
 #include <regex>
 #include <set>
 
+#include "engine/engine_impl.h"
 #include "onnx/importer.h"
 #include "ops/interpreter.h"
 #include "tools/commands.h"
@@ -100,7 +101,14 @@ Status check_inferred(const ir::ValueInfo& decl, const ops::Value& got) {
   return Status::Ok();
 }
 
-Outcome run_test(const TestCase& tc, const Tolerance& tol) {
+// Engine mode: the model goes through kiln build (all passes), the engine file format (serialize +
+// load) and an ExecutionContext; outputs must match the reference interpreter and the expected data.
+struct EngineCheck {
+  bool enabled = false;
+  Tolerance vs_reference{1e-4, 1e-5};
+};
+
+Outcome run_test(const TestCase& tc, const Tolerance& tol, const EngineCheck& engine_check) {
   Outcome out;
   auto classify = [&](const Status& s) {
     out.status = s.code() == ErrorCode::kUnsupported ? "unsupported" : "fail";
@@ -119,6 +127,18 @@ Outcome run_test(const TestCase& tc, const Tolerance& tol) {
   for (const auto& in : g.inputs) {
     all_inputs.push_back(&in);
     if (!g.initializers.count(in.name)) free_inputs.push_back(&in);
+  }
+  std::shared_ptr<detail::EngineImpl> engine;
+  if (engine_check.enabled) {
+    auto m2 = onnx_import::load_model(tc.model);
+    if (!m2.ok()) return classify(m2.status());
+    auto built = detail::build_engine(std::move(m2).value(), BuilderConfig{});
+    if (!built.ok()) return classify(built.status().with_context("kiln build: "));
+    auto bytes = detail::serialize_engine(*built.value());
+    if (!bytes.ok()) return classify(bytes.status().with_context("engine save: "));
+    auto loaded = detail::deserialize_engine(bytes.value());
+    if (!loaded.ok()) return classify(loaded.status().with_context("engine load: "));
+    engine = loaded.value();
   }
   std::vector<std::string> sets = tc.data_dirs;
   if (sets.empty()) sets.push_back("");  // light model
@@ -162,6 +182,17 @@ Outcome run_test(const TestCase& tc, const Tolerance& tol) {
     ops::Interpreter interp(model->graph);
     auto res = interp.run(inputs);
     if (!res.ok()) return classify(res.status());
+    if (engine) {
+      auto eng = detail::run_engine(*engine, inputs);
+      if (!eng.ok()) return classify(eng.status().with_context("engine run: "));
+      if (eng->size() != res->size())
+        return classify(Internal("engine gave ", eng->size(), " outputs, reference ", res->size()));
+      for (size_t i = 0; i < res->size(); ++i) {
+        Status st = compare_value(g.outputs[i].name, (*eng)[i], (*res)[i], engine_check.vs_reference);
+        if (!st.ok()) return classify(st.with_context("engine vs reference interpreter: "));
+      }
+      res = std::move(eng);
+    }
     if (expected.size() > res->size())
       return classify(InvalidModel("model has ", res->size(), " outputs, test expects ", expected.size()));
     for (size_t i = 0; i < expected.size(); ++i) {
@@ -176,15 +207,15 @@ Outcome run_test(const TestCase& tc, const Tolerance& tol) {
 }
 
 // Runs one test in a child process; a crash or timeout becomes a "fail" with the reason.
-Outcome run_isolated(const TestCase& tc, const Tolerance& tol, int timeout_s) {
+Outcome run_isolated(const TestCase& tc, const Tolerance& tol, const EngineCheck& ec, int timeout_s) {
   int fds[2];
-  if (pipe(fds) != 0) return run_test(tc, tol);
+  if (pipe(fds) != 0) return run_test(tc, tol, ec);
   auto start = std::chrono::steady_clock::now();
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
     alarm(static_cast<unsigned>(timeout_s));
-    Outcome o = run_test(tc, tol);
+    Outcome o = run_test(tc, tol, ec);
     nlohmann::json j = {{"status", o.status}, {"message", o.message}, {"ops", o.ops}};
     std::string s = j.dump();
     size_t off = 0;
@@ -234,6 +265,7 @@ struct ConformanceOptions {
   double rtol = 1e-3, atol = 1e-7;
   int timeout_s = 120;
   bool quiet = false;
+  bool engine = false;
 };
 
 int run_conformance(const ConformanceOptions& o) {
@@ -250,7 +282,9 @@ int run_conformance(const ConformanceOptions& o) {
   std::set<std::string> passed;
   int counts[3] = {0, 0, 0};
   for (const auto& tc : tests) {
-    Outcome r = run_isolated(tc, tol, o.timeout_s);
+    EngineCheck ec;
+    ec.enabled = o.engine;
+    Outcome r = run_isolated(tc, tol, ec, o.timeout_s);
     int k = r.status == "pass" ? 0 : r.status == "fail" ? 1 : 2;
     ++counts[k];
     std::string suite = tc.name.substr(0, tc.name.find('/'));
@@ -329,6 +363,9 @@ void add_conformance_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--atol", o->atol, "absolute tolerance (ONNX's runner: 1e-7)");
   cmd->add_option("--timeout", o->timeout_s, "seconds per test");
   cmd->add_flag("--quiet", o->quiet, "only print totals");
+  cmd->add_flag("--engine", o->engine,
+                "run each model through kiln build (all passes), the engine file and an ExecutionContext; outputs must "
+                "match the reference interpreter (rtol 1e-4, atol 1e-5) and the expected data");
   cmd->callback([o, &exit_code]() { exit_code = run_conformance(*o); });
 }
 

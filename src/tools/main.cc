@@ -10,6 +10,8 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   kiln::tools::add_run_command(app, exit_code);
   kiln::tools::add_conformance_command(app, exit_code);
+  kiln::tools::add_build_command(app, exit_code);
+  kiln::tools::add_inspect_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,8 +1,10 @@
 // kiln run: runs a model with the reference interpreter and writes/prints its outputs.
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "core/npy.h"
+#include "engine/engine_impl.h"
 #include "onnx/importer.h"
 #include "ops/interpreter.h"
 #include "tools/commands.h"
@@ -25,9 +27,23 @@ struct RunOptions {
 
 // Returns whether every expected output matched (true when none were given).
 Result<bool> run_model(const RunOptions& o) {
-  KILN_ASSIGN_OR_RETURN(ir::Model model, onnx_import::load_model(o.model));
-  KILN_RETURN_IF_ERROR(ops::check_supported(*model.graph));
-  const ir::Graph& g = *model.graph;
+  // An engine file runs through an ExecutionContext, a model through the reference interpreter.
+  bool is_engine = o.model.size() > 5 && o.model.compare(o.model.size() - 5, 5, ".kiln") == 0;
+  std::shared_ptr<Engine> engine;
+  std::shared_ptr<const ir::Graph> graph;
+  if (is_engine) {
+    try {
+      engine = Engine::load(o.model);
+    } catch (const Error& e) {
+      return detail_status(e);
+    }
+    graph = engine->impl().model.graph;
+  } else {
+    KILN_ASSIGN_OR_RETURN(ir::Model model, onnx_import::load_model(o.model));
+    KILN_RETURN_IF_ERROR(ops::check_supported(*model.graph));
+    graph = model.graph;
+  }
+  const ir::Graph& g = *graph;
   std::map<std::string, ops::Value> inputs;
   auto decl_of = [&](const std::string& name) -> const ir::ValueInfo* {
     for (const auto& in : g.inputs)
@@ -53,8 +69,13 @@ Result<bool> run_model(const RunOptions& o) {
   }
   KILN_RETURN_IF_ERROR(fill_random_inputs(g, o.seed, shapes, inputs));
   for (const auto& [name, v] : inputs) std::printf("input  %s\n", summarize(name, v).c_str());
-  ops::Interpreter interp(model.graph);
-  KILN_ASSIGN_OR_RETURN(std::vector<ops::Value> outs, interp.run(inputs));
+  std::vector<ops::Value> outs;
+  if (is_engine) {
+    KILN_ASSIGN_OR_RETURN(outs, detail::run_engine(engine->impl(), inputs));
+  } else {
+    ops::Interpreter interp(graph);
+    KILN_ASSIGN_OR_RETURN(outs, interp.run(inputs));
+  }
   if (!o.output_dir.empty()) std::filesystem::create_directories(o.output_dir);
   for (size_t i = 0; i < outs.size(); ++i) {
     const std::string& name = g.outputs[i].name;
@@ -97,8 +118,8 @@ Result<bool> run_model(const RunOptions& o) {
 
 void add_run_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<RunOptions>();
-  CLI::App* cmd = app.add_subcommand("run", "Run a model with the reference interpreter");
-  cmd->add_option("model", o->model, "model.onnx")->required();
+  CLI::App* cmd = app.add_subcommand("run", "Run a model (reference interpreter) or an engine (.kiln)");
+  cmd->add_option("model", o->model, "model.onnx or model.kiln")->required();
   cmd->add_option("--input", o->inputs, "NAME=FILE (.npy or ONNX .pb), repeatable");
   cmd->add_option("--inputs", o->inputs_npz, "all inputs from one .npz");
   cmd->add_option("--output-dir", o->output_dir, "write each output to DIR/NAME.npy");

@@ -5,7 +5,7 @@
 set -euo pipefail
 src=$1 build=$2 suite=$3
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-  -DKILN_SANITIZE=ON -DKILN_SUITE_ARCHIVE=/nonexistent >/dev/null
+  -DKILN_SANITIZE=address -DKILN_SUITE_ARCHIVE=/nonexistent >/dev/null
 ninja -C "$build" kiln_fuzz >/dev/null
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=256:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -1,0 +1,216 @@
+// Indexing ops that write: ScatterElements (and the deprecated Scatter), ScatterND with their
+// reductions (none / add / mul / max / min), and TensorScatter (KV-cache update, opset 24).
+#include <algorithm>
+
+#include "ops/tensor_util.h"
+
+namespace kiln::ops {
+namespace {
+
+enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
+
+Result<Reduction> parse_reduction(const ir::Node& node) {
+  std::string r = node.attr_string("reduction", "none");
+  if (r == "none") return Reduction::kNone;
+  if (r == "add") return Reduction::kAdd;
+  if (r == "mul") return Reduction::kMul;
+  if (r == "max") return Reduction::kMax;
+  if (r == "min") return Reduction::kMin;
+  return InvalidArgument("unknown reduction '", r, "' (none, add, mul, max, min)");
+}
+
+template <typename T>
+T combine(T a, T b, Reduction r) {
+  if constexpr (std::is_same_v<T, bool>) {
+    switch (r) {
+      case Reduction::kAdd:
+      case Reduction::kMax: return a || b;
+      case Reduction::kMul:
+      case Reduction::kMin: return a && b;
+      default: return b;
+    }
+  } else if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;  // wraps instead of overflowing
+    switch (r) {
+      case Reduction::kAdd: return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+      case Reduction::kMul: return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+      case Reduction::kMax: return std::max(a, b);
+      case Reduction::kMin: return std::min(a, b);
+      default: return b;
+    }
+  } else {
+    switch (r) {
+      case Reduction::kAdd: return a + b;
+      case Reduction::kMul: return a * b;
+      case Reduction::kMax: return std::max(a, b);
+      case Reduction::kMin: return std::min(a, b);
+      default: return b;
+    }
+  }
+}
+
+// Writes updates into a copy of data: element upd_off[i] + j of updates (j < block) goes to
+// out_off[i] + j of the output, combined by the reduction. Low-precision floats compute in float32.
+Result<Tensor> scatter_blocks(const Tensor& data, const Tensor& updates, const std::vector<int64_t>& out_off,
+                              const std::vector<int64_t>& upd_off, int64_t block, Reduction red) {
+  if (red == Reduction::kNone) {
+    Tensor out = data.clone();
+    for (size_t i = 0; i < out_off.size(); ++i) copy_elements(updates, upd_off[i], out, out_off[i], block);
+    return out;
+  }
+  Tensor out = upcast_float(data).clone(), upd = upcast_float(updates);
+  if (!dtype_is_builtin(out.dtype()))
+    return Unsupported("reductions on dtype ", dtype_name(data.dtype()), " are not supported");
+  dispatch_builtin(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* po = out.data<T>();
+    const T* pu = upd.data<T>();
+    for (size_t i = 0; i < out_off.size(); ++i)
+      for (int64_t j = 0; j < block; ++j) po[out_off[i] + j] = combine(po[out_off[i] + j], pu[upd_off[i] + j], red);
+  });
+  return downcast_float(out, data.dtype());
+}
+
+// ---------------------------------------------------------------- ScatterElements, Scatter
+
+Status scatter_infer(InferContext& ctx) {
+  ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
+  return Status::Ok();
+}
+
+Status scatter_elements_kernel(KernelContext& ctx) {
+  const Tensor &data = ctx.input(0), &ind_t = ctx.input(1), &upd = ctx.input(2);
+  KILN_ASSIGN_OR_RETURN(Reduction red, parse_reduction(ctx.node));
+  if (upd.dtype() != data.dtype())
+    return ctx.error(str_cat("updates ", upd.describe(), " must have the dtype of data ", data.describe()));
+  if (ind_t.shape() != upd.shape())
+    return ctx.error(str_cat("indices ", ind_t.describe(), " and updates ", upd.describe(), " must have one shape"));
+  if (!dtype_is_integer(ind_t.dtype())) return ctx.error(str_cat("indices must be integers, got ", ind_t.describe()));
+  if (data.rank() == 0) return ctx.error("data must have rank >= 1");
+  KILN_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(ctx.node.attr_int("axis", 0), data.rank()));
+  if (ind_t.rank() != data.rank())
+    return ctx.error(str_cat("indices ", ind_t.describe(), " must have the rank of data ", data.describe()));
+  for (int64_t k = 0; k < data.rank(); ++k)
+    if (k != axis && ind_t.dim(k) > data.dim(k))
+      return ctx.error(str_cat("indices ", ind_t.describe(), " is larger than data ", data.describe(), " in dim ", k));
+  std::vector<int64_t> ind = to_i64_vector(ind_t);
+  Dims strides = strides_of(data.shape());
+  int64_t dim = data.dim(axis);
+  std::vector<int64_t> out_off, upd_off;
+  out_off.reserve(ind.size());
+  upd_off.reserve(ind.size());
+  size_t j = 0;
+  Status bad;
+  for_each_index(ind_t.shape(), [&](const Dims& o) {
+    int64_t x = ind[j];
+    if (x < -dim || x >= dim) {
+      if (bad.ok()) bad = OutOfRange("indices[", j, "] = ", x, " is out of range for axis ", axis, " of size ", dim);
+      ++j;
+      return;
+    }
+    int64_t off = 0;
+    for (size_t k = 0; k < o.size(); ++k)
+      off += (static_cast<int64_t>(k) == axis ? (x < 0 ? x + dim : x) : o[k]) * strides[k];
+    out_off.push_back(off);
+    upd_off.push_back(static_cast<int64_t>(j));
+    ++j;
+  });
+  KILN_RETURN_IF_ERROR(bad);
+  KILN_ASSIGN_OR_RETURN(Tensor out, scatter_blocks(data, upd, out_off, upd_off, 1, red));
+  ctx.set_output(0, out);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- ScatterND
+
+Status scatter_nd_kernel(KernelContext& ctx) {
+  const Tensor &data = ctx.input(0), &ind_t = ctx.input(1), &upd = ctx.input(2);
+  KILN_ASSIGN_OR_RETURN(Reduction red, parse_reduction(ctx.node));
+  if (upd.dtype() != data.dtype())
+    return ctx.error(str_cat("updates ", upd.describe(), " must have the dtype of data ", data.describe()));
+  if (!dtype_is_integer(ind_t.dtype())) return ctx.error(str_cat("indices must be integers, got ", ind_t.describe()));
+  int64_t q = ind_t.rank(), r = data.rank();
+  if (q < 1) return ctx.error("indices must have rank >= 1");
+  int64_t k = ind_t.dim(q - 1);
+  if (k > r)
+    return ctx.error(str_cat("indices ", ind_t.describe(), " index more dims than data ", data.describe(), " has"));
+  Dims want(ind_t.shape().begin(), ind_t.shape().end() - 1);
+  want.insert(want.end(), data.shape().begin() + k, data.shape().end());
+  if (upd.shape() != want)
+    return ctx.error(str_cat("updates ", upd.describe(), " must have shape ", dims_str(want), " (indices ",
+                             ind_t.describe(), ", data ", data.describe(), ")"));
+  Dims strides = strides_of(data.shape());
+  int64_t inner = 1;
+  for (int64_t i = k; i < r; ++i) inner *= data.dim(i);
+  int64_t n = k > 0 ? ind_t.numel() / k : dims_numel(Dims(ind_t.shape().begin(), ind_t.shape().end() - 1));
+  std::vector<int64_t> ind = to_i64_vector(ind_t), out_off, upd_off;
+  for (int64_t t = 0; t < n; ++t) {
+    int64_t off = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t d = data.dim(j), x = ind[static_cast<size_t>(t * k + j)];
+      if (x < -d || x >= d)
+        return ctx.error(str_cat("index ", x, " is out of range for dim ", j, " of data ", data.describe()));
+      off += (x < 0 ? x + d : x) * strides[static_cast<size_t>(j)];
+    }
+    out_off.push_back(off);
+    upd_off.push_back(t * inner);
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor out, scatter_blocks(data, upd, out_off, upd_off, inner, red));
+  ctx.set_output(0, out);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- TensorScatter
+
+Status tensor_scatter_kernel(KernelContext& ctx) {
+  const Tensor &past = ctx.input(0), &upd = ctx.input(1);
+  std::string mode = ctx.node.attr_string("mode", "linear");
+  if (mode != "linear" && mode != "circular")
+    return ctx.error(str_cat("mode must be linear or circular, got '", mode, "'"));
+  if (past.rank() < 2) return ctx.error(str_cat("past_cache must have rank >= 2, got ", past.describe()));
+  KILN_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(ctx.node.attr_int("axis", -2), past.rank()));
+  if (axis == 0) return ctx.error("axis must not be the batch axis 0");
+  if (upd.dtype() != past.dtype() || upd.rank() != past.rank())
+    return ctx.error(
+        str_cat("update ", upd.describe(), " must match past_cache ", past.describe(), " in dtype and rank"));
+  for (int64_t k = 0; k < past.rank(); ++k)
+    if (k != axis ? upd.dim(k) != past.dim(k) : upd.dim(k) > past.dim(k))
+      return ctx.error(
+          str_cat("update ", upd.describe(), " does not fit past_cache ", past.describe(), " (axis ", axis, ")"));
+  int64_t batch = past.dim(0), max_len = past.dim(axis), seq = upd.dim(axis);
+  std::vector<int64_t> wi(static_cast<size_t>(batch), 0);
+  if (ctx.has_input(2)) {
+    const Tensor& w = ctx.input(2);
+    if (!dtype_is_integer(w.dtype()) || w.numel() != batch)
+      return ctx.error(str_cat("write_indices must hold one integer per batch (", batch, "), got ", w.describe()));
+    wi = to_i64_vector(w);
+  }
+  int64_t prefix = 1, inner = 1;
+  for (int64_t k = 1; k < axis; ++k) prefix *= past.dim(k);
+  for (int64_t k = axis + 1; k < past.rank(); ++k) inner *= past.dim(k);
+  Tensor out = past.clone();
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t start = wi[static_cast<size_t>(b)];
+    if (start < 0 || (mode == "linear" && start > max_len - seq))
+      return ctx.error(
+          str_cat("write_indices[", b, "] = ", start, " does not fit ", seq, " updates into a cache of ", max_len));
+    for (int64_t p = 0; p < prefix; ++p) {
+      int64_t row = b * prefix + p;
+      for (int64_t s = 0; s < seq; ++s) {
+        int64_t pos = mode == "circular" ? (start + s) % max_len : start + s;
+        copy_elements(upd, (row * seq + s) * inner, out, (row * max_len + pos) * inner, inner);
+      }
+    }
+  }
+  ctx.set_output(0, out);
+  return Status::Ok();
+}
+
+}  // namespace
+
+KILN_REGISTER_OP_ARITY("", ScatterElements, 11, scatter_infer, scatter_elements_kernel, 3, 3);
+KILN_REGISTER_OP_ARITY("", Scatter, 9, scatter_infer, scatter_elements_kernel, 3, 3);
+KILN_REGISTER_OP_ARITY("", ScatterND, 11, scatter_infer, scatter_nd_kernel, 3, 3);
+KILN_REGISTER_OP_ARITY("", TensorScatter, 24, scatter_infer, tensor_scatter_kernel, 2, 3);
+
+}  // namespace kiln::ops

@@ -1,0 +1,99 @@
+// kiln build: ONNX model -> optimized engine file (trtexec-like options).
+#include <cstdio>
+
+#include "kiln/kiln.h"
+#include "tools/commands.h"
+
+namespace kiln::tools {
+
+namespace {
+struct BuildOptions {
+  std::string model, output;
+  std::string min_shapes, opt_shapes, max_shapes, shapes;
+  bool fp32 = false, fp16 = false, bf16 = false, int8 = false;
+  double workspace_mb = 1024;
+  bool verbose = false;
+  std::vector<std::string> disabled_passes;
+};
+}  // namespace
+
+Result<std::vector<Profile>> profiles_from_flags(const std::string& min_s, const std::string& opt_s,
+                                                 const std::string& max_s, const std::string& shapes) {
+  std::map<std::string, Dims> mn, op, mx;
+  if (!shapes.empty()) {
+    KILN_ASSIGN_OR_RETURN(mn, parse_shapes(shapes));
+    op = mx = mn;
+  }
+  if (!min_s.empty() || !opt_s.empty() || !max_s.empty()) {
+    if (min_s.empty() || opt_s.empty() || max_s.empty())
+      return InvalidArgument(
+          "give all three of --min-shapes, --opt-shapes and --max-shapes (or --shapes for a fixed shape)");
+    KILN_ASSIGN_OR_RETURN(mn, parse_shapes(min_s));
+    KILN_ASSIGN_OR_RETURN(op, parse_shapes(opt_s));
+    KILN_ASSIGN_OR_RETURN(mx, parse_shapes(max_s));
+  }
+  if (mn.empty()) return std::vector<Profile>{};
+  Profile p;
+  for (const auto& [name, d] : mn) {
+    if (!op.count(name) || !mx.count(name))
+      return InvalidArgument("input '", name, "' has a --min-shapes entry but no --opt-shapes/--max-shapes entry");
+    const Dims &o = op[name], &x = mx[name];
+    if (o.size() != d.size() || x.size() != d.size())
+      return InvalidArgument("input '", name, "': min ", dims_str(d), ", opt ", dims_str(o), " and max ", dims_str(x),
+                             " differ in rank");
+    for (size_t i = 0; i < d.size(); ++i)
+      if (!(d[i] <= o[i] && o[i] <= x[i]))
+        return InvalidArgument("input '", name, "' dim ", i, ": need min <= opt <= max, got ", d[i], ", ", o[i], ", ",
+                               x[i]);
+    p.inputs[name] = {d, o, x};
+  }
+  for (const auto& [name, d] : op)
+    if (!mn.count(name))
+      return InvalidArgument("input '", name, "' has an --opt-shapes entry but no --min-shapes entry");
+  return std::vector<Profile>{p};
+}
+
+void add_build_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<BuildOptions>();
+  CLI::App* cmd = app.add_subcommand("build", "Build an optimized engine from an ONNX model");
+  cmd->add_option("model", o->model, "model.onnx")->required();
+  cmd->add_option("-o,--output", o->output, "engine file to write (model.kiln)")->required();
+  cmd->add_option("--min-shapes", o->min_shapes, "NAME:1x3x224x224,... smallest shapes of dynamic inputs");
+  cmd->add_option("--opt-shapes", o->opt_shapes, "shapes to tune and plan memory for");
+  cmd->add_option("--max-shapes", o->max_shapes, "largest shapes of dynamic inputs");
+  cmd->add_option("--shapes", o->shapes, "fixed shapes (min = opt = max)");
+  cmd->add_flag("--fp32", o->fp32, "FP32 precision (default)");
+  cmd->add_flag("--fp16", o->fp16, "FP16 precision (not implemented yet)");
+  cmd->add_flag("--bf16", o->bf16, "BF16 precision (not implemented yet)");
+  cmd->add_flag("--int8", o->int8, "INT8 precision (not implemented yet)");
+  cmd->add_option("--workspace", o->workspace_mb, "activation memory limit per context, MiB");
+  cmd->add_option("--disable-pass", o->disabled_passes, "skip a graph pass by name (repeatable)");
+  cmd->add_flag("--verbose", o->verbose, "more detail");
+  cmd->callback([o, &exit_code]() {
+    auto profiles = profiles_from_flags(o->min_shapes, o->opt_shapes, o->max_shapes, o->shapes);
+    if (!profiles.ok()) {
+      exit_code = report_error(profiles.status());
+      return;
+    }
+    BuilderConfig cfg;
+    cfg.precision = o->fp16   ? Precision::kFP16
+                    : o->bf16 ? Precision::kBF16
+                    : o->int8 ? Precision::kINT8
+                              : Precision::kFP32;
+    cfg.profiles = profiles.value();
+    cfg.workspace_bytes = static_cast<size_t>(o->workspace_mb * 1024 * 1024);
+    cfg.disabled_passes = o->disabled_passes;
+    cfg.verbose = o->verbose;
+    cfg.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
+    try {
+      auto engine = Builder(cfg).build_from_file(o->model);
+      engine->save(o->output);
+      std::printf("[kiln build] wrote %s\n", o->output.c_str());
+      exit_code = kExitOk;
+    } catch (const Error& e) {
+      exit_code = report_error(detail_status(e));
+    }
+  });
+}
+
+}  // namespace kiln::tools

@@ -1,0 +1,85 @@
+// kiln inspect: what an engine became (layers, kernels, shapes, memory plan, passes, target), from a
+// .kiln file or an ONNX model (built in memory with default options).
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+#include "kiln/kiln.h"
+#include "tools/commands.h"
+
+namespace kiln::tools {
+
+namespace {
+struct InspectOptions {
+  std::string path;
+  std::string format = "text";
+  bool passes_only = false;
+};
+
+std::string mib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f MiB", bytes / (1024.0 * 1024.0));
+  return b;
+}
+
+void print_text(const nlohmann::json& j, bool passes_only) {
+  const auto& b = j["build"];
+  if (!passes_only) {
+    std::printf("engine   kiln %s, built for %s (%s), %d cores\n", j["kiln_version"].get<std::string>().c_str(),
+                j["target"]["cpu_model"].get<std::string>().c_str(), j["target"]["device"].get<std::string>().c_str(),
+                j["target"]["cores"].get<int>());
+    if (b.contains("source"))
+      std::printf("source   %s, %d nodes, %d BatchNormalization\n", b["source"]["producer"].get<std::string>().c_str(),
+                  b["source"]["nodes"].get<int>(), b["source"]["batch_norms"].get<int>());
+    for (const auto& in : j["inputs"])
+      std::printf("input    %s %s\n", in["name"].get<std::string>().c_str(), in["type"].get<std::string>().c_str());
+    for (const auto& o : j["outputs"])
+      std::printf("output   %s %s\n", o["name"].get<std::string>().c_str(), o["type"].get<std::string>().c_str());
+  }
+  std::printf("passes   (sites changed)\n");
+  if (b.contains("passes"))
+    for (const auto& p : b["passes"])
+      std::printf("  %-36s %6d   %8.1f ms\n", p["name"].get<std::string>().c_str(), p["changed"].get<int>(),
+                  p["ms"].get<double>());
+  if (passes_only) return;
+  std::printf("layers   %zu:", j["layers"].size());
+  for (const auto& [op, n] : j["layer_counts"].items()) std::printf(" %s %d,", op.c_str(), n.get<int>());
+  std::printf("\n");
+  int i = 0;
+  for (const auto& l : j["layers"]) {
+    std::string out = l["outputs"].empty() ? "" : l["outputs"][0]["type"].get<std::string>();
+    std::string src;
+    for (const auto& s : l["sources"]) src += (src.empty() ? "" : ",") + s.get<std::string>();
+    std::printf("  %4d %-32s %-24s %-10s %-26s <- %s\n", i++, l["name"].get<std::string>().c_str(),
+                l["op"].get<std::string>().c_str(), l["kernel"].get<std::string>().c_str(), out.c_str(), src.c_str());
+  }
+  const auto& m = j["memory"];
+  std::printf("memory   planned activation peak %s vs naive sum %s (%d in place); weights %s\n",
+              mib(m["arena_bytes"].get<double>()).c_str(), mib(m["naive_bytes"].get<double>()).c_str(),
+              m["in_place"].get<int>(), mib(j["weights_bytes"].get<double>()).c_str());
+}
+}  // namespace
+
+void add_inspect_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Show what an engine (or a model, once built) consists of");
+  cmd->add_option("path", o->path, "model.kiln or model.onnx")->required();
+  cmd->add_option("--format", o->format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  cmd->add_flag("--passes", o->passes_only, "only the passes and how many sites each changed");
+  cmd->callback([o, &exit_code]() {
+    try {
+      bool is_engine = o->path.size() > 5 && o->path.compare(o->path.size() - 5, 5, ".kiln") == 0;
+      auto engine = is_engine ? Engine::load(o->path) : Builder().build_from_file(o->path);
+      auto j = nlohmann::json::parse(engine->inspect_json());
+      if (o->format == "json")
+        std::printf("%s\n", j.dump(1).c_str());
+      else
+        print_text(j, o->passes_only);
+      exit_code = kExitOk;
+    } catch (const Error& e) {
+      exit_code = report_error(detail_status(e));
+    }
+  });
+}
+
+}  // namespace kiln::tools
