@@ -283,6 +283,39 @@ std::vector<double> resize_axis(const std::vector<double>& data, Dims& shape, si
   return out;
 }
 
+// Nearest: a gather (exact for every dtype, including 64-bit integers beyond double precision).
+Status resize_nearest(KernelContext& ctx, const Tensor& x, const std::vector<AxisPlan>& plan, const ResizeAttrs& a,
+                      const Dims& out_shape) {
+  const size_t r = plan.size();
+  std::vector<AxisTaps> taps;
+  for (const AxisPlan& p : plan) {
+    auto t = axis_taps(a, p);
+    if (!t.ok()) return ctx.error(t.status().message());
+    taps.push_back(std::move(t).value());
+  }
+  const Dims in_stride = strides_of(x.shape());
+  Tensor y(x.dtype(), out_shape);
+  std::vector<int64_t> o(r, 0);
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    int64_t src = 0;
+    bool extrapolate = false;
+    for (size_t d = 0; d < r; ++d) {
+      src += taps[d].index[static_cast<size_t>(o[d])] * in_stride[d];
+      extrapolate = extrapolate || taps[d].extrapolate[static_cast<size_t>(o[d])];
+    }
+    if (extrapolate)
+      y.set_f64(i, a.extrapolation);
+    else
+      copy_elements(x, src, y, i, 1);
+    for (size_t d = r; d > 0; --d) {
+      if (++o[d - 1] < out_shape[d - 1]) break;
+      o[d - 1] = 0;
+    }
+  }
+  ctx.set_output(0, y);
+  return Status::Ok();
+}
+
 Status resize_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   if (!dtype_is_float(x.dtype()) && !dtype_is_integer(x.dtype()))
@@ -331,6 +364,7 @@ Status resize_kernel(KernelContext& ctx) {
   }
   for (const AxisPlan& p : *plan)
     if (p.in == 0 && p.out > 0) return ctx.error(str_cat("cannot resize an empty axis to ", p.out));
+  if (a.mode == Mode::kNearest) return resize_nearest(ctx, x, *plan, a, out_shape);
   // Axes that shrink go first so that intermediate results stay small.
   std::vector<size_t> order;
   for (int pass = 0; pass < 2; ++pass)
