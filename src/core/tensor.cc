@@ -11,7 +11,10 @@ namespace {
 std::shared_ptr<uint8_t[]> alloc_aligned(size_t bytes) {
   size_t n = (bytes + 63) / 64 * 64;
   if (n == 0) n = 64;
-  auto* p = static_cast<uint8_t*>(::operator new[](n, std::align_val_t(64)));
+  // nothrow + explicit throw: under ASan a failing throwing new aborts instead of throwing, and
+  // the interpreter turns bad_alloc into an error.
+  auto* p = static_cast<uint8_t*>(::operator new[](n, std::align_val_t(64), std::nothrow));
+  if (!p) throw std::bad_alloc();
   std::memset(p, 0, n);
   return std::shared_ptr<uint8_t[]>(p, [](uint8_t* q) { ::operator delete[](q, std::align_val_t(64)); });
 }

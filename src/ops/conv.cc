@@ -10,16 +10,16 @@ Result<ConvPlan> make_conv_plan(const Window& win, const Dims& x_shape, const Di
     return InvalidArgument("input X must have rank >= 3 (N, C, spatial...), got shape ", dims_str(x_shape));
   if (w_shape.size() != x_shape.size())
     return InvalidArgument("weights W ", dims_str(w_shape), " must have the rank of X ", dims_str(x_shape));
-  if (group < 1) return InvalidArgument("group must be >= 1, got ", group);
+  if (group < 1 || group > kMaxWindowAttr) return InvalidArgument("group must be in [1, 2^31], got ", group);
   const size_t n = x_shape.size() - 2;
   ConvPlan p;
   p.batch = x_shape[0];
   p.in_channels = x_shape[1];
   p.out_channels = w_shape[0];
   p.group = group;
-  if (p.in_channels != w_shape[1] * group)
+  if (p.in_channels % group != 0 || p.in_channels / group != w_shape[1])
     return InvalidArgument("X has ", p.in_channels, " channels but W ", dims_str(w_shape), " with group ", group,
-                           " expects ", w_shape[1] * group);
+                           " expects ", w_shape[1], " channels per group");
   if (p.out_channels % group != 0)
     return InvalidArgument("W has ", p.out_channels, " output channels, not divisible by group ", group);
   p.out_shape = {p.batch, p.out_channels};
@@ -71,7 +71,7 @@ Status infer_conv_shape(InferContext& ctx, size_t x_idx, size_t w_idx, DataType 
   if (xs.rank_known && ws.rank_known && xs.rank() != ws.rank())
     return ctx.error(str_cat("X ", xs.str(), " and W ", ws.str(), " must have the same rank"));
   int64_t group = ctx.node.attr_int("group", 1);
-  if (group < 1) return ctx.error(str_cat("group must be >= 1, got ", group));
+  if (group < 1 || group > kMaxWindowAttr) return ctx.error(str_cat("group must be in [1, 2^31], got ", group));
   Dims wk;
   bool wk_known = ws.rank_known;
   for (size_t d = 2; wk_known && d < rank; ++d) {
@@ -81,9 +81,9 @@ Status infer_conv_shape(InferContext& ctx, size_t x_idx, size_t w_idx, DataType 
   auto win = read_window(ctx.node, rank - 2, wk_known ? &wk : nullptr, {});
   if (!win.ok()) return win.status();
   if (xs.rank_known && ws.rank_known && xs.dims[1].known() && ws.dims[1].known() &&
-      xs.dims[1].value != ws.dims[1].value * group)
+      (xs.dims[1].value % group != 0 || xs.dims[1].value / group != ws.dims[1].value))
     return ctx.error(str_cat("X ", xs.str(), " has ", xs.dims[1].value, " channels but W ", ws.str(), " with group ",
-                             group, " expects ", ws.dims[1].value * group));
+                             group, " expects ", ws.dims[1].value, " channels per group"));
   std::vector<Dim> out(rank);
   out[0] = xs.rank_known ? xs.dims[0] : Dim();
   out[1] = ws.rank_known ? ws.dims[0] : Dim();

@@ -43,9 +43,13 @@ Result<Dims> output_padding(const ir::Node& node, size_t n) {
 // Output extent and begin pad of spatial dim d for input extent `in`.
 Status transpose_dim(const Window& w, size_t d, int64_t in, const Dims& out_shape, const Dims& out_pad, int64_t* out,
                      int64_t* pad_begin) {
-  if (in < 0 || in > (int64_t{1} << 40)) return InvalidArgument("spatial dim ", d, " has invalid extent ", in);
+  if (in < 0 || in > kMaxExtent) return InvalidArgument("spatial dim ", d, " has invalid extent ", in);
   const int64_t s = w.strides[d], ext = w.extent(d);
-  const int64_t natural = s * (in - 1) + out_pad[d] + ext;  // output extent before removing pads
+  // Output extent before removing pads (computed wide: stride * in can exceed 64 bits).
+  const __int128 wide = static_cast<__int128>(s) * (in - 1) + out_pad[d] + ext;
+  if (wide > kMaxExtent)
+    return InvalidArgument("spatial dim ", d, ": output extent ", static_cast<double>(wide), " is too large");
+  const int64_t natural = static_cast<int64_t>(wide);
   const bool same = w.auto_pad == "SAME_UPPER" || w.auto_pad == "SAME_LOWER";
   if (!out_shape.empty() || same) {
     int64_t o = !out_shape.empty() ? out_shape[d] : in * s;
@@ -82,7 +86,7 @@ Status infer_conv_transpose(InferContext& ctx) {
     return ctx.error(str_cat("X ", xs.str(), " and W ", ws.str(), " must have the same rank"));
   const size_t n = rank - 2;
   int64_t group = ctx.node.attr_int("group", 1);
-  if (group < 1) return ctx.error(str_cat("group must be >= 1, got ", group));
+  if (group < 1 || group > kMaxWindowAttr) return ctx.error(str_cat("group must be in [1, 2^31], got ", group));
   Dims wk;
   bool wk_known = ws.rank_known;
   for (size_t d = 2; wk_known && d < rank; ++d) {
@@ -94,7 +98,8 @@ Status infer_conv_transpose(InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(Dims op, output_padding(ctx.node, n));
   std::vector<Dim> out(rank);
   out[0] = xs.rank_known ? xs.dims[0] : Dim();
-  if (ws.rank_known && ws.dims[1].known()) out[1] = Dim(ws.dims[1].value * group);
+  if (ws.rank_known && ws.dims[1].known() && ws.dims[1].value <= (int64_t{1} << 31))
+    out[1] = Dim(ws.dims[1].value * group);
   for (size_t d = 0; d < n; ++d) {
     if (!os.empty()) {
       out[d + 2] = Dim(os[d]);
@@ -186,7 +191,7 @@ Status conv_transpose_kernel(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(Dims op, output_padding(ctx.node, n));
   TransposePlan p;
   p.group = ctx.node.attr_int("group", 1);
-  if (p.group < 1) return ctx.error(str_cat("group must be >= 1, got ", p.group));
+  if (p.group < 1 || p.group > kMaxWindowAttr) return ctx.error(str_cat("group must be in [1, 2^31], got ", p.group));
   p.batch = x0.dim(0);
   p.in_channels = x0.dim(1);
   if (w0.dim(0) != p.in_channels || p.in_channels % p.group != 0)

@@ -69,7 +69,7 @@ Result<int64_t> window_output(const Window& w, size_t d, int64_t in, int64_t* pa
   int64_t s = w.strides[d], ext = w.extent(d);
   int64_t pb = 0, pe = 0, out = 0;
   if (w.kernel[d] < 1) return InvalidArgument("kernel extent along spatial dim ", d, " is ", w.kernel[d]);
-  if (in < 0 || in > (int64_t{1} << 62)) return InvalidArgument("spatial dim ", d, " has invalid extent ", in);
+  if (in < 0 || in > kMaxExtent) return InvalidArgument("spatial dim ", d, " has invalid extent ", in);
   if (w.auto_pad == "SAME_UPPER" || w.auto_pad == "SAME_LOWER") {
     out = ceil_div(in, s);
     int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in);
@@ -106,7 +106,7 @@ Result<int64_t> window_output(const Window& w, size_t d, int64_t in, int64_t* pa
 }
 
 Result<Dim> window_output_sym(const Window& w, size_t d, const Dim& in) {
-  if (!in.known() || d >= w.kernel.size()) return Dim();
+  if (!in.known() || in.value > kMaxExtent || d >= w.kernel.size()) return Dim();
   KILN_ASSIGN_OR_RETURN(int64_t out, window_output(w, d, in.value, nullptr, nullptr));
   return Dim(out);
 }

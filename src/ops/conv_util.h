@@ -12,6 +12,8 @@ namespace kiln::ops {
 
 // Attribute values are bounded so that window arithmetic ((k-1)*d + 1, o*s + ...) cannot overflow.
 inline constexpr int64_t kMaxWindowAttr = int64_t{1} << 31;
+// Largest spatial extent window arithmetic accepts (larger symbolic dims infer as unknown).
+inline constexpr int64_t kMaxExtent = int64_t{1} << 40;
 
 struct Window {
   size_t rank = 0;  // number of spatial dims

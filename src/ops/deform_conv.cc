@@ -67,7 +67,8 @@ Status deform_conv_kernel(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(window_output(win, 1, x0.dim(3), &pad_left, &unused).status());
   const int64_t N = x0.dim(0), C = x0.dim(1), H = x0.dim(2), W = x0.dim(3), M = w0.dim(0);
   const int64_t kH = w0.dim(2), kW = w0.dim(3), oH = plan->out_shape[2], oW = plan->out_shape[3];
-  if (og < 1 || C % og != 0) return ctx.error(str_cat("offset_group ", og, " must divide the ", C, " input channels"));
+  if (og < 1 || og > std::max<int64_t>(C, 1) || C % og != 0)
+    return ctx.error(str_cat("offset_group ", og, " must divide the ", C, " input channels"));
   if (off0.shape() != Dims{N, og * kH * kW * 2, oH, oW})
     return ctx.error(
         str_cat("offset ", off0.describe(), " must be [", N, ", ", og * kH * kW * 2, ", ", oH, ", ", oW, "]"));

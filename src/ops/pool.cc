@@ -14,11 +14,24 @@ namespace {
 
 enum class PoolKind { kAverage, kMax, kLp };
 
-// Per spatial dim and output position: the range [k_lo, k_hi) of kernel taps that land inside
-// the input, and how many land inside input + declared padding.
+// One spatial dim of a pooling window.
 struct PoolAxis {
-  int64_t in = 0, out = 0, stride = 1, dilation = 1, pad_begin = 0;
-  std::vector<int64_t> k_lo, k_hi, with_pad;
+  int64_t in = 0, out = 0, kernel = 1, stride = 1, dilation = 1, pad_begin = 0, pad_end = 0;
+
+  // For output position o: the kernel taps [*lo, *hi) that land inside the input, and how many
+  // land inside input + declared padding.
+  void window(int64_t o, int64_t* lo, int64_t* hi, int64_t* with_pad) const {
+    const int64_t start = o * stride - pad_begin;  // position of tap 0
+    // start + k * dilation in [a, b)  <=>  k in [ceil((a - start) / dilation), ceil((b - start) / dilation))
+    auto taps = [&](int64_t a, int64_t b, int64_t* first, int64_t* last) {
+      *first = std::clamp<int64_t>(ceil_div(a - start, dilation), 0, kernel);
+      *last = std::clamp<int64_t>(ceil_div(b - start, dilation), *first, kernel);
+    };
+    int64_t pf, pl;
+    taps(0, in, lo, hi);
+    taps(-pad_begin, in + pad_end, &pf, &pl);
+    *with_pad = pl - pf;
+  }
 };
 
 struct PoolPlan {
@@ -34,39 +47,21 @@ Result<PoolPlan> make_pool_plan(const Window& win, const Dims& x_shape) {
   p.out_shape = {p.batch, p.channels};
   for (size_t d = 0; d < win.rank; ++d) {
     PoolAxis a;
-    int64_t pb, pe;
     a.in = x_shape[d + 2];
-    KILN_ASSIGN_OR_RETURN(a.out, window_output(win, d, a.in, &pb, &pe));
-    if (a.out > (int64_t{1} << 31))
-      return InvalidArgument("pooling output dim ", d, " would be ", a.out,
-                             " (over 2^31): check pads/strides/kernel_shape");
+    KILN_ASSIGN_OR_RETURN(a.out, window_output(win, d, a.in, &a.pad_begin, &a.pad_end));
+    a.kernel = win.kernel[d];
     a.stride = win.strides[d];
     a.dilation = win.dilations[d];
-    a.pad_begin = pb;
-    const int64_t k = win.kernel[d];
-    for (int64_t o = 0; o < a.out; ++o) {
-      int64_t start = o * a.stride - pb;  // position of tap 0
-      // start + k * dilation in [lo, hi)  <=>  k in [ceil((lo - start) / d), ceil((hi - start) / d))
-      auto taps = [&](int64_t lo, int64_t hi, int64_t* first, int64_t* last) {
-        *first = std::clamp<int64_t>(ceil_div(lo - start, a.dilation), 0, k);
-        *last = std::clamp<int64_t>(ceil_div(hi - start, a.dilation), *first, k);
-      };
-      int64_t f, l, pf, pl;
-      taps(0, a.in, &f, &l);
-      taps(-pb, a.in + pe, &pf, &pl);
-      a.k_lo.push_back(f);
-      a.k_hi.push_back(l);
-      a.with_pad.push_back(pl - pf);
-    }
     p.out_shape.push_back(a.out);
-    p.axes.push_back(std::move(a));
+    p.axes.push_back(a);
   }
   KILN_RETURN_IF_ERROR(checked_numel(p.out_shape).status());
   return p;
 }
 
-// Calls visit(out_offset, taps) for every output position of one (n, c) plane, where taps is the
-// list of in-plane input offsets of the window (row-major), plus the padded tap count.
+// Calls visit(out_offset, taps, padded_count) for every output position of one (n, c) plane,
+// where taps lists the in-plane input offsets of the window (row-major) and padded_count is the
+// number of window positions inside input + declared padding (a double: kernels may be huge).
 template <typename Visit>
 void for_each_window(const PoolPlan& p, Visit&& visit) {
   const size_t n = p.axes.size();
@@ -77,16 +72,17 @@ void for_each_window(const PoolPlan& p, Visit&& visit) {
   }
   const Dims in_stride = strides_of(in_shape);
   const int64_t out_plane = dims_numel(out_shape);
-  std::vector<int64_t> o(n, 0), k(n, 0), taps;
+  std::vector<int64_t> o(n, 0), k(n, 0), k_lo(n, 0), k_hi(n, 0), taps;
   for (int64_t oi = 0; oi < out_plane; ++oi) {
     taps.clear();
-    int64_t padded = 1;
+    double padded = 1;
     bool empty = false;
     for (size_t d = 0; d < n; ++d) {
-      const PoolAxis& a = p.axes[d];
-      padded *= a.with_pad[static_cast<size_t>(o[d])];
-      k[d] = a.k_lo[static_cast<size_t>(o[d])];
-      empty = empty || k[d] >= a.k_hi[static_cast<size_t>(o[d])];
+      int64_t with_pad;
+      p.axes[d].window(o[d], &k_lo[d], &k_hi[d], &with_pad);
+      padded *= static_cast<double>(with_pad);
+      k[d] = k_lo[d];
+      empty = empty || k_lo[d] >= k_hi[d];
     }
     while (!empty) {
       int64_t off = 0;
@@ -98,8 +94,8 @@ void for_each_window(const PoolPlan& p, Visit&& visit) {
       size_t d = n;
       while (d > 0) {
         --d;
-        if (++k[d] < p.axes[d].k_hi[static_cast<size_t>(o[d])]) break;
-        k[d] = p.axes[d].k_lo[static_cast<size_t>(o[d])];
+        if (++k[d] < k_hi[d]) break;
+        k[d] = k_lo[d];
         if (d == 0) empty = true;
       }
     }
@@ -212,7 +208,7 @@ Status pool_kernel(KernelContext& ctx, PoolKind kind) {
       for (int64_t pl = 0; pl < planes; ++pl) {
         const T* xp = px + pl * in_plane;
         T* yp = py + pl * out_plane;
-        for_each_window(plan, [&](int64_t oi, const std::vector<int64_t>& taps, int64_t padded) {
+        for_each_window(plan, [&](int64_t oi, const std::vector<int64_t>& taps, double padded) {
           if (kind == PoolKind::kMax) {
             T best = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
                                                           : std::numeric_limits<T>::lowest();
@@ -228,8 +224,8 @@ Status pool_kernel(KernelContext& ctx, PoolKind kind) {
           } else if (kind == PoolKind::kAverage) {
             double sum = 0;
             for (int64_t t : taps) sum += static_cast<double>(xp[t]);
-            int64_t count = count_include_pad ? padded : static_cast<int64_t>(taps.size());
-            yp[oi] = count > 0 ? static_cast<T>(sum / static_cast<double>(count)) : T(0);
+            double count = count_include_pad ? padded : static_cast<double>(taps.size());
+            yp[oi] = count > 0 ? static_cast<T>(sum / count) : T(0);
           } else {
             double sum = 0;
             for (int64_t t : taps) sum += std::pow(std::fabs(static_cast<double>(xp[t])), p_norm);
@@ -306,6 +302,15 @@ Status global_lp_pool_kernel(KernelContext& ctx) { return global_pool_kernel(ctx
 // when output_shape is given and differs, that result is placed at the start of each dim of a
 // zero tensor of output_shape (as ONNX's reference does).
 
+// (in - 1) * stride - pads + kernel, computed wide (stride * in can exceed 64 bits).
+Result<int64_t> unpooled_extent(const Window& win, size_t d, int64_t in) {
+  if (in < 1 || in > kMaxExtent) return InvalidArgument("spatial dim ", d, " has invalid extent ", in);
+  __int128 v = static_cast<__int128>(in - 1) * win.strides[d] - (win.pad_begin[d] + win.pad_end[d]) + win.kernel[d];
+  if (v < 0 || v > kMaxExtent)
+    return InvalidArgument("unpooled extent of spatial dim ", d, " is out of range (", static_cast<double>(v), ")");
+  return static_cast<int64_t>(v);
+}
+
 Result<Dims> unpool_inferred_shape(const ir::Node& node, const Dims& x_shape) {
   if (x_shape.size() < 3)
     return InvalidArgument("input X must have rank >= 3 (N, C, spatial...), got shape ", dims_str(x_shape));
@@ -315,8 +320,7 @@ Result<Dims> unpool_inferred_shape(const ir::Node& node, const Dims& x_shape) {
   KILN_ASSIGN_OR_RETURN(Window win, read_window(node, x_shape.size() - 2, nullptr, o));
   Dims shape = {x_shape[0], x_shape[1]};
   for (size_t d = 0; d < win.rank; ++d) {
-    int64_t v = (x_shape[d + 2] - 1) * win.strides[d] - (win.pad_begin[d] + win.pad_end[d]) + win.kernel[d];
-    if (v < 0) return InvalidArgument("unpooled extent of spatial dim ", d, " is negative (", v, ")");
+    KILN_ASSIGN_OR_RETURN(int64_t v, unpooled_extent(win, d, x_shape[d + 2]));
     shape.push_back(v);
   }
   return shape;
@@ -353,13 +357,13 @@ Status infer_max_unpool(InferContext& ctx) {
   std::vector<Dim> out = {xs.dims[0], xs.dims[1]};
   for (size_t d = 0; d < win.rank; ++d) {
     const Dim& in = xs.dims[d + 2];
-    if (!in.known() || in.value > (int64_t{1} << 40)) {
+    if (!in.known() || in.value > kMaxExtent) {
       out.push_back(Dim());
       continue;
     }
-    int64_t v = (in.value - 1) * win.strides[d] - (win.pad_begin[d] + win.pad_end[d]) + win.kernel[d];
-    if (v < 0) return ctx.error(str_cat("unpooled extent of spatial dim ", d, " is negative (", v, ")"));
-    out.push_back(Dim(v));
+    auto v = unpooled_extent(win, d, in.value);
+    if (!v.ok()) return ctx.error(v.status().message());
+    out.push_back(Dim(*v));
   }
   ctx.set_output(0, dt, SymShape(out));
   return Status::Ok();

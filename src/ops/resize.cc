@@ -283,6 +283,39 @@ std::vector<double> resize_axis(const std::vector<double>& data, Dims& shape, si
   return out;
 }
 
+// Nearest: a gather (exact for every dtype, including 64-bit integers beyond double precision).
+Status resize_nearest(KernelContext& ctx, const Tensor& x, const std::vector<AxisPlan>& plan, const ResizeAttrs& a,
+                      const Dims& out_shape) {
+  const size_t r = plan.size();
+  std::vector<AxisTaps> taps;
+  for (const AxisPlan& p : plan) {
+    auto t = axis_taps(a, p);
+    if (!t.ok()) return ctx.error(t.status().message());
+    taps.push_back(std::move(t).value());
+  }
+  const Dims in_stride = strides_of(x.shape());
+  Tensor y(x.dtype(), out_shape);
+  std::vector<int64_t> o(r, 0);
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    int64_t src = 0;
+    bool extrapolate = false;
+    for (size_t d = 0; d < r; ++d) {
+      src += taps[d].index[static_cast<size_t>(o[d])] * in_stride[d];
+      extrapolate = extrapolate || taps[d].extrapolate[static_cast<size_t>(o[d])];
+    }
+    if (extrapolate)
+      y.set_f64(i, a.extrapolation);
+    else
+      copy_elements(x, src, y, i, 1);
+    for (size_t d = r; d > 0; --d) {
+      if (++o[d - 1] < out_shape[d - 1]) break;
+      o[d - 1] = 0;
+    }
+  }
+  ctx.set_output(0, y);
+  return Status::Ok();
+}
+
 Status resize_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   if (!dtype_is_float(x.dtype()) && !dtype_is_integer(x.dtype()))
@@ -309,7 +342,8 @@ Status resize_kernel(KernelContext& ctx) {
     sizes = to_i64_vector(s);
     have_sizes = true;
   }
-  if (in.roi >= 0 && ctx.has_input(static_cast<size_t>(in.roi))) {
+  if (in.roi >= 0 && ctx.has_input(static_cast<size_t>(in.roi)) &&
+      a.coord == "tf_crop_and_resize") {  // roi is unused otherwise
     const Tensor& rt = ctx.input(static_cast<size_t>(in.roi));
     if (rt.numel() > 0 && !dtype_is_float(rt.dtype()))
       return ctx.error(str_cat("roi must be a float tensor, got ", rt.describe()));
@@ -324,14 +358,25 @@ Status resize_kernel(KernelContext& ctx) {
   auto numel = checked_numel(out_shape);
   if (!numel.ok()) return ctx.error(numel.status().message());
 
+  if (*numel == 0) {
+    ctx.set_output(0, Tensor(x.dtype(), out_shape));
+    return Status::Ok();
+  }
+  for (const AxisPlan& p : *plan)
+    if (p.in == 0 && p.out > 0) return ctx.error(str_cat("cannot resize an empty axis to ", p.out));
+  if (a.mode == Mode::kNearest) return resize_nearest(ctx, x, *plan, a, out_shape);
+  // Axes that shrink go first so that intermediate results stay small.
+  std::vector<size_t> order;
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t axis = 0; axis < plan->size(); ++axis)
+      if (((*plan)[axis].out <= (*plan)[axis].in) == (pass == 0)) order.push_back(axis);
   std::vector<double> data = to_f64_vector(x);
   Dims shape = x.shape();
-  for (size_t axis = 0; axis < plan->size(); ++axis) {
+  for (size_t axis : order) {
     const AxisPlan& p = (*plan)[axis];
     bool identity = p.out == p.in && std::fabs(p.scale - 1.0) < 1e-9 &&
                     (a.coord != "tf_crop_and_resize" || (p.roi_start == 0.0 && p.roi_end == 1.0));
     if (identity) continue;
-    if (p.in == 0 && p.out > 0) return ctx.error(str_cat("cannot resize the empty axis ", axis, " to ", p.out));
     auto taps = axis_taps(a, p);
     if (!taps.ok()) return ctx.error(taps.status().message());
     data = resize_axis(data, shape, axis, *taps, p, a.extrapolation);

@@ -389,6 +389,22 @@ TEST(Resize, SizesAxesAndIntegerRounding) {
   EXPECT_FALSE(run(make_node("Resize", 13, 3), {iota({1, 2}), Tensor(), f32({2}, {1, -2})}).ok());
 }
 
+TEST(Resize, NearestIsExactForInt64AndExtrapolates) {
+  const int64_t big = (int64_t{1} << 60) + 1;  // not representable in a double
+  Tensor y = run(make_node("Resize", 13, 3, {{"mode", string_attr("nearest")}}),
+                 {i64({1, 2}, {big, -big}), Tensor(), f32({2}, {1, 2})})
+                 .value();
+  EXPECT_EQ(values<int64_t>(y), (std::vector<int64_t>{big, big, -big, -big}));
+  // tf_crop_and_resize: an roi reaching outside the input yields extrapolation_value there.
+  ir::Node crop = make_node("Resize", 13, 4,
+                            {{"mode", string_attr("nearest")},
+                             {"coordinate_transformation_mode", string_attr("tf_crop_and_resize")},
+                             {"extrapolation_value", float_attr(-1.0f)}});
+  Tensor c = run(crop, {f32({1, 3}, {1, 2, 3}), f32({4}, {0, 0, 1, 2}), Tensor(), i64({2}, {1, 3})}).value();
+  // x_ori = 0, 2, 4 along the last axis: the last is outside [0, 2].
+  EXPECT_EQ(values<float>(c), (std::vector<float>{1, 3, -1}));
+}
+
 TEST(Resize, InfersFromConstantScalesAndSizes) {
   Tensor scales = f32({4}, {1, 1, 2, 2});
   auto t = infer(make_node("Resize", 13, 3),
