@@ -54,7 +54,12 @@ struct InferContext {
   int opset() const { return node.opset; }
   size_t num_inputs() const { return inputs.size(); }
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
-  const ir::TypeInfo& input(size_t i) const { return *inputs[i]; }
+  // Type of input i; an unknown type when the input is missing (inference is best effort, kernels
+  // validate at run time), so no infer function can read through a null pointer.
+  const ir::TypeInfo& input(size_t i) const {
+    static const ir::TypeInfo kMissing;
+    return has_input(i) ? *inputs[i] : kMissing;
+  }
   // Dtype and shape of a tensor input (unknown shape if the input is not a tensor).
   DataType input_dtype(size_t i) const { return has_input(i) ? inputs[i]->elem : DataType::kUndefined; }
   const SymShape& input_shape(size_t i) const;
