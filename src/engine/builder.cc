@@ -14,18 +14,30 @@ namespace kiln {
 
 namespace detail {
 
+namespace {
+// One table for both directions between internal codes and public categories.
+constexpr std::pair<ErrorCode, ErrorCategory> kErrorMap[] = {
+    {ErrorCode::kInvalidArgument, ErrorCategory::kInvalidArgument},
+    {ErrorCode::kInvalidModel, ErrorCategory::kInvalidModel},
+    {ErrorCode::kUnsupported, ErrorCategory::kUnsupported},
+    {ErrorCode::kNotFound, ErrorCategory::kNotFound},
+    {ErrorCode::kIOError, ErrorCategory::kIOError},
+    {ErrorCode::kOutOfRange, ErrorCategory::kOutOfRange},
+};
+}  // namespace
+
 [[noreturn]] void throw_error(const Status& s) {
   ErrorCategory c = ErrorCategory::kInternal;
-  switch (s.code()) {
-    case ErrorCode::kInvalidArgument: c = ErrorCategory::kInvalidArgument; break;
-    case ErrorCode::kInvalidModel: c = ErrorCategory::kInvalidModel; break;
-    case ErrorCode::kUnsupported: c = ErrorCategory::kUnsupported; break;
-    case ErrorCode::kNotFound: c = ErrorCategory::kNotFound; break;
-    case ErrorCode::kIOError: c = ErrorCategory::kIOError; break;
-    case ErrorCode::kOutOfRange: c = ErrorCategory::kOutOfRange; break;
-    default: break;
-  }
+  for (const auto& [code, cat] : kErrorMap)
+    if (code == s.code()) c = cat;
   throw Error(c, s.message());
+}
+
+Status status_of(const Error& e) {
+  ErrorCode c = ErrorCode::kInternal;
+  for (const auto& [code, cat] : kErrorMap)
+    if (cat == e.category()) c = code;
+  return Status(c, e.what());
 }
 
 void EngineImpl::describe_layers() {

@@ -40,6 +40,8 @@ struct EngineImpl {
 
 // Converts a Status into the public exception.
 [[noreturn]] void throw_error(const Status& s);
+// The Status behind a public kiln::Error (the inverse of throw_error).
+Status status_of(const Error& e);
 
 // A copy of `g` with shapes inferred for these concrete input shapes (others keep their declaration).
 Result<std::shared_ptr<ir::Graph>> infer_at(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes);

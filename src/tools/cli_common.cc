@@ -1,5 +1,7 @@
 #include "tools/cli_common.h"
 
+#include "engine/engine_impl.h"
+
 #include "tools/commands.h"
 
 #include <cmath>
@@ -23,19 +25,7 @@ int exit_code_for(const Status& s) {
   }
 }
 
-Status detail_status(const Error& e) {
-  ErrorCode c = ErrorCode::kInternal;
-  switch (e.category()) {
-    case ErrorCategory::kInvalidArgument: c = ErrorCode::kInvalidArgument; break;
-    case ErrorCategory::kInvalidModel: c = ErrorCode::kInvalidModel; break;
-    case ErrorCategory::kUnsupported: c = ErrorCode::kUnsupported; break;
-    case ErrorCategory::kNotFound: c = ErrorCode::kNotFound; break;
-    case ErrorCategory::kIOError: c = ErrorCode::kIOError; break;
-    case ErrorCategory::kOutOfRange: c = ErrorCode::kOutOfRange; break;
-    default: break;
-  }
-  return Status(c, e.what());
-}
+Status detail_status(const Error& e) { return detail::status_of(e); }
 
 int report_error(const Status& s) {
   std::fprintf(stderr, "kiln: error: %s\n", s.to_string().c_str());
