@@ -108,6 +108,9 @@ def main():
                        "torch_ms": pt["median_ms"] if pt else None,
                        "kiln_iterations": kiln["iterations"] if kiln else 0,
                        "peer_iterations": a.iterations, "kiln_build_s": build_s}
+                row["raw"] = {"kiln": {k: kiln[k] for k in ("latency_ms", "iterations", "warmup_runs", "inputs")}
+                              if kiln else None,
+                              "ort": ort, "torch": {k: v for k, v in pt.items() if k != "blas"} if pt else None}
                 row["kiln_vs_ort"] = row["kiln_ms"] / row["ort_ms"] if row["kiln_ms"] and row["ort_ms"] else None
                 row["kiln_vs_torch"] = (row["kiln_ms"] / row["torch_ms"]
                                         if row["kiln_ms"] and row["torch_ms"] else None)
