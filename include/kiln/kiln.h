@@ -158,6 +158,8 @@ class ExecutionContext {
   std::vector<std::string> output_names() const;
   /// Peak bytes of planned activation memory used by the last run.
   size_t activation_bytes() const;
+  /// Internal state, for kiln's own tools (per-layer timing in kiln bench).
+  detail::ContextImpl& impl() { return *impl_; }
 
  private:
   std::shared_ptr<const Engine> engine_;

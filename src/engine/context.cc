@@ -23,6 +23,7 @@ struct ContextImpl {
   std::shared_ptr<uint8_t[]> arena;
   size_t arena_capacity = 0;
   ShapeState shape_state;  // declared shapes and profile choice (profiles.cc)
+  LayerTimer layer_timer;  // kiln bench's per-layer profile (set_layer_timer)
 
   Status run();
 };
@@ -91,6 +92,8 @@ Status ContextImpl::run() {
     arena_capacity = plan->arena_bytes;
   }
   const engine::MemoryPlan& p = *plan;
+  size_t layer_index = 0;
+  auto layer_begin = std::chrono::steady_clock::now();
   interp->place_outputs = [&](const ir::Node& n, std::vector<ops::Value>& outs) {
     plant_test_bug(n, outs);
     for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i) {
@@ -102,11 +105,18 @@ Status ContextImpl::run() {
       if (t.nbytes()) std::memmove(slot.raw(), t.raw(), t.nbytes());
       outs[i] = ops::Value(std::move(slot));
     }
+    if (layer_timer) {
+      auto now = std::chrono::steady_clock::now();
+      layer_timer(layer_index++, n, layer_begin, now);
+      layer_begin = now;
+    }
   };
   KILN_ASSIGN_OR_RETURN(outputs, interp->run(inputs));
   shape_state.ran_with_current = true;
   return Status::Ok();
 }
+
+void set_layer_timer(ContextImpl& ctx, LayerTimer timer) { ctx.layer_timer = std::move(timer); }
 
 Result<std::vector<ops::Value>> run_engine(
     const EngineImpl& e, const std::map<std::string, ops::Value>& inputs, int profile, RunInfo* info,

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -72,6 +73,12 @@ Result<std::vector<ops::Value>> run_engine(
 Result<std::vector<ops::Value>> run_engine_observed(
     const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
     std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer);
+// Per-layer timing (kiln bench --dump-profile): called after every layer of each run of the context
+// with the layer's index, its node, and the steady-clock times it began (the previous layer's end, or
+// the start of the graph run) and ended (outputs placed in the arena). nullptr turns it off.
+using LayerTimer = std::function<void(size_t layer, const ir::Node&, std::chrono::steady_clock::time_point begin,
+                                      std::chrono::steady_clock::time_point end)>;
+void set_layer_timer(ContextImpl& ctx, LayerTimer timer);
 // Builds an engine in memory from a loaded model.
 Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderConfig& cfg);
 

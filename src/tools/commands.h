@@ -13,6 +13,7 @@ void add_conformance_command(CLI::App& app, int& exit_code);
 void add_build_command(CLI::App& app, int& exit_code);
 void add_inspect_command(CLI::App& app, int& exit_code);
 void add_compare_command(CLI::App& app, int& exit_code);
+void add_bench_command(CLI::App& app, int& exit_code);
 
 // The Status behind a public kiln::Error (for exit codes and messages).
 Status detail_status(const Error& e);

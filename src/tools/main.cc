@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   kiln::tools::add_build_command(app, exit_code);
   kiln::tools::add_inspect_command(app, exit_code);
   kiln::tools::add_compare_command(app, exit_code);
+  kiln::tools::add_bench_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

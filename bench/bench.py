@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""kiln vs ONNX Runtime vs PyTorch eager: one table of median latencies measured in the same run.
+
+Called by bench/run.sh (which installs the peers); see bench/README.md. For every model x batch x threads
+row it runs `kiln bench --json` on an engine built for that batch, bench/ort_runner.js (onnxruntime-node,
+all graph optimizations) and bench/torch_runner.py (PyTorch eager), each in its own process, one after
+the other. Writes OUT/results.json and OUT/results.png (when matplotlib is available).
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PY = "/usr/bin/python3"
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_json(cmd, env=None, timeout=3600):
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if r.returncode != 0:
+        log(f"  FAILED ({r.returncode}): {' '.join(cmd)}\n{r.stderr.strip()[-800:]}")
+        return None
+    lines = r.stdout.strip()
+    try:
+        try:
+            return json.loads(lines)  # kiln bench --json: one (indented) document
+        except json.JSONDecodeError:
+            return json.loads(lines.splitlines()[-1])  # the runners: last line
+    except (json.JSONDecodeError, IndexError):
+        log(f"  bad output from {' '.join(cmd)} after {time.time() - t0:.1f}s: {lines[-300:]}")
+        return None
+
+
+def input_shapes(model, batch):
+    if model == "bert_encoder":
+        return {"input_ids": [batch, 128], "attention_mask": [batch, 128]}
+    return {"input": [batch, 3, 224, 224]}
+
+
+def shapes_flag(shapes):
+    return ",".join(f"{k}:{'x'.join(map(str, v))}" for k, v in shapes.items())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kiln", required=True)
+    ap.add_argument("--models-dir", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--models", default="resnet50,mobilenet_v2,bert_encoder")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=20, help="peers (ORT, PyTorch)")
+    ap.add_argument("--kiln-iterations", type=int, default=5, help="kiln (reference kernels are slow)")
+    ap.add_argument("--kiln-warmup", type=int, default=1)
+    ap.add_argument("--blas-dir", default="", help="directory with OpenBLAS's libblas.so.3 for PyTorch")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    models = a.models.split(",")
+    batches = [int(b) for b in a.batches.split(",")]
+    threads = [int(t) for t in a.threads.split(",")]
+    rows = []
+    torch_blas = None
+    ort_version = None
+    for model in models:
+        onnx_path = os.path.join(a.models_dir, model + ".onnx")
+        for batch in batches:
+            shapes = input_shapes(model, batch)
+            engine = os.path.join(a.out, f"{model}_b{batch}.kiln")
+            t0 = time.time()
+            r = subprocess.run([a.kiln, "build", onnx_path, "-o", engine, "--shapes", shapes_flag(shapes)],
+                               capture_output=True, text=True)
+            build_s = time.time() - t0
+            if r.returncode != 0:
+                log(f"kiln build {model} b{batch} failed: {r.stderr.strip()[-500:]}")
+                engine = None
+            for th in threads:
+                log(f"{model} batch {batch} threads {th}")
+                env = dict(os.environ, OMP_NUM_THREADS=str(th), OPENBLAS_NUM_THREADS=str(th))
+                kiln = run_json([a.kiln, "bench", engine, "--threads", str(th), "--warmup", str(a.kiln_warmup),
+                                 "--warmup-ms", "0", "--iterations", str(a.kiln_iterations), "--duration", "0",
+                                 "--json"], env=env) if engine else None
+                ort = run_json(["node", os.path.join(HERE, "ort_runner.js"), onnx_path, "--threads", str(th),
+                                "--warmup", str(a.warmup), "--iterations", str(a.iterations), "--shapes",
+                                shapes_flag(shapes)], env=env)
+                tenv = dict(env)
+                if a.blas_dir:
+                    tenv["LD_LIBRARY_PATH"] = a.blas_dir + (":" + env["LD_LIBRARY_PATH"] if env.get(
+                        "LD_LIBRARY_PATH") else "")
+                pt = run_json([PY, os.path.join(HERE, "torch_runner.py"), model, str(batch), str(th), str(a.warmup),
+                               str(a.iterations)], env=tenv)
+                if pt:
+                    torch_blas = pt.get("blas")
+                if ort:
+                    ort_version = ort.get("version")
+                row = {"model": model, "batch": batch, "threads": th,
+                       "kiln_ms": kiln["latency_ms"]["median"] if kiln else None,
+                       "ort_ms": ort["median_ms"] if ort else None,
+                       "torch_ms": pt["median_ms"] if pt else None,
+                       "kiln_iterations": kiln["iterations"] if kiln else 0,
+                       "peer_iterations": a.iterations, "kiln_build_s": build_s}
+                row["raw"] = {"kiln": {k: kiln[k] for k in ("latency_ms", "iterations", "warmup_runs", "inputs")}
+                              if kiln else None,
+                              "ort": ort, "torch": {k: v for k, v in pt.items() if k != "blas"} if pt else None}
+                row["kiln_vs_ort"] = row["kiln_ms"] / row["ort_ms"] if row["kiln_ms"] and row["ort_ms"] else None
+                row["kiln_vs_torch"] = (row["kiln_ms"] / row["torch_ms"]
+                                        if row["kiln_ms"] and row["torch_ms"] else None)
+                rows.append(row)
+                log("  " + json.dumps({k: row[k] for k in ("kiln_ms", "ort_ms", "torch_ms")}))
+    kiln_version = subprocess.run([a.kiln, "--version"], capture_output=True, text=True).stdout.strip()
+    meta = {"machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "kernel": platform.release()},
+            "kiln": kiln_version, "onnxruntime_node": ort_version, "torch_blas": torch_blas,
+            "note": "medians; ratio = kiln / peer (below 1.0: kiln is faster). kiln --threads only sets "
+                    "OMP_NUM_THREADS until kiln has multi-threaded kernels."}
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    print_table(rows, meta)
+    chart(rows, os.path.join(a.out, "results.png"))
+    print(f"\nresults: {os.path.join(a.out, 'results.json')}")
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def fmt(x, spec="{:.2f}"):
+    return "-" if x is None else spec.format(x)
+
+
+def print_table(rows, meta):
+    print(f"\nMedian latency, ms ({meta['machine']['cpu']}, {meta['machine']['cores']} cores; "
+          f"{meta['kiln']}, onnxruntime-node {meta['onnxruntime_node']}, PyTorch eager with "
+          f"{(meta['torch_blas'] or {}).get('name', '?')})")
+    hdr = f"{'model':<14}{'batch':>6}{'thr':>5}{'kiln':>12}{'ORT':>11}{'PyTorch':>11}{'kiln/ORT':>10}{'kiln/PT':>10}"
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        print(f"{r['model']:<14}{r['batch']:>6}{r['threads']:>5}{fmt(r['kiln_ms']):>12}{fmt(r['ort_ms']):>11}"
+              f"{fmt(r['torch_ms']):>11}{fmt(r['kiln_vs_ort'], '{:.2f}x'):>10}{fmt(r['kiln_vs_torch'], '{:.2f}x'):>10}")
+    print(f"\n{meta['note']}")
+    blas = meta.get("torch_blas") or {}
+    if blas.get("reference_blas"):
+        print("WARNING: PyTorch ran on netlib's reference BLAS; its matmul-heavy rows are not representative.")
+
+
+def chart(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no PNG chart: matplotlib is not installed (Debian: apt-get install python3-matplotlib)")
+        return
+    labels = [f"{r['model']}\nb{r['batch']} t{r['threads']}" for r in rows]
+    series = [("kiln", "kiln_ms", "#d95f02"), ("ONNX Runtime", "ort_ms", "#1b9e77"), ("PyTorch", "torch_ms", "#7570b3")]
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4.5))
+    w = 0.27
+    for k, (name, key, color) in enumerate(series):
+        xs = [i + (k - 1) * w for i in range(len(rows))]
+        ax.bar(xs, [r[key] or 0 for r in rows], w, label=name, color=color)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("median latency, ms (log scale)")
+    ax.set_title("kiln vs ONNX Runtime vs PyTorch eager (lower is better)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"chart: {path}")
+
+
+if __name__ == "__main__":
+    main()

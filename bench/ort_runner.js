@@ -1,0 +1,84 @@
+#!/usr/bin/env node
+// ONNX Runtime (onnxruntime-node, CPU) latency runner for bench/run.sh.
+// usage: node ort_runner.js MODEL.onnx --threads N --warmup N --iterations N [--shapes NAME:1x3x224x224,...]
+// Random inputs (floats in [-1, 1), integers in [0, 10)); prints one JSON line with the median latency.
+'use strict';
+const ort = require('onnxruntime-node');
+
+function parseArgs(argv) {
+  const o = { model: null, threads: 1, warmup: 3, iterations: 10, shapes: {} };
+  for (let i = 0; i < argv.length; ++i) {
+    const a = argv[i];
+    if (a === '--threads') o.threads = parseInt(argv[++i], 10);
+    else if (a === '--warmup') o.warmup = parseInt(argv[++i], 10);
+    else if (a === '--iterations') o.iterations = parseInt(argv[++i], 10);
+    else if (a === '--shapes') {
+      for (const item of argv[++i].split(',')) {
+        const c = item.lastIndexOf(':');
+        o.shapes[item.slice(0, c)] = item.slice(c + 1).split('x').map(Number);
+      }
+    } else o.model = a;
+  }
+  if (!o.model) throw new Error('usage: ort_runner.js MODEL.onnx [--threads N] [--warmup N] [--iterations N] [--shapes ...]');
+  return o;
+}
+
+function randomTensor(type, dims) {
+  const n = dims.reduce((a, b) => a * b, 1);
+  if (type === 'float32') {
+    const d = new Float32Array(n);
+    for (let i = 0; i < n; ++i) d[i] = Math.random() * 2 - 1;
+    return new ort.Tensor('float32', d, dims);
+  }
+  if (type === 'int64') {
+    const d = new BigInt64Array(n);
+    for (let i = 0; i < n; ++i) d[i] = BigInt(Math.floor(Math.random() * 10));
+    return new ort.Tensor('int64', d, dims);
+  }
+  if (type === 'int32') {
+    const d = new Int32Array(n);
+    for (let i = 0; i < n; ++i) d[i] = Math.floor(Math.random() * 10);
+    return new ort.Tensor('int32', d, dims);
+  }
+  throw new Error(`unsupported input type ${type}`);
+}
+
+async function main() {
+  const o = parseArgs(process.argv.slice(2));
+  const session = await ort.InferenceSession.create(o.model, {
+    executionProviders: ['cpu'],
+    graphOptimizationLevel: 'all',
+    intraOpNumThreads: o.threads,
+    interOpNumThreads: 1,
+    executionMode: 'sequential',
+  });
+  const feeds = {};
+  const meta = session.inputMetadata || [];
+  session.inputNames.forEach((name, idx) => {
+    const m = Array.isArray(meta) ? meta[idx] : meta[name];
+    const type = (m && m.type) || 'float32';
+    let dims = o.shapes[name];
+    if (!dims) {
+      if (!m || !m.shape) throw new Error(`give the shape of input '${name}' with --shapes`);
+      dims = m.shape.map((d) => (typeof d === 'number' && d > 0 ? d : 1));
+    }
+    feeds[name] = randomTensor(type, dims);
+  });
+  for (let i = 0; i < o.warmup; ++i) await session.run(feeds);
+  const times = [];
+  for (let i = 0; i < o.iterations; ++i) {
+    const t0 = process.hrtime.bigint();
+    await session.run(feeds);
+    times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  const s = [...times].sort((a, b) => a - b);
+  const n = s.length;
+  const median = n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+  console.log(JSON.stringify({
+    runtime: 'onnxruntime-node', version: require('onnxruntime-node/package.json').version,
+    threads: o.threads, iterations: n, median_ms: median, min_ms: s[0], max_ms: s[n - 1],
+    mean_ms: times.reduce((a, b) => a + b, 0) / n,
+  }));
+}
+
+main().catch((e) => { console.error(`ort_runner: ${e.message}`); process.exit(1); });

@@ -1,0 +1,410 @@
+// kiln bench: latency and throughput of an engine (trtexec conventions). Builds in memory when given an
+// ONNX model; runs warm-up iterations (excluded from the statistics), then measured ones on one or more
+// concurrent contexts ("streams"); optional per-layer profile, Chrome trace and per-iteration times.
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "engine/engine_impl.h"
+#include "tools/commands.h"
+
+namespace kiln::tools {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  std::string model;
+  std::string shapes, min_shapes, opt_shapes, max_shapes;
+  int64_t batch = 0;
+  int warmup = 1;
+  double warmup_ms = 200;
+  int iterations = 10;
+  double duration_s = 3;
+  int threads = 0;
+  int streams = 1;
+  uint64_t seed = 0;
+  int profile_index = -1;
+  std::string export_times, export_profile;
+  bool dump_profile = false, json = false;
+};
+
+// One measured iteration.
+struct Sample {
+  int stream = 0;
+  double start_ms = 0, latency_ms = 0;  // start relative to the common start of the measurement
+};
+// One layer execution of a measured iteration (for the Chrome trace).
+struct LayerEvent {
+  int stream = 0;
+  size_t layer = 0;
+  double start_us = 0, dur_us = 0;
+};
+
+// Re-executes kiln with OMP_NUM_THREADS=N so that any OpenMP runtime (oneDNN, BLAS) reads it when it
+// starts; kiln's own kernels are single-threaded today, so this is the whole of --threads for now.
+void apply_threads(int threads) {
+  if (threads <= 0) return;
+  std::string want = std::to_string(threads);
+  const char* cur = std::getenv("OMP_NUM_THREADS");
+  if (cur && want == cur) return;
+  setenv("OMP_NUM_THREADS", want.c_str(), 1);
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (size_t p = 0; p < all.size();) {
+    size_t z = all.find('\0', p);
+    if (z == std::string::npos) z = all.size();
+    args.push_back(all.substr(p, z - p));
+    p = z + 1;
+  }
+  if (args.empty()) return;
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  execv("/proc/self/exe", argv.data());
+  std::fprintf(stderr, "[kiln bench] warning: could not re-execute with OMP_NUM_THREADS=%d\n", threads);
+}
+
+double percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  // Nearest-rank percentile, as trtexec reports it.
+  size_t rank = static_cast<size_t>(std::ceil(q / 100.0 * static_cast<double>(sorted.size())));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+}
+
+Status write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  if (!(f << text)) return IOError("cannot write '", path, "'");
+  return Status::Ok();
+}
+
+Result<nlohmann::json> bench(const BenchOptions& o) {
+  if (o.streams < 1) return InvalidArgument("--streams must be at least 1, got ", o.streams);
+  if (o.iterations < 1) return InvalidArgument("--iterations must be at least 1, got ", o.iterations);
+  if (o.warmup < 0 || o.warmup_ms < 0 || o.duration_s < 0)
+    return InvalidArgument("--warmup, --warmup-ms and --duration must not be negative");
+  bool is_engine = o.model.size() > 5 && o.model.compare(o.model.size() - 5, 5, ".kiln") == 0;
+  std::map<std::string, Dims> shapes;
+  if (!o.shapes.empty()) {
+    KILN_ASSIGN_OR_RETURN(shapes, parse_shapes(o.shapes));
+  }
+  std::shared_ptr<Engine> engine;
+  double build_ms = 0;
+  try {
+    if (is_engine) {
+      engine = Engine::load(o.model);
+    } else {
+      BuilderConfig cfg;
+      auto t0 = Clock::now();
+      // The --shapes used at run time also form the build's profile, as in trtexec; --batch alone
+      // builds for any shape the model allows.
+      std::string fixed = o.shapes;
+      KILN_ASSIGN_OR_RETURN(auto profiles, profiles_from_flags(o.min_shapes, o.opt_shapes, o.max_shapes, fixed));
+      cfg.profiles = profiles;
+      engine = Builder(cfg).build_from_file(o.model);
+      build_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    }
+  } catch (const Error& e) {
+    return detail_status(e);
+  }
+  const ir::Graph& g = *engine->impl().model.graph;
+  if (o.batch > 0) {
+    for (const auto& in : g.inputs) {
+      if (g.initializers.count(in.name) || shapes.count(in.name) || !in.type.is_tensor()) continue;
+      if (!in.type.shape.rank_known || in.type.shape.dims.empty()) continue;
+      const auto& d0 = in.type.shape.dims[0];
+      if (d0.known() && d0.value != o.batch)
+        return InvalidArgument("--batch ", o.batch, ": input '", in.name, "' has a fixed first dim ", d0.value,
+                               "; the model must be exported with a dynamic batch dim");
+      Dims d;
+      for (const auto& dim : in.type.shape.dims) d.push_back(dim.known() ? dim.value : 1);
+      d[0] = o.batch;
+      shapes[in.name] = d;
+    }
+  }
+  auto profiles = engine->profiles();
+  if (!profiles.empty()) {  // inputs not given take the profile's opt shapes
+    const Profile& p =
+        profiles[o.profile_index >= 0 && o.profile_index < static_cast<int>(profiles.size()) ? o.profile_index : 0];
+    for (const auto& [name, r] : p.inputs)
+      if (!shapes.count(name)) shapes[name] = r.opt;
+  }
+  std::map<std::string, ops::Value> values;
+  KILN_RETURN_IF_ERROR(fill_random_inputs(g, o.seed, shapes, values));
+  int64_t batch = o.batch;
+  nlohmann::json in_json = nlohmann::json::object();
+  for (const auto& [name, v] : values) {
+    if (!v.is_tensor()) return Unsupported("input '", name, "' is not a tensor; kiln bench feeds tensors only");
+    in_json[name] = v.tensor.shape();
+    if (batch <= 0 && v.tensor.rank() > 0) batch = v.tensor.dim(0);
+  }
+  if (batch <= 0) batch = 1;
+
+  // Per-stream results.
+  const int S = o.streams;
+  const bool profiling = o.dump_profile || !o.export_profile.empty();
+  const size_t L = g.nodes.size();
+  std::vector<std::vector<Sample>> samples(S);
+  std::vector<std::vector<LayerEvent>> events(S);
+  std::vector<std::vector<double>> layer_sum_ms(S, std::vector<double>(L, 0.0));
+  std::vector<int> warmups(S, 0);
+  std::vector<Status> errors(S, Status::Ok());
+  std::barrier sync(S);
+  Clock::time_point start;
+  std::mutex start_mu;
+  bool start_set = false;
+
+  auto worker = [&](int s) {
+    std::unique_ptr<ExecutionContext> ctx;
+    bool measuring = false;
+    try {
+      ctx = engine->create_context();
+      if (o.profile_index >= 0) ctx->set_profile(o.profile_index);
+      for (const auto& [name, v] : values)
+        ctx->set_input(name, HostTensor::borrow(static_cast<DataTypeCode>(v.tensor.dtype()), v.tensor.shape(),
+                                                v.tensor.raw(), v.tensor.nbytes()));
+      if (profiling)
+        detail::set_layer_timer(
+            ctx->impl(), [&, s](size_t layer, const ir::Node&, Clock::time_point b, Clock::time_point e) {
+              if (!measuring || layer >= L) return;
+              double dur = std::chrono::duration<double, std::micro>(e - b).count();
+              layer_sum_ms[s][layer] += dur / 1000.0;
+              if (!o.export_profile.empty())
+                events[s].push_back({s, layer, std::chrono::duration<double, std::micro>(b - start).count(), dur});
+            });
+      // Warm-up: at least --warmup runs and --warmup-ms of running.
+      auto w0 = Clock::now();
+      while (warmups[s] < o.warmup ||
+             std::chrono::duration<double, std::milli>(Clock::now() - w0).count() < o.warmup_ms) {
+        ctx->run();
+        ++warmups[s];
+      }
+    } catch (const Error& e) {
+      errors[s] = detail_status(e);
+    }
+    sync.arrive_and_wait();  // every stream starts measuring together
+    {
+      std::lock_guard<std::mutex> lock(start_mu);
+      if (!start_set) start = Clock::now(), start_set = true;
+    }
+    sync.arrive_and_wait();
+    bool any_error = false;
+    for (const auto& e : errors) any_error |= !e.ok();
+    if (any_error) return;
+    measuring = true;
+    try {
+      for (int i = 0;; ++i) {
+        double elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+        if (i >= o.iterations && elapsed_s >= o.duration_s) break;
+        auto b = Clock::now();
+        ctx->run();
+        auto e = Clock::now();
+        samples[s].push_back({s, std::chrono::duration<double, std::milli>(b - start).count(),
+                              std::chrono::duration<double, std::milli>(e - b).count()});
+      }
+    } catch (const Error& e) {
+      errors[s] = detail_status(e);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int s = 1; s < S; ++s) threads.emplace_back(worker, s);
+  worker(0);
+  for (auto& t : threads) t.join();
+  auto end = Clock::now();
+  for (const auto& e : errors)
+    if (!e.ok()) return e;
+
+  std::vector<double> lat;
+  for (const auto& v : samples)
+    for (const auto& x : v) lat.push_back(x.latency_ms);
+  std::vector<double> sorted = lat;
+  std::sort(sorted.begin(), sorted.end());
+  double sum = 0;
+  for (double x : lat) sum += x;
+  double wall_s = std::chrono::duration<double>(end - start).count();
+  double qps = wall_s > 0 ? static_cast<double>(lat.size()) / wall_s : 0;
+  double mean = lat.empty() ? 0 : sum / static_cast<double>(lat.size());
+  // Median: the middle value, or the mean of the two middle values.
+  double median = 0;
+  if (!sorted.empty()) {
+    size_t n = sorted.size();
+    median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  }
+
+  nlohmann::json j;
+  j["model"] = o.model;
+  j["kiln_version"] = version();
+  j["built_from_onnx"] = !is_engine;
+  j["build_ms"] = build_ms;
+  j["inputs"] = in_json;
+  j["batch"] = batch;
+  j["streams"] = S;
+  j["threads"] = o.threads;
+  j["threads_note"] = "kiln's kernels are single-threaded today; --threads only sets OMP_NUM_THREADS";
+  int total_warmup = 0;
+  for (int w : warmups) total_warmup += w;
+  j["warmup_runs"] = total_warmup;
+  j["iterations"] = lat.size();
+  j["wall_s"] = wall_s;
+  j["latency_ms"] = {{"median", median},
+                     {"mean", mean},
+                     {"min", sorted.empty() ? 0 : sorted.front()},
+                     {"max", sorted.empty() ? 0 : sorted.back()},
+                     {"p90", percentile(sorted, 90)},
+                     {"p95", percentile(sorted, 95)},
+                     {"p99", percentile(sorted, 99)}};
+  j["throughput_qps"] = qps;
+  j["throughput_ips"] = qps * static_cast<double>(batch);
+
+  const auto& layers = engine->impl().layers;
+  if (profiling) {
+    std::vector<double> total(L, 0.0);
+    double all = 0;
+    for (int s = 0; s < S; ++s)
+      for (size_t l = 0; l < L; ++l) total[l] += layer_sum_ms[s][l], all += layer_sum_ms[s][l];
+    nlohmann::json prof = nlohmann::json::array();
+    double runs = std::max<double>(1, static_cast<double>(lat.size()));
+    for (size_t l = 0; l < L; ++l) {
+      const ir::Node& n = g.nodes[l];
+      std::string kernel = l < layers.size() ? layers[l].kernel : "";
+      prof.push_back({{"layer", n.name},
+                      {"op", n.op_type},
+                      {"kernel", kernel},
+                      {"mean_ms", total[l] / runs},
+                      {"percent", all > 0 ? 100.0 * total[l] / all : 0.0}});
+    }
+    j["profile"] = prof;
+  }
+
+  if (!o.export_times.empty()) {
+    nlohmann::json t = nlohmann::json::array();
+    for (const auto& v : samples)
+      for (const auto& x : v)
+        t.push_back({{"stream", x.stream}, {"start_ms", x.start_ms}, {"latency_ms", x.latency_ms}});
+    KILN_RETURN_IF_ERROR(write_file(o.export_times, t.dump(1)));
+  }
+  if (!o.export_profile.empty()) {
+    nlohmann::json ev = nlohmann::json::array();
+    for (int s = 0; s < S; ++s) {
+      ev.push_back({{"name", "thread_name"},
+                    {"ph", "M"},
+                    {"pid", 1},
+                    {"tid", s},
+                    {"args", {{"name", "stream " + std::to_string(s)}}}});
+      int i = 0;
+      for (const auto& x : samples[s])
+        ev.push_back({{"name", "iteration " + std::to_string(i++)},
+                      {"cat", "iteration"},
+                      {"ph", "X"},
+                      {"pid", 1},
+                      {"tid", s},
+                      {"ts", x.start_ms * 1000.0},
+                      {"dur", x.latency_ms * 1000.0}});
+      for (const auto& e : events[s]) {
+        const ir::Node& n = g.nodes[e.layer];
+        ev.push_back(
+            {{"name", n.name.empty() ? n.op_type : n.name},
+             {"cat", "layer"},
+             {"ph", "X"},
+             {"pid", 1},
+             {"tid", s},
+             {"ts", e.start_us},
+             {"dur", e.dur_us},
+             {"args", {{"op", n.op_type}, {"kernel", e.layer < layers.size() ? layers[e.layer].kernel : ""}}}});
+      }
+    }
+    nlohmann::json trace = {{"traceEvents", ev}, {"displayTimeUnit", "ms"}};
+    KILN_RETURN_IF_ERROR(write_file(o.export_profile, trace.dump()));
+  }
+  return j;
+}
+
+void print_text(const BenchOptions& o, const nlohmann::json& j) {
+  std::printf("[kiln bench] model %s%s\n", o.model.c_str(),
+              j["built_from_onnx"].get<bool>()
+                  ? (" (built in memory in " + std::to_string(j["build_ms"].get<double>()) + " ms)").c_str()
+                  : "");
+  for (const auto& [name, shape] : j["inputs"].items())
+    std::printf("[kiln bench] input %s %s\n", name.c_str(), shape.dump().c_str());
+  std::printf("[kiln bench] streams %d, threads %d, warm-up runs %d (excluded), measured iterations %zu in %.3f s\n",
+              j["streams"].get<int>(), j["threads"].get<int>(), j["warmup_runs"].get<int>(),
+              j["iterations"].get<size_t>(), j["wall_s"].get<double>());
+  const auto& l = j["latency_ms"];
+  std::printf(
+      "[kiln bench] Latency: min = %.4f ms, max = %.4f ms, mean = %.4f ms, median = %.4f ms, percentile(90%%) = %.4f "
+      "ms, percentile(95%%) = %.4f ms, percentile(99%%) = %.4f ms\n",
+      l["min"].get<double>(), l["max"].get<double>(), l["mean"].get<double>(), l["median"].get<double>(),
+      l["p90"].get<double>(), l["p95"].get<double>(), l["p99"].get<double>());
+  std::printf("[kiln bench] Throughput: %.3f qps, %.3f inferences/s (batch %lld)\n", j["throughput_qps"].get<double>(),
+              j["throughput_ips"].get<double>(), static_cast<long long>(j["batch"].get<int64_t>()));
+  if (o.dump_profile && j.contains("profile")) {
+    std::printf("\n%-48s %-20s %-16s %12s %8s\n", "Layer", "Op", "Kernel", "Mean (ms)", "% total");
+    double total = 0;
+    for (const auto& p : j["profile"]) {
+      std::string name = p["layer"].get<std::string>();
+      if (name.size() > 48) name = name.substr(0, 45) + "...";
+      std::printf("%-48s %-20s %-16s %12.4f %7.2f%%\n", name.c_str(), p["op"].get<std::string>().c_str(),
+                  p["kernel"].get<std::string>().c_str(), p["mean_ms"].get<double>(), p["percent"].get<double>());
+      total += p["mean_ms"].get<double>();
+    }
+    std::printf("%-48s %-20s %-16s %12.4f %7.2f%%\n", "Total (all layers)", "", "", total, 100.0);
+  }
+  if (!o.export_times.empty()) std::printf("[kiln bench] wrote per-iteration times to %s\n", o.export_times.c_str());
+  if (!o.export_profile.empty())
+    std::printf("[kiln bench] wrote Chrome trace to %s (open in https://ui.perfetto.dev)\n", o.export_profile.c_str());
+}
+}  // namespace
+
+void add_bench_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure latency and throughput of a model or engine (trtexec-like)");
+  cmd->add_option("model", o->model, "model.onnx (built in memory) or model.kiln")->required();
+  cmd->add_option("--shapes", o->shapes, "input shapes NAME:1x3x224x224,... (also the build profile for .onnx)");
+  cmd->add_option("--min-shapes", o->min_shapes, ".onnx: smallest shapes of the build profile");
+  cmd->add_option("--opt-shapes", o->opt_shapes, ".onnx: shapes to tune for");
+  cmd->add_option("--max-shapes", o->max_shapes, ".onnx: largest shapes of the build profile");
+  cmd->add_option("--batch", o->batch, "first dim of every input whose first dim is dynamic (not given by --shapes)");
+  cmd->add_option("--warmup", o->warmup, "warm-up runs per stream, excluded from statistics (default 1)");
+  cmd->add_option("--warmup-ms", o->warmup_ms, "keep warming up for at least this long, ms (default 200)");
+  cmd->add_option("--iterations", o->iterations, "measure at least this many runs per stream (default 10)");
+  cmd->add_option("--duration", o->duration_s, "measure for at least this many seconds (default 3)");
+  cmd->add_option("--threads", o->threads,
+                  "threads for the kernels; kiln's kernels are single-threaded today, so this only sets "
+                  "OMP_NUM_THREADS (re-executing kiln so any OpenMP runtime sees it from its start)");
+  cmd->add_option("--streams", o->streams, "contexts running concurrently on their own threads (default 1)");
+  cmd->add_option("--seed", o->seed, "seed for the random inputs");
+  cmd->add_option("--profile-index", o->profile_index, "engines: run on this optimization profile");
+  cmd->add_option("--export-times", o->export_times, "write every measured iteration's latency to FILE.json");
+  cmd->add_flag("--dump-profile", o->dump_profile, "print a per-layer time table");
+  cmd->add_option("--export-profile", o->export_profile,
+                  "write a per-layer Chrome trace (FILE.json; one track per stream; opens in Perfetto)");
+  cmd->add_flag("--json", o->json, "print the results as JSON on stdout");
+  cmd->callback([o, &exit_code]() {
+    apply_threads(o->threads);
+    auto r = bench(*o);
+    if (!r.ok()) {
+      exit_code = report_error(r.status());
+      return;
+    }
+    if (o->json)
+      std::printf("%s\n", r.value().dump(1).c_str());
+    else
+      print_text(*o, r.value());
+    exit_code = kExitOk;
+  });
+}
+
+}  // namespace kiln::tools
