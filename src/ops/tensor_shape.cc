@@ -181,6 +181,7 @@ Status reshape_infer(InferContext& ctx) {
     target = *v;
   } else {
     int64_t k = known_length(ctx, 1);
+    if (k > 64) return ctx.error(str_cat("axes has ", k, " entries; ranks above 64 are not supported"));
     std::vector<Dim> dims;
     for (int64_t i = 0; i < k; ++i) dims.push_back(ctx.new_symbol());
     ctx.set_output(0, dt, k < 0 ? SymShape() : SymShape(dims));
@@ -332,6 +333,7 @@ Status squeeze_infer(InferContext& ctx) {
   int64_t r = static_cast<int64_t>(in.rank());
   if (!known) {
     int64_t k = known_length(ctx, 1);
+    if (k > 64) return ctx.error(str_cat("axes has ", k, " entries; ranks above 64 are not supported"));
     std::vector<Dim> dims;
     for (int64_t i = 0; k >= 0 && i < r - k; ++i) dims.push_back(ctx.new_symbol());
     ctx.set_output(0, dt, k < 0 || k > r ? SymShape() : SymShape(dims));
@@ -400,6 +402,7 @@ Status unsqueeze_infer(InferContext& ctx) {
   int64_t r = static_cast<int64_t>(in.rank());
   if (!known) {
     int64_t k = known_length(ctx, 1);
+    if (k > 64) return ctx.error(str_cat("axes has ", k, " entries; ranks above 64 are not supported"));
     std::vector<Dim> dims;
     for (int64_t i = 0; k >= 0 && i < r + k; ++i) dims.push_back(ctx.new_symbol());
     ctx.set_output(0, dt, k < 0 ? SymShape() : SymShape(dims));

@@ -4,6 +4,9 @@
 // run; every rejected model must come back as a Status with a message. Deterministic for a seed.
 //
 // usage: kiln_fuzz SUITE_DIR [--cases N] [--seed S] [--max-model-bytes B]
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -184,17 +187,58 @@ std::string mutate(const std::string& bytes, std::mt19937_64& rng) {
   return m.SerializeAsString();
 }
 
+bool run_case(int64_t c, const Seed& s, const std::string& bytes, std::string* outcome) {
+  auto model = onnx_import::parse_model(bytes, "");
+  if (!model.ok()) {
+    if (model.status().message().empty()) {
+      std::fprintf(stderr, "case %lld (%s): error without a message\n", static_cast<long long>(c), s.name.c_str());
+      return false;
+    }
+    *outcome = "rejected at import: " + std::string(error_code_name(model.status().code()));
+    return true;
+  }
+  if (!ops::check_supported(*model->graph).ok()) {
+    *outcome = "unsupported op";
+    return true;
+  }
+  std::map<std::string, ops::Value> inputs;
+  size_t k = 0;
+  for (const auto& in : model->graph->inputs) {
+    if (model->graph->initializers.count(in.name)) continue;
+    if (k < s.input_files.size()) {
+      auto v = onnx_import::read_value_pb(s.input_files[k], &in.type);
+      if (v.ok()) inputs[in.name] = std::move(v).value();
+    }
+    ++k;
+  }
+  ops::Interpreter interp(model->graph);
+  interp.set_deadline(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  auto res = interp.run(inputs);
+  if (!res.ok() && res.status().message().empty()) {
+    std::fprintf(stderr, "case %lld (%s): run error without a message\n", static_cast<long long>(c), s.name.c_str());
+    return false;
+  }
+  *outcome = res.ok() ? "ran" : "rejected at run: " + std::string(error_code_name(res.status().code()));
+  if (!res.ok() && res.status().code() == ErrorCode::kInternal)
+    std::printf("internal error (case %lld, %s): %s\n", static_cast<long long>(c), s.name.c_str(),
+                res.status().message().substr(0, 200).c_str());
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: kiln_fuzz SUITE_DIR [--cases N] [--seed S] [--max-model-bytes B]\n");
+    std::fprintf(stderr,
+                 "usage: kiln_fuzz SUITE_DIR [--cases N] [--seed S] [--max-model-bytes B] [--fork 1] [--only N]\n");
     return 2;
   }
   std::string suite = argv[1];
   int64_t cases = 10000;
   uint64_t seed = 1;
   size_t max_bytes = 16384;
+  bool fork_each = false;
+  int64_t only = -1;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--cases")
@@ -203,6 +247,10 @@ int main(int argc, char** argv) {
       seed = std::strtoull(argv[i + 1], nullptr, 10);
     else if (k == "--max-model-bytes")
       max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--fork")
+      fork_each = std::string(argv[i + 1]) == "1";
+    else if (k == "--only")
+      only = std::atoll(argv[i + 1]);
   }
   std::vector<Seed> seeds = load_seeds(suite, max_bytes);
   if (seeds.empty()) {
@@ -212,47 +260,38 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(seed);
   std::map<std::string, int64_t> outcomes;
   auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> crashes;
   for (int64_t c = 0; c < cases; ++c) {
     const Seed& s = seeds[rng() % seeds.size()];
     std::string bytes = mutate(s.bytes, rng);
-    auto model = onnx_import::parse_model(bytes, "");
-    if (!model.ok()) {
-      if (model.status().message().empty()) {
-        std::fprintf(stderr, "case %lld (%s): error without a message\n", static_cast<long long>(c), s.name.c_str());
-        return 1;
-      }
-      ++outcomes["rejected at import: " + std::string(error_code_name(model.status().code()))];
+    if (only >= 0 && c != only) continue;
+    if (!fork_each) {
+      std::string outcome;
+      if (!run_case(c, s, bytes, &outcome)) return 1;
+      ++outcomes[outcome];
       continue;
     }
-    if (!ops::check_supported(*model->graph).ok()) {
-      ++outcomes["unsupported op"];
-      continue;
+    // Each case in a child: a crash or sanitizer report is recorded and the run goes on, so one
+    // run lists every failing case (reproduce one with --only N).
+    std::fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (crashes.size() >= 3) std::freopen("/dev/null", "w", stderr);  // full reports for the first few
+      std::string outcome;
+      bool ok = run_case(c, s, bytes, &outcome);
+      std::exit(ok ? 0 : 1);  // exit (not _exit): LeakSanitizer checks at exit
     }
-    std::map<std::string, ops::Value> inputs;
-    size_t k = 0;
-    for (const auto& in : model->graph->inputs) {
-      if (model->graph->initializers.count(in.name)) continue;
-      if (k < s.input_files.size()) {
-        auto v = onnx_import::read_value_pb(s.input_files[k], &in.type);
-        if (v.ok()) inputs[in.name] = std::move(v).value();
-      }
-      ++k;
-    }
-    ops::Interpreter interp(model->graph);
-    interp.set_deadline(std::chrono::steady_clock::now() + std::chrono::seconds(5));
-    auto res = interp.run(inputs);
-    if (!res.ok() && res.status().message().empty()) {
-      std::fprintf(stderr, "case %lld (%s): run error without a message\n", static_cast<long long>(c), s.name.c_str());
-      return 1;
-    }
-    ++outcomes[res.ok() ? "ran" : "rejected at run: " + std::string(error_code_name(res.status().code()))];
-    if (!res.ok() && res.status().code() == ErrorCode::kInternal)
-      std::printf("internal error (case %lld, %s): %s\n", static_cast<long long>(c), s.name.c_str(),
-                  res.status().message().substr(0, 200).c_str());
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0))
+      crashes.push_back("case " + std::to_string(c) + " (" + s.name + ")");
+    else
+      ++outcomes["completed in a child"];
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("kiln_fuzz: %lld cases from %zu seed models in %.1f s, seed %llu, no crash\n",
-              static_cast<long long>(cases), seeds.size(), secs, static_cast<unsigned long long>(seed));
+  std::printf("kiln_fuzz: %lld cases from %zu seed models in %.1f s, seed %llu, %zu crashed\n",
+              static_cast<long long>(cases), seeds.size(), secs, static_cast<unsigned long long>(seed), crashes.size());
+  for (const auto& c2 : crashes) std::printf("  CRASH %s\n", c2.c_str());
   for (const auto& [k2, v] : outcomes) std::printf("  %-45s %lld\n", k2.c_str(), static_cast<long long>(v));
-  return 0;
+  return crashes.empty() ? 0 : 1;
 }
