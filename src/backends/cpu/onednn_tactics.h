@@ -9,5 +9,6 @@ const Tactic* conv2d_onednn_blocked();
 const Tactic* conv2d_onednn_nchw();
 const Tactic* matmul_onednn_packed();
 const Tactic* matmul_onednn_batched();
+const Tactic* pool2d_onednn_nchw();
 
 }  // namespace kiln::backends::cpu::onednn

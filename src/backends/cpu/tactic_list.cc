@@ -27,6 +27,8 @@ const std::vector<const Tactic*>& all_tactics() {
     // MatMul / Gemm / kiln.FusedMatMul / kiln.FusedGemm
     v.push_back(dnn::matmul_onednn_packed());
     v.push_back(dnn::matmul_onednn_batched());
+    // MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool
+    v.push_back(dnn::pool2d_onednn_nchw());
 #endif
     return v;
   }();
