@@ -101,3 +101,22 @@ TEST(EngineTactics, RestrictedToNamedTactics) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(EngineTactics, UnknownTacticInAnEngineFileIsAClearError) {
+  auto e = Builder().build_from_memory(cnn_onnx());
+  auto& impl = const_cast<detail::EngineImpl&>(e->impl());
+  impl.layers[0].kernel = "conv2d_from_the_future";
+  try {
+    Engine::deserialize(e->serialize());
+    FAIL() << "loaded an engine naming an unknown tactic";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("conv2d_from_the_future"), std::string::npos) << err.what();
+    EXPECT_NE(std::string(err.what()).find("rebuild"), std::string::npos) << err.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln
