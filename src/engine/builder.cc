@@ -56,7 +56,16 @@ std::shared_ptr<engine::TacticRuntime> EngineImpl::tactic_runtime() const {
 Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& opt_shapes, const BuilderConfig& cfg,
                       const std::function<void(const std::string&)>& log) {
   engine::TacticFilter filter = engine::tactic_filter(cfg.tactics);
-  if (filter.none) return Status::Ok();
+  for (const auto& name : filter.allowed)
+    if (name != "reference" && !backends::find_tactic(name)) {
+      std::string known;
+      for (const backends::Tactic* t : backends::all_tactics()) known += " " + t->name();
+      return InvalidArgument("unknown tactic '", name, "' (this kiln has: reference", known, ")");
+    }
+  if (filter.none) {
+    log("[kiln build] kernels: reference only");
+    return Status::Ok();
+  }
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> typed, infer_at(*e.model.graph, opt_shapes));
   std::map<std::string, int> counts;
   for (size_t i = 0; i < e.layers.size() && i < typed->nodes.size(); ++i) {

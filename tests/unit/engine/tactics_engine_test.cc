@@ -120,3 +120,20 @@ TEST(EngineTactics, UnknownTacticInAnEngineFileIsAClearError) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(EngineTactics, UnknownTacticNameIsRejectedAtBuild) {
+  BuilderConfig cfg;
+  cfg.tactics = {"conv2d_typo"};
+  try {
+    Builder(cfg).build_from_memory(cnn_onnx());
+    FAIL() << "built with an unknown tactic name";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("unknown tactic 'conv2d_typo'"), std::string::npos) << err.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln
