@@ -76,6 +76,16 @@ class PreparedConv : public PreparedLayer {
   dnnl::convolution_forward prim;
   memory weights, bias;
   std::string name;
+  // Made once: activations to/from oneDNN's chosen layout (empty when it kept plain NCHW).
+  dnnl::reorder src_in, residual_in, dst_out;
+
+  static void run_reorder(const dnnl::reorder& r, const memory::desc& from, const void* src, const memory::desc& to,
+                          void* dst) {
+    auto& eng = cpu_engine();
+    memory a(from, eng, const_cast<void*>(src)), b(to, eng, dst);
+    r.execute(thread_stream(), {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}});
+    thread_stream().wait();
+  }
 
   std::vector<Dims> output_shapes() const override { return {{g.n, g.m, g.oh, g.ow}}; }
 
@@ -86,18 +96,19 @@ class PreparedConv : public PreparedLayer {
       void* src = const_cast<void*>(in[0]->raw());
       if (src_md != user_src) {
         void* tmp = thread_buffer(0, src_md.get_size());
-        reorder_into(user_src, src, src_md, tmp);
+        run_reorder(src_in, user_src, src, src_md, tmp);
         src = tmp;
       }
       bool dst_plain = dst_md == user_dst;
       void* dst = dst_plain ? out[0]->raw() : thread_buffer(1, dst_md.get_size());
-      if (has_residual) reorder_into(user_dst, in[3]->raw(), dst_md, dst);
+      if (has_residual && dst_plain) std::memcpy(dst, in[3]->raw(), dst_md.get_size());
+      if (has_residual && !dst_plain) run_reorder(residual_in, user_dst, in[3]->raw(), dst_md, dst);
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src_md, eng, src)},
                                            {DNNL_ARG_WEIGHTS, weights},
                                            {DNNL_ARG_DST, memory(dst_md, eng, dst)}};
       if (has_bias) args.emplace(DNNL_ARG_BIAS, bias);
       execute(prim, pd.scratchpad_desc(), std::move(args));
-      if (!dst_plain) reorder_into(dst_md, dst, user_dst, out[0]->raw());
+      if (!dst_plain) run_reorder(dst_out, dst_md, dst, user_dst, out[0]->raw());
       return Status::Ok();
     });
   }
@@ -167,6 +178,13 @@ class OnednnConv : public Tactic {
       p->pd = dnnl::convolution_forward::primitive_desc(d, attr, eng);
       // The plain variant must not hide a reorder: oneDNN may still pick a layout for "any" only.
       p->prim = dnnl::convolution_forward(p->pd);
+      if (p->pd.src_desc() != p->user_src)
+        p->src_in = dnnl::reorder(dnnl::reorder::primitive_desc(eng, p->user_src, eng, p->pd.src_desc()));
+      if (p->pd.dst_desc() != p->user_dst) {
+        p->dst_out = dnnl::reorder(dnnl::reorder::primitive_desc(eng, p->pd.dst_desc(), eng, p->user_dst));
+        if (p->has_residual)
+          p->residual_in = dnnl::reorder(dnnl::reorder::primitive_desc(eng, p->user_dst, eng, p->pd.dst_desc()));
+      }
       p->weights = memory(p->pd.weights_desc(), eng);
       reorder_into(user_w, sig.inputs[1].constant->raw(), p->pd.weights_desc(), p->weights.get_data_handle());
       if (p->has_bias) {
