@@ -1,4 +1,4 @@
-#if KILN_HAVE_ONEDNN
+#if defined(KILN_HAVE_ONEDNN)
 #include "backends/cpu/onednn_common.h"
 
 #include <cfloat>

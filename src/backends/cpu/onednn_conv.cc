@@ -2,7 +2,7 @@
 // post-ops). Two variants: activations in plain NCHW (no reorders around the layer), and oneDNN's
 // preferred blocked activation layout with reorders around the layer (until a layout pass keeps
 // tensors blocked between layers). Weights are reordered once, at prepare time.
-#if KILN_HAVE_ONEDNN
+#if defined(KILN_HAVE_ONEDNN)
 #include <algorithm>
 #include <cstring>
 

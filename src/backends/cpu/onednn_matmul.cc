@@ -2,7 +2,7 @@
 // activation as post-ops). "packed": the right-hand side is a constant 2-D weight, reordered once
 // into oneDNN's preferred layout, the left-hand side's leading dims flattened into rows.
 // "batched": both sides are activations of one rank with equal batch dims (attention scores).
-#if KILN_HAVE_ONEDNN
+#if defined(KILN_HAVE_ONEDNN)
 #include <cstring>
 
 #include "backends/cpu/onednn_common.h"

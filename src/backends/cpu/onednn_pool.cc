@@ -1,7 +1,7 @@
 // oneDNN 2-D pooling tactic for MaxPool (without the Indices output), AveragePool,
 // GlobalAveragePool and GlobalMaxPool, on plain NCHW activations. ceil_mode stays on the reference
 // kernel (ONNX's rule for the last window differs between opsets).
-#if KILN_HAVE_ONEDNN
+#if defined(KILN_HAVE_ONEDNN)
 #include <algorithm>
 
 #include "backends/cpu/onednn_common.h"

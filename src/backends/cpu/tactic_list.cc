@@ -6,7 +6,7 @@
 
 #include "backends/tactic.h"
 
-#if KILN_HAVE_ONEDNN
+#if defined(KILN_HAVE_ONEDNN)
 #include "backends/cpu/onednn_tactics.h"
 #endif
 
@@ -19,7 +19,7 @@ std::string device_name(const Device& d) {
 const std::vector<const Tactic*>& all_tactics() {
   static const std::vector<const Tactic*> list = [] {
     std::vector<const Tactic*> v;
-#if KILN_HAVE_ONEDNN
+#if defined(KILN_HAVE_ONEDNN)
     namespace dnn = cpu::onednn;
     // Conv / kiln.FusedConv
     v.push_back(dnn::conv2d_onednn_blocked());
