@@ -3,11 +3,13 @@
 // strides/pads/dilations, 1x1, transposes, every epilogue.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <random>
+#include <set>
 
 #include "../graph_builder.h"
 #include "backends/tactic.h"
