@@ -5,7 +5,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   protobuf-compiler libprotobuf-dev libonnx-dev zlib1g-dev
-  libcli11-dev nlohmann-json3-dev
+  libcli11-dev nlohmann-json3-dev libdnnl-dev
   googletest libgtest-dev libbenchmark-dev
   clang-format
   chromium

@@ -85,6 +85,10 @@ struct BuilderConfig {
   std::vector<Profile> profiles;             ///< one per optimization profile (dynamic inputs)
   size_t workspace_bytes = size_t{1} << 30;  ///< cap on planned activation memory per context
   std::vector<std::string> disabled_passes;  ///< pass names to skip (see `kiln inspect --passes`)
+  /// Tactics the builder may choose (names as `kiln inspect` shows them); empty: all;
+  /// {"reference"}: none, every layer runs its reference kernel. The environment variable
+  /// KILN_TACTICS (comma-separated) overrides it.
+  std::vector<std::string> tactics;
   bool verbose = false;
   std::function<void(const std::string&)> log;  ///< progress lines; default prints to stderr when verbose
 };

@@ -55,6 +55,43 @@ void EngineImpl::describe_layers() {
   }
 }
 
+std::shared_ptr<engine::TacticRuntime> EngineImpl::tactic_runtime() const {
+  std::call_once(runtime_once_, [&] {
+    std::vector<std::string> kernels;
+    for (const auto& l : layers) kernels.push_back(l.kernel);
+    runtime_ = std::make_shared<engine::TacticRuntime>(model.graph, kernels);
+  });
+  return runtime_;
+}
+
+// Picks each layer's kernel at the opt shapes (engine/tactics.h); the auto-tuner's entry point.
+Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& opt_shapes, const BuilderConfig& cfg,
+                      const std::function<void(const std::string&)>& log) {
+  engine::TacticFilter filter = engine::tactic_filter(cfg.tactics);
+  for (const auto& name : filter.allowed)
+    if (name != "reference" && !backends::find_tactic(name)) {
+      std::string known;
+      for (const backends::Tactic* t : backends::all_tactics()) known += " " + t->name();
+      return InvalidArgument("unknown tactic '", name, "' (this kiln has: reference", known, ")");
+    }
+  if (filter.none) {
+    log("[kiln build] kernels: reference only");
+    return Status::Ok();
+  }
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> typed, infer_at(*e.model.graph, opt_shapes));
+  std::map<std::string, int> counts;
+  for (size_t i = 0; i < e.layers.size() && i < typed->nodes.size(); ++i) {
+    std::string why;
+    e.layers[i].kernel = engine::choose_tactic(*typed, typed->nodes[i], filter, &why);
+    counts[e.layers[i].kernel]++;
+    if (!why.empty()) log("[kiln build] layer '" + e.layers[i].name + "': " + why);
+  }
+  std::string summary;
+  for (const auto& [k, c] : counts) summary += " " + k + " x" + std::to_string(c);
+  log("[kiln build] kernels:" + summary);
+  return Status::Ok();
+}
+
 Result<std::shared_ptr<ir::Graph>> infer_at(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes) {
   std::shared_ptr<ir::Graph> copy = ir::deep_copy(g);
   for (auto& in : copy->inputs) {
@@ -174,6 +211,7 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   e->target = engine::detect_host();
   e->model = std::move(model);
   e->describe_layers();
+  KILN_RETURN_IF_ERROR(choose_kernels(*e, opt_shapes, cfg, log));
   e->build["build_seconds"] = elapsed();
   log("[kiln build] done in " + std::to_string(elapsed()) + " s");
   return e;

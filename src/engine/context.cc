@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "engine/engine_impl.h"
+#include "engine/executor.h"
 #include "engine/profiles.h"
 #include "ops/interpreter.h"
 
@@ -14,7 +15,7 @@ namespace detail {
 
 struct ContextImpl {
   std::shared_ptr<const EngineImpl> engine;
-  std::unique_ptr<ops::Interpreter> interp;
+  std::unique_ptr<engine::LayerExecutor> interp;  // tactics, else reference kernels
   std::map<std::string, ops::Value> inputs;
   std::vector<ops::Value> outputs;
   // Memory plans per input-shape signature: activation memory follows the actual shapes.
@@ -102,6 +103,7 @@ Status ContextImpl::run() {
       const Tensor& t = outs[i].tensor;
       if (t.dtype() == DataType::kString || t.nbytes() > p.sizes.at(n.outputs[i])) continue;  // kept dynamic
       Tensor slot = Tensor::alias(t.dtype(), t.shape(), arena, off->second);
+      if (slot.raw() == t.raw()) continue;  // a tactic wrote it there already
       if (t.nbytes()) std::memmove(slot.raw(), t.raw(), t.nbytes());
       outs[i] = ops::Value(std::move(slot));
     }
@@ -110,6 +112,12 @@ Status ContextImpl::run() {
       layer_timer(layer_index++, n, layer_begin, now);
       layer_begin = now;
     }
+  };
+  interp->allocate_output = [&](const ir::Node& n, size_t i, DataType dt, const Dims& shape) -> Tensor {
+    auto off = i < n.outputs.size() ? p.offsets.find(n.outputs[i]) : p.offsets.end();
+    if (off == p.offsets.end() || static_cast<size_t>(dims_numel(shape)) * dtype_size(dt) > p.sizes.at(n.outputs[i]))
+      return Tensor();
+    return Tensor::alias(dt, shape, arena, off->second);
   };
   KILN_ASSIGN_OR_RETURN(outputs, interp->run(inputs));
   shape_state.ran_with_current = true;
@@ -124,7 +132,7 @@ Result<std::vector<ops::Value>> run_engine(
   ContextImpl ctx;
   ctx.engine =
       std::shared_ptr<const EngineImpl>(std::shared_ptr<const EngineImpl>(), &e);  // non-owning: e outlives ctx
-  ctx.interp = std::make_unique<ops::Interpreter>(e.model.graph);
+  ctx.interp = std::make_unique<engine::LayerExecutor>(e.model.graph, e.tactic_runtime());
   ctx.interp->on_node = std::move(on_layer);
   ctx.inputs = inputs;
   ctx.shape_state.forced = profile;
@@ -239,7 +247,7 @@ std::string Engine::inspect_json() const { return detail::inspect(*impl_).dump(1
 ExecutionContext::ExecutionContext(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)) {
   impl_ = std::make_unique<detail::ContextImpl>();
   impl_->engine = std::shared_ptr<const detail::EngineImpl>(engine_, &engine_->impl());
-  impl_->interp = std::make_unique<ops::Interpreter>(impl_->engine->model.graph);
+  impl_->interp = std::make_unique<engine::LayerExecutor>(impl_->engine->model.graph, impl_->engine->tactic_runtime());
 }
 
 ExecutionContext::~ExecutionContext() = default;

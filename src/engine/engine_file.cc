@@ -20,6 +20,7 @@
 
 #include <cstring>
 
+#include "backends/tactic.h"
 #include "engine/engine_impl.h"
 #include "engine/profiles.h"
 #include "onnx/exporter.h"
@@ -218,6 +219,9 @@ Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes)
   } catch (const std::exception& ex) {
     return InvalidModel("engine header is malformed (", ex.what(), ")", kRebuild);
   }
+  for (const auto& l : e->layers)  // e.g. an engine built with oneDNN, loaded by a kiln built without it
+    if (l.kernel != "reference" && !backends::find_tactic(l.kernel))
+      return Unsupported("layer '", l.name, "' runs tactic '", l.kernel, "', which this kiln lacks", kRebuild);
   return e;
 }
 

@@ -7,10 +7,12 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "engine/memory_planner.h"
+#include "engine/tactics.h"
 #include "engine/target.h"
 #include "ir/graph.h"
 #include "kiln/kiln.h"
@@ -37,6 +39,13 @@ struct EngineImpl {
   std::vector<Profile> profiles;          // optimization profiles (also in build["config"]["profiles"])
 
   void describe_layers();  // fills `layers` from the graph
+
+  // The layers' prepared tactics, made on first use and shared by every context of the engine.
+  std::shared_ptr<engine::TacticRuntime> tactic_runtime() const;
+
+ private:
+  mutable std::once_flag runtime_once_;
+  mutable std::shared_ptr<engine::TacticRuntime> runtime_;
 };
 
 // Converts a Status into the public exception.

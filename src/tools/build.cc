@@ -14,6 +14,7 @@ struct BuildOptions {
   double workspace_mb = 1024;
   bool verbose = false;
   std::vector<std::string> disabled_passes;
+  std::vector<std::string> tactics;
   std::vector<std::string> profiles;  // --profile, repeatable
 };
 }  // namespace
@@ -117,6 +118,10 @@ void add_build_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--int8", o->int8, "INT8 precision (not implemented yet)");
   cmd->add_option("--workspace", o->workspace_mb, "activation memory limit per context, MiB");
   cmd->add_option("--disable-pass", o->disabled_passes, "skip a graph pass by name (repeatable)");
+  cmd->add_option("--tactics", o->tactics,
+                  "only these kernels (names as kiln inspect shows them, comma-separated); 'reference': "
+                  "reference kernels only")
+      ->delimiter(',');
   cmd->add_flag("--verbose", o->verbose, "more detail");
   cmd->callback([o, &exit_code]() {
     auto profiles = profiles_from_flags(o->min_shapes, o->opt_shapes, o->max_shapes, o->shapes);
@@ -140,6 +145,7 @@ void add_build_command(CLI::App& app, int& exit_code) {
     cfg.profiles = profiles.value();
     cfg.workspace_bytes = static_cast<size_t>(o->workspace_mb * 1024 * 1024);
     cfg.disabled_passes = o->disabled_passes;
+    cfg.tactics = o->tactics;
     cfg.verbose = o->verbose;
     cfg.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
     try {

@@ -1,0 +1,110 @@
+#if defined(KILN_HAVE_ONEDNN)
+#include "backends/cpu/onednn_common.h"
+
+#include <cfloat>
+#include <cstring>
+#include <memory>
+
+namespace kiln::backends::cpu::onednn {
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+dnnl::memory::dims to_dnnl(const Dims& d) { return dnnl::memory::dims(d.begin(), d.end()); }
+
+std::string check_f32(const LayerSignature& sig) {
+  if (sig.device.kind != DeviceKind::kCPU) return "not a CPU layer";
+  if (sig.compute != DataType::kFloat32) return std::string("computes in ") + dtype_name(sig.compute) + ", not float32";
+  for (size_t i = 0; i < sig.inputs.size(); ++i)
+    if (sig.inputs[i].present && sig.inputs[i].dtype != DataType::kFloat32)
+      return "input #" + std::to_string(i) + " is " + std::string(dtype_name(sig.inputs[i].dtype)) + ", not float32";
+  return "";
+}
+
+namespace {
+// activation name -> (algorithm, alpha, beta); false when unknown.
+bool activation_alg(const ir::Node& n, dnnl::algorithm& alg, float& alpha, float& beta) {
+  using A = dnnl::algorithm;
+  std::string act = n.attr_string("activation", "");
+  alpha = 0.f, beta = 0.f;
+  if (act == "Relu") return alg = A::eltwise_relu, true;
+  if (act == "LeakyRelu") return alg = A::eltwise_relu, alpha = n.attr_float("activation_alpha", 0.01f), true;
+  if (act == "Sigmoid") return alg = A::eltwise_logistic, true;
+  if (act == "Tanh") return alg = A::eltwise_tanh, true;
+  if (act == "HardSwish") return alg = A::eltwise_hardswish, true;
+  if (act == "SiLU") return alg = A::eltwise_swish, alpha = 1.f, true;
+  if (act == "Gelu") {
+    std::string approx = n.attr_string("activation_approximate", "none");
+    if (approx == "none") return alg = A::eltwise_gelu_erf, true;
+    if (approx == "tanh") return alg = A::eltwise_gelu_tanh, true;
+    return false;
+  }
+  if (act == "Clip") {
+    alpha = n.attr("activation_min") ? n.attr_float("activation_min", 0) : -FLT_MAX;
+    beta = n.attr("activation_max") ? n.attr_float("activation_max", 0) : FLT_MAX;
+    // ONNX Clip with min > max gives max everywhere; keep that case on the reference kernel.
+    return alpha <= beta && (alg = A::eltwise_clip_v2, true);
+  }
+  return false;
+}
+}  // namespace
+
+bool activation_supported(const ir::Node& n) {
+  if (n.attr_string("activation", "").empty()) return true;
+  dnnl::algorithm alg;
+  float a, b;
+  return activation_alg(n, alg, a, b);
+}
+
+bool append_activation(const ir::Node& n, dnnl::post_ops& po) {
+  if (n.attr_string("activation", "").empty()) return true;
+  dnnl::algorithm alg;
+  float a, b;
+  if (!activation_alg(n, alg, a, b)) return false;
+  po.append_eltwise(1.f, alg, a, b);
+  return true;
+}
+
+void* thread_buffer(int slot, size_t bytes) {
+  struct Buf {
+    std::unique_ptr<uint8_t, void (*)(uint8_t*)> p{nullptr,
+                                                   [](uint8_t* q) { ::operator delete[](q, std::align_val_t(64)); }};
+    size_t n = 0;
+  };
+  thread_local Buf bufs[4];
+  Buf& b = bufs[slot];
+  if (b.n < bytes) {
+    b.p.reset(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t(64))));
+    b.n = bytes;
+  }
+  return b.p.get();
+}
+
+void execute(const dnnl::primitive& p, const dnnl::memory::desc& scratchpad_md,
+             std::unordered_map<int, dnnl::memory> args) {
+  size_t n = scratchpad_md.get_size();
+  if (n) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_md, cpu_engine(), thread_buffer(3, n)));
+  p.execute(thread_stream(), args);
+  thread_stream().wait();
+}
+
+void reorder_into(const dnnl::memory::desc& src_md, const void* src, const dnnl::memory::desc& dst_md, void* dst) {
+  if (src_md == dst_md) {
+    std::memcpy(dst, src, src_md.get_size());
+    return;
+  }
+  dnnl::memory s(src_md, cpu_engine(), const_cast<void*>(src));
+  dnnl::memory d(dst_md, cpu_engine(), dst);
+  dnnl::reorder(s, d).execute(thread_stream(), s, d);
+  thread_stream().wait();
+}
+
+}  // namespace kiln::backends::cpu::onednn
+#endif  // KILN_HAVE_ONEDNN

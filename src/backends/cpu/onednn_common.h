@@ -1,0 +1,55 @@
+// Shared pieces of the oneDNN tactics: the engine, per-thread streams, the epilogue (bias,
+// residual, activation) of kiln's fused layers as oneDNN post-ops.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <string>
+#include <unordered_map>
+
+#include "backends/tactic.h"
+
+namespace kiln::backends::cpu::onednn {
+
+dnnl::engine& cpu_engine();
+dnnl::stream& thread_stream();  // one per thread: contexts may run concurrently
+
+// The layer's activation (attribute "activation" of kiln.Fused*), appended as an eltwise post-op.
+// Returns false when oneDNN has no matching eltwise (the tactic is then unsupported).
+bool append_activation(const ir::Node& n, dnnl::post_ops& po);
+bool activation_supported(const ir::Node& n);
+
+dnnl::memory::dims to_dnnl(const Dims& d);
+
+// "" if every present input is float32 and the compute precision is float32.
+std::string check_f32(const LayerSignature& sig);
+
+// Runs `f` turning oneDNN's exceptions into a Status naming the tactic.
+template <typename F>
+Status guarded(const std::string& tactic, F&& f) {
+  try {
+    return f();
+  } catch (const dnnl::error& e) {
+    return Internal("tactic ", tactic, ": oneDNN error: ", e.what());
+  } catch (const std::bad_alloc&) {
+    return OutOfRange("tactic ", tactic, ": out of memory");
+  }
+}
+
+}  // namespace kiln::backends::cpu::onednn
+
+namespace kiln::backends::cpu::onednn {
+
+// Growable, 64-byte-aligned per-thread scratch buffers (reorder temporaries, oneDNN scratchpads):
+// a thread runs one layer at a time, so slot k of a thread is never used twice at once.
+void* thread_buffer(int slot, size_t bytes);
+
+// Runs a primitive with a user-managed scratchpad (primitives are shared between threads, so
+// oneDNN's own per-primitive scratchpad would race).
+void execute(const dnnl::primitive& p, const dnnl::memory::desc& scratchpad_md,
+             std::unordered_map<int, dnnl::memory> args);
+
+// Copies `src` (plain, user layout) into memory of layout `dst_md` at `dst` (reorder when they differ).
+void reorder_into(const dnnl::memory::desc& src_md, const void* src, const dnnl::memory::desc& dst_md, void* dst);
+
+}  // namespace kiln::backends::cpu::onednn

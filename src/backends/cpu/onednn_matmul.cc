@@ -1,0 +1,224 @@
+// oneDNN matmul tactics for MatMul, Gemm, kiln.FusedMatMul and kiln.FusedGemm (bias, residual sum,
+// activation as post-ops). "packed": the right-hand side is a constant 2-D weight, reordered once
+// into oneDNN's preferred layout, the left-hand side's leading dims flattened into rows.
+// "batched": both sides are activations of one rank with equal batch dims (attention scores).
+#if defined(KILN_HAVE_ONEDNN)
+#include <cstring>
+
+#include "backends/cpu/onednn_common.h"
+#include "backends/cpu/onednn_tactics.h"
+
+namespace kiln::backends::cpu::onednn {
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+bool is_gemm(const LayerSignature& s) { return s.op() == "Gemm" || s.op() == "FusedGemm"; }
+bool is_matmul(const LayerSignature& s) { return s.op() == "MatMul" || s.op() == "FusedMatMul"; }
+bool op_ok(const LayerSignature& s) {
+  if (s.domain().empty()) return s.op() == "MatMul" || s.op() == "Gemm";
+  return s.domain() == "kiln" && (s.op() == "FusedMatMul" || s.op() == "FusedGemm");
+}
+
+class PreparedMatmul : public PreparedLayer {
+ public:
+  std::string name;
+  Dims out_shape;
+  memory::desc src_md, dst_md, wei_md;
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  memory weights, bias;  // weights only when constant (packed)
+  bool has_bias = false, has_residual = false;
+  std::vector<float> prefill;  // beta * C broadcast to the output (Gemm's C that is not per-column)
+
+  std::vector<Dims> output_shapes() const override { return {out_shape}; }
+
+  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+    return guarded(name, [&]() -> Status {
+      auto& eng = cpu_engine();
+      float* dst = out[0]->data<float>();
+      size_t n = static_cast<size_t>(out[0]->numel());
+      if (!prefill.empty()) {
+        std::memcpy(dst, prefill.data(), n * 4);
+        if (has_residual) {
+          const float* r = in[3]->data<float>();
+          for (size_t i = 0; i < n; ++i) dst[i] += r[i];
+        }
+      } else if (has_residual) {
+        std::memcpy(dst, in[3]->raw(), n * 4);
+      }
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src_md, eng, const_cast<void*>(in[0]->raw()))},
+                                           {DNNL_ARG_DST, memory(dst_md, eng, dst)}};
+      args.emplace(DNNL_ARG_WEIGHTS, weights ? weights : memory(wei_md, eng, const_cast<void*>(in[1]->raw())));
+      if (has_bias) args.emplace(DNNL_ARG_BIAS, bias);
+      execute(prim, pd.scratchpad_desc(), std::move(args));
+      return Status::Ok();
+    });
+  }
+};
+
+class OnednnMatmul : public Tactic {
+ public:
+  explicit OnednnMatmul(bool packed) : packed_(packed) {}
+  std::string name() const override { return packed_ ? "matmul_onednn_packed" : "matmul_onednn_batched"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    if (!packed_) return {{"", "MatMul"}, {"kiln", "FusedMatMul"}};
+    return {{"", "MatMul"}, {"", "Gemm"}, {"kiln", "FusedMatMul"}, {"kiln", "FusedGemm"}};
+  }
+
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (!op_ok(sig) || (!packed_ && is_gemm(sig))) return "not a MatMul/Gemm";
+    if (auto e = check_f32(sig); !e.empty()) return e;
+    if (!sig.has_input(0) || !sig.has_input(1)) return "missing A or B";
+    const Dims& a = sig.inputs[0].shape;
+    const Dims& b = sig.inputs[1].shape;
+    if (sig.domain() == "kiln" && !activation_supported(*sig.node)) return "activation has no oneDNN eltwise";
+    if (a.size() < 2 || b.size() < 2) return "1-D operands";
+    if (a.size() > 12 || b.size() > 12) return "rank over 12";
+    if (packed_) {
+      if (!sig.inputs[1].constant || b.size() != 2) return "B is not a 2-D constant";
+      if (is_gemm(sig)) {
+        if (a.size() != 2) return "Gemm A is not 2-D";
+        if (sig.has_input(2) && !sig.inputs[2].constant) return "C is not a constant";
+        if (sig.has_input(2) && sig.inputs[2].shape.size() > 2) return "C has rank over 2";
+      }
+    } else {
+      if (sig.inputs[1].constant) return "B is a constant (the packed variant takes it)";
+      if (a.size() != b.size()) return "A and B differ in rank";
+      for (size_t i = 0; i + 2 < a.size(); ++i)
+        if (a[i] != b[i] || a[i] < 0) return "batch dims differ or are unknown";
+    }
+    if (is_matmul(sig) && sig.has_input(2)) {
+      const TensorSig& bias = sig.inputs[2];
+      int64_t n = b.back();
+      if (!bias.constant || bias.constant->numel() != n || bias.shape.empty() || bias.shape.back() != n ||
+          bias.shape.size() > a.size())
+        return "the bias is not a constant of N elements along the last axis";
+    }
+    return "";
+  }
+
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto p = std::make_unique<PreparedMatmul>();
+    p->name = name();
+    const ir::Node& node = *sig.node;
+    Dims a = sig.inputs[0].shape, b = sig.inputs[1].shape;
+    bool gemm = is_gemm(sig);
+    bool ta = gemm && node.attr_int("transA", 0), tb = gemm && node.attr_int("transB", 0);
+    float alpha = gemm ? node.attr_float("alpha", 1.f) : 1.f, beta = gemm ? node.attr_float("beta", 1.f) : 1.f;
+    int64_t k = ta ? a[0] : a.back(), kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
+    if (!packed_) n = b.back(), kb = b[b.size() - 2];
+    if (k != kb) return Unsupported(name(), ": inner dims differ (", k, " vs ", kb, ")");
+    int64_t m = 1;
+    for (size_t i = 0; i + 1 < a.size(); ++i) m *= a[i];
+    if (gemm) m = ta ? a[1] : a[0];
+    if (m <= 0 || k <= 0 || n <= 0) return Unsupported(name(), ": empty operands");
+    if (gemm) {
+      p->out_shape = {m, n};
+    } else {
+      p->out_shape = a;
+      p->out_shape.back() = n;
+    }
+    p->has_residual = sig.has_input(3);
+    if (p->has_residual && sig.inputs[3].shape != p->out_shape)
+      return Unsupported(name(), ": the residual is broadcast (not the output's shape)");
+    Status st = guarded(name(), [&]() -> Status {
+      auto& eng = cpu_engine();
+      memory::desc bias_md;
+      size_t rank = packed_ ? 2 : a.size();
+      std::vector<float> bias_values;
+      if (gemm && sig.has_input(2)) {
+        const Tensor& c = *sig.inputs[2].constant;
+        const Dims& cs = c.shape();
+        bool per_column = c.numel() == n && !cs.empty() && cs.back() == n;
+        if (per_column) {
+          bias_values.assign(c.data<float>(), c.data<float>() + n);
+          for (float& v : bias_values) v *= beta;
+        } else {  // broadcast beta * C to [m, n] (unidirectional: C's dims are 1 or equal)
+          int64_t cr = cs.size() == 2 ? cs[0] : 1, cc = cs.empty() ? 1 : cs.back();
+          if ((cr != 1 && cr != m) || (cc != 1 && cc != n)) return Unsupported("C does not broadcast to [M, N]");
+          p->prefill.resize(static_cast<size_t>(m * n));
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j)
+              p->prefill[i * n + j] = beta * c.data<float>()[(cr == 1 ? 0 : i) * cc + (cc == 1 ? 0 : j)];
+        }
+      } else if (!gemm && sig.has_input(2)) {
+        const Tensor& c = *sig.inputs[2].constant;
+        bias_values.assign(c.data<float>(), c.data<float>() + n);
+      }
+      if (packed_) {
+        p->src_md = ta ? memory::desc({m, k}, dt::f32, tag::ba) : memory::desc({m, k}, dt::f32, tag::ab);
+        p->dst_md = memory::desc({m, n}, dt::f32, tag::ab);
+        p->wei_md = tb ? memory::desc({k, n}, dt::f32, tag::ba) : memory::desc({k, n}, dt::f32, tag::ab);
+      } else {
+        auto plain = [](const Dims& d) {
+          memory::dims strides(d.size());
+          int64_t s = 1;
+          for (size_t i = d.size(); i-- > 0;) strides[i] = s, s *= d[i];
+          return memory::desc(to_dnnl(d), dt::f32, strides);
+        };
+        p->src_md = plain(a);
+        p->wei_md = plain(b);
+        p->dst_md = plain(p->out_shape);
+      }
+      if (!bias_values.empty()) {
+        memory::dims bd(rank, 1);
+        bd.back() = n;
+        memory::dims bs(rank, n);
+        bs.back() = 1;
+        bias_md = memory::desc(bd, dt::f32, bs);
+        p->has_bias = true;
+      }
+      dnnl::post_ops po;
+      if (p->has_residual || !p->prefill.empty()) po.append_sum(1.f);
+      append_activation(node, po);
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(po);
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      memory::desc wei_any = packed_ ? memory::desc({k, n}, dt::f32, tag::any) : p->wei_md;
+      auto d = p->has_bias ? dnnl::matmul::desc(p->src_md, wei_any, bias_md, p->dst_md)
+                           : dnnl::matmul::desc(p->src_md, wei_any, p->dst_md);
+      p->pd = dnnl::matmul::primitive_desc(d, attr, eng);
+      p->prim = dnnl::matmul(p->pd);
+      if (packed_) {
+        const Tensor& w = *sig.inputs[1].constant;
+        std::vector<float> scaled;
+        const void* wsrc = w.raw();
+        if (alpha != 1.f) {
+          scaled.assign(w.data<float>(), w.data<float>() + w.numel());
+          for (float& v : scaled) v *= alpha;
+          wsrc = scaled.data();
+        }
+        p->weights = memory(p->pd.weights_desc(), eng);
+        reorder_into(p->wei_md, wsrc, p->pd.weights_desc(), p->weights.get_data_handle());
+      }
+      if (p->has_bias) {
+        p->bias = memory(bias_md, eng);
+        std::memcpy(p->bias.get_data_handle(), bias_values.data(), bias_values.size() * 4);
+      }
+      return Status::Ok();
+    });
+    if (!st.ok()) return Unsupported(st.message());
+    return std::unique_ptr<PreparedLayer>(std::move(p));
+  }
+
+ private:
+  bool packed_;
+};
+
+}  // namespace
+
+const Tactic* matmul_onednn_packed() {
+  static const OnednnMatmul t(true);
+  return &t;
+}
+const Tactic* matmul_onednn_batched() {
+  static const OnednnMatmul t(false);
+  return &t;
+}
+
+}  // namespace kiln::backends::cpu::onednn
+#endif  // KILN_HAVE_ONEDNN

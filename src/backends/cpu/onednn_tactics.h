@@ -1,0 +1,14 @@
+// The oneDNN tactics (compiled only when CMake found oneDNN: KILN_HAVE_ONEDNN).
+#pragma once
+
+#include "backends/tactic.h"
+
+namespace kiln::backends::cpu::onednn {
+
+const Tactic* conv2d_onednn_blocked();
+const Tactic* conv2d_onednn_nchw();
+const Tactic* matmul_onednn_packed();
+const Tactic* matmul_onednn_batched();
+const Tactic* pool2d_onednn_nchw();
+
+}  // namespace kiln::backends::cpu::onednn

@@ -1,0 +1,99 @@
+// Tactics: fast implementations of one (possibly fused) layer, chosen per layer by the engine
+// builder. The reference kernels of src/ops stay the ground truth; a tactic declares the layers
+// it supports (op, attributes, dtypes, shapes, device) and prepares itself once per shape
+// (weights reordered/packed), after which its PreparedLayer writes into caller-given outputs.
+//
+// Dtype, device and precision are in every signature even though only FP32 on the CPU exists:
+// the CUDA backend and reduced precision add tactics, not new interfaces.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+namespace kiln::backends {
+
+enum class DeviceKind { kCPU, kCUDA };
+
+struct Device {
+  DeviceKind kind = DeviceKind::kCPU;
+  int index = 0;
+  bool operator==(const Device&) const = default;
+};
+std::string device_name(const Device& d);
+
+// One input or output of a layer as the builder/runtime knows it. Dims of -1 are not known yet
+// (dynamic dims at build time); at prepare time every dim is known.
+struct TensorSig {
+  bool present = false;  // false: an optional input left empty
+  DataType dtype = DataType::kUndefined;
+  Dims shape;                        // -1 for an unknown dim
+  const Tensor* constant = nullptr;  // its value when it is an initializer (weights)
+  bool known() const {
+    for (int64_t d : shape)
+      if (d < 0) return false;
+    return true;
+  }
+};
+
+// What a tactic is asked about: the node (op, domain, attributes), its inputs and outputs, the
+// device and the precision the layer runs in.
+struct LayerSignature {
+  const ir::Node* node = nullptr;
+  std::vector<TensorSig> inputs;
+  std::vector<TensorSig> outputs;  // shapes may be unknown (-1) even at prepare time
+  Device device;
+  DataType compute = DataType::kFloat32;  // the precision the layer computes in
+
+  const std::string& op() const { return node->op_type; }
+  const std::string& domain() const { return node->domain; }
+  bool has_input(size_t i) const { return i < inputs.size() && inputs[i].present; }
+  bool fully_known() const {
+    for (const auto& t : inputs)
+      if (t.present && !t.known()) return false;
+    return true;
+  }
+};
+
+// A tactic bound to concrete shapes and weights. run() is const and may be called from several
+// threads at once (each execution context runs on its own thread).
+class PreparedLayer {
+ public:
+  virtual ~PreparedLayer() = default;
+  // Shapes of the outputs for the prepared input shapes (the runtime allocates them).
+  virtual std::vector<Dims> output_shapes() const = 0;
+  virtual std::vector<DataType> output_dtypes() const {
+    return std::vector<DataType>(output_shapes().size(), DataType::kFloat32);
+  }
+  // Computes the outputs into `outputs` (allocated by the caller with output_shapes(), dtype of the
+  // signature). `inputs` has one entry per node input, nullptr for missing optional ones.
+  virtual Status run(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs) const = 0;
+};
+
+class Tactic {
+ public:
+  virtual ~Tactic() = default;
+  virtual std::string name() const = 0;  // unique, stable (the engine file stores it)
+  virtual Device device() const { return {}; }
+  // The (domain, op_type) pairs it implements, e.g. {"", "Conv"}, {"kiln", "FusedConv"}.
+  virtual std::vector<std::pair<std::string, std::string>> ops() const = 0;
+  // Cheap check on the signature (dims may be unknown). Empty: supported; else why not.
+  virtual std::string why_unsupported(const LayerSignature& sig) const = 0;
+  bool supports(const LayerSignature& sig) const { return why_unsupported(sig).empty(); }
+  // Binds concrete input shapes and the constant inputs (weights); the signature's shapes are all
+  // known. May still fail (e.g. the library has no implementation for these shapes).
+  virtual Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const = 0;
+};
+
+// Every tactic of every backend compiled in, in priority order (the first supporting one wins
+// until the auto-tuner times them). The list lives in src/backends/cpu/tactic_list.cc.
+const std::vector<const Tactic*>& all_tactics();
+const Tactic* find_tactic(const std::string& name);
+// The tactics implementing this layer's op, supporting its signature, in priority order.
+std::vector<const Tactic*> candidate_tactics(const LayerSignature& sig);
+
+}  // namespace kiln::backends

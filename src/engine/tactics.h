@@ -1,0 +1,62 @@
+// Tactic selection (build time) and the prepared tactics of an engine (run time).
+//
+// Build: every layer whose op has tactics gets the first tactic that supports its signature at the
+// opt shapes and prepares successfully; its name becomes the layer's kernel (the engine file stores
+// it, kiln inspect shows it). Layers without one keep "reference". choose_tactic() is the seam for
+// the auto-tuner: it will time the candidates instead of taking the first.
+//
+// Run: TacticRuntime prepares a layer's tactic lazily, once per input-shape signature, shared by
+// every context of the engine (a mutex per layer guards the cache; prepared layers run const).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/tactic.h"
+#include "ir/graph.h"
+#include "ops/value.h"
+
+namespace kiln::engine {
+
+// Which tactics may be used: from BuilderConfig::tactics and the environment.
+//   KILN_TACTICS=name,name   only these (build time)
+//   KILN_TACTICS=reference   none: every layer runs its reference kernel (build time)
+//   KILN_REFERENCE_KERNELS=1 ignore the engine's tactics at run time as well (tests, debugging)
+struct TacticFilter {
+  bool none = false;
+  std::vector<std::string> allowed;  // empty: all
+  bool allows(const std::string& name) const;
+};
+TacticFilter tactic_filter(const std::vector<std::string>& configured);
+bool reference_kernels_forced();
+
+// The signature of node `n` given its input types (shapes may be partly unknown) and constants.
+backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n);
+
+// Build time: the chosen tactic's name, or "reference". `why` collects the reasons (verbose log).
+std::string choose_tactic(const ir::Graph& g, const ir::Node& n, const TacticFilter& filter, std::string* why);
+
+class TacticRuntime {
+ public:
+  // kernels[i]: the kernel recorded for graph node i ("reference" or a tactic name).
+  TacticRuntime(std::shared_ptr<const ir::Graph> g, const std::vector<std::string>& kernels);
+  bool any() const { return any_; }
+  // The prepared tactic of node i for these input values, or nullptr: run the reference kernel
+  // (no tactic, or the tactic cannot take these shapes).
+  std::shared_ptr<const backends::PreparedLayer> prepared(size_t i, const std::vector<const ops::Value*>& inputs);
+
+ private:
+  struct Layer {
+    const backends::Tactic* tactic = nullptr;
+    std::mutex mu;
+    std::map<std::string, std::shared_ptr<const backends::PreparedLayer>> by_shapes;
+  };
+  std::shared_ptr<const ir::Graph> graph_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  bool any_ = false;
+};
+
+}  // namespace kiln::engine
