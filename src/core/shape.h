@@ -28,6 +28,19 @@ struct Dim {
   std::string str() const;
 };
 
+// Arithmetic on known dims for shape inference: a result that overflows int64 (or goes negative)
+// becomes an unknown dim, so inference never has undefined behaviour; the kernel reports the problem.
+inline Dim dim_times(const Dim& a, int64_t b) {
+  int64_t r;
+  if (!a.known() || b < 0 || __builtin_mul_overflow(a.value, b, &r)) return Dim();
+  return Dim(r);
+}
+inline Dim dim_plus(const Dim& a, int64_t b) {
+  int64_t r;
+  if (!a.known() || __builtin_add_overflow(a.value, b, &r) || r < 0) return Dim();
+  return Dim(r);
+}
+
 struct SymShape {
   bool rank_known = false;
   std::vector<Dim> dims;

@@ -12,13 +12,13 @@ namespace kiln::ops::arnn {
 
 // Dim arithmetic that stays unknown unless every operand is known (never guesses).
 inline Dim dim_add(const Dim& a, const Dim& b) {
-  if (a.known() && b.known()) return Dim(a.value + b.value);
+  if (a.known() && b.known()) return dim_plus(a, b.value);
   if (a.known() && a.value == 0) return b;
   if (b.known() && b.value == 0) return a;
   return Dim();
 }
 inline Dim dim_mul(const Dim& a, const Dim& b) {
-  if (a.known() && b.known()) return Dim(a.value * b.value);
+  if (a.known() && b.known()) return dim_times(a, b.value);
   if (a.known() && a.value == 1) return b;
   if (b.known() && b.value == 1) return a;
   return Dim();

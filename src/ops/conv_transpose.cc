@@ -99,7 +99,7 @@ Status infer_conv_transpose(InferContext& ctx) {
   std::vector<Dim> out(rank);
   out[0] = xs.rank_known ? xs.dims[0] : Dim();
   if (ws.rank_known && ws.dims[1].known() && ws.dims[1].value <= (int64_t{1} << 31))
-    out[1] = Dim(ws.dims[1].value * group);
+    out[1] = dim_times(ws.dims[1], group);
   for (size_t d = 0; d < n; ++d) {
     if (!os.empty()) {
       out[d + 2] = Dim(os[d]);

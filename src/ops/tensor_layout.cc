@@ -93,10 +93,7 @@ Status concat_infer(InferContext& ctx) {
     for (size_t k = 0; k < s.rank(); ++k) {
       const Dim& d = s.dims[k];
       if (k == axis) {
-        if (d.known())
-          sum += d.value;
-        else
-          sum_known = false;
+        if (!d.known() || __builtin_add_overflow(sum, d.value, &sum)) sum_known = false;
         continue;
       }
       if (d.known() && out[k].known() && d.value != out[k].value)
@@ -440,7 +437,7 @@ Status tile_infer(InferContext& ctx) {
       auto a = normalize_axis(axis[0], static_cast<int64_t>(in.rank()));
       if (!a.ok()) return ctx.error(a.status().message());
       Dim& d = out[static_cast<size_t>(*a)];
-      d = d.known() ? Dim(d.value * tiles[0]) : (tiles[0] == 1 ? d : ctx.new_symbol());
+      d = d.known() ? dim_times(d, tiles[0]) : (tiles[0] == 1 ? d : ctx.new_symbol());
     } else {
       for (Dim& d : out) d = ctx.new_symbol();
     }
@@ -458,7 +455,7 @@ Status tile_infer(InferContext& ctx) {
       if (reps[i] < 0) return ctx.error(str_cat("repeats ", dims_str(reps), " has a negative entry"));
       Dim& d = out[i];
       if (d.known() && reps[i] <= kMaxTensorElements)
-        d = Dim(d.value * reps[i]);
+        d = dim_times(d, reps[i]);
       else if (reps[i] == 0)
         d = Dim(0);
       else if (reps[i] != 1)
@@ -524,12 +521,12 @@ Status space_depth_infer(InferContext& ctx) {
     if (c.known() && c.value % (b * b) != 0)
       return ctx.error(str_cat("channels ", c.value, " are not divisible by blocksize^2 = ", b * b));
     out[1] = c.known() ? Dim(c.value / (b * b)) : Dim();
-    out[2] = h.known() ? Dim(h.value * b) : Dim();
-    out[3] = w.known() ? Dim(w.value * b) : Dim();
+    out[2] = dim_times(h, b);
+    out[3] = dim_times(w, b);
   } else {
     if ((h.known() && h.value % b != 0) || (w.known() && w.value % b != 0))
       return ctx.error(str_cat("spatial dims of ", in.str(), " are not divisible by blocksize ", b));
-    out[1] = c.known() ? Dim(c.value * b * b) : Dim();
+    out[1] = dim_times(dim_times(c, b), b);
     out[2] = h.known() ? Dim(h.value / b) : Dim();
     out[3] = w.known() ? Dim(w.value / b) : Dim();
   }

@@ -69,11 +69,12 @@ Status pad_infer(InferContext& ctx) {
   auto spec = expand_pads(pads, has_axes, axes, r);
   if (!spec.ok()) return ctx.error(spec.status().message());
   for (size_t i = 0; i < out.size(); ++i) {
-    int64_t add = spec->begin[i] + spec->end[i];
+    int64_t add = 0, total = 0;
+    if (__builtin_add_overflow(spec->begin[i], spec->end[i], &add)) return ctx.error("pads overflow int64");
     if (out[i].known()) {
-      if (out[i].value + add < 0)
+      if (__builtin_add_overflow(out[i].value, add, &total) || total < 0)
         return ctx.error(str_cat("pads ", dims_str(pads), " crop dim ", i, " of ", in.str(), " below zero"));
-      out[i] = Dim(out[i].value + add);
+      out[i] = Dim(total);
     } else if (add != 0) {
       out[i] = ctx.new_symbol();
     }
