@@ -13,7 +13,7 @@ Result<int64_t> legacy_axis(const ir::Node& n, size_t rank_a, size_t rank_b) {
   if (n.attr("axis")) {
     axis = n.attr_int("axis", 0);
     if (axis < 0) axis += ra;
-    if (axis < 0 || axis + rb > ra)
+    if (axis < 0 || axis > ra - rb)
       return InvalidArgument("legacy broadcast axis ", n.attr_int("axis", 0), " does not fit B (rank ", rb,
                              ") into A (rank ", ra, ")");
   }

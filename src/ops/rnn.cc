@@ -156,7 +156,7 @@ Status rnn_kernel(KernelContext& ctx) {
   const int64_t G = gates_of(C);
   if (R.rank() != 3) return ctx.error(str_cat("R must be 3-D, got ", R.describe()));
   const int64_t H = n.attr_int("hidden_size", R.dim(2));
-  if (H <= 0) return ctx.error(str_cat("hidden_size must be positive, got ", H));
+  if (H <= 0 || H > (int64_t{1} << 31)) return ctx.error(str_cat("hidden_size must be in [1, 2^31], got ", H));
   const int64_t ND = num_dir;
   if (W.shape() != Dims{ND, G * H, I})
     return ctx.error(str_cat("W ", W.describe(), " must be [", ND, ",", G * H, ",", I, "]"));

@@ -517,6 +517,7 @@ Status space_depth_infer(InferContext& ctx) {
   bool to_space = ctx.node.op_type == "DepthToSpace";
   std::vector<Dim> out = {in.dims[0], Dim(), Dim(), Dim()};
   const Dim &c = in.dims[1], &h = in.dims[2], &w = in.dims[3];
+  if (b > (int64_t{1} << 20)) return ctx.error(str_cat("blocksize ", b, " is absurdly large"));
   if (to_space) {
     if (c.known() && c.value % (b * b) != 0)
       return ctx.error(str_cat("channels ", c.value, " are not divisible by blocksize^2 = ", b * b));

@@ -217,8 +217,7 @@ Status reshape_infer(InferContext& ctx) {
       for (size_t i = 0; i < out.size() && ok; ++i) {
         if (static_cast<int64_t>(i) == infer_at) continue;
         if (out[i].known()) {
-          out_known *= out[i].value;
-          if (out_known > (int64_t{1} << 40)) ok = false;
+          if (__builtin_mul_overflow(out_known, out[i].value, &out_known) || out_known > (int64_t{1} << 40)) ok = false;
           continue;
         }
         auto it = std::find_if(rest.begin(), rest.end(), [&](const Dim& d) { return !d.known() && d == out[i]; });
