@@ -88,7 +88,9 @@ Result<std::vector<int64_t>> pad_axis_map(int64_t d, int64_t b, int64_t e, const
   int64_t crop_lo = std::max<int64_t>(-b, 0), crop_hi = std::max<int64_t>(-e, 0);
   int64_t dd = d - crop_lo - crop_hi, pb = std::max<int64_t>(b, 0), pe = std::max<int64_t>(e, 0);
   if (dd < 0) return InvalidArgument("negative pads (", b, ", ", e, ") crop more than the axis size ", d);
-  int64_t n = dd + pb + pe;
+  int64_t n = 0;
+  if (__builtin_add_overflow(dd, pb, &n) || __builtin_add_overflow(n, pe, &n) || n > (int64_t{1} << 31))
+    return InvalidArgument("pads (", b, ", ", e, ") make axis of size ", d, " larger than 2^31");
   if (mode != "constant" && dd == 0 && n > 0) return InvalidArgument("cannot pad an empty axis in '", mode, "' mode");
   std::vector<int64_t> map(static_cast<size_t>(n));
   for (int64_t o = 0; o < n; ++o) {

@@ -103,6 +103,7 @@ Status constant_of_shape_infer(InferContext& ctx) {
     ctx.set_output(0, dt, SymShape());
     return Status::Ok();
   }
+  if (k > 64) return ctx.error(str_cat("shape input has ", k, " entries; ranks above 64 are not supported"));
   std::vector<Dim> dims;
   for (int64_t i = 0; i < k; ++i) dims.push_back(ctx.new_symbol());
   ctx.set_output(0, dt, SymShape(dims));
@@ -466,6 +467,7 @@ Status expand_infer(InferContext& ctx) {
     ctx.set_output(0, dt, SymShape());
     return Status::Ok();
   }
+  if (k > 64) return ctx.error(str_cat("shape input has ", k, " entries; ranks above 64 are not supported"));
   size_t r = std::max<size_t>(in.rank(), static_cast<size_t>(k));
   std::vector<Dim> out;
   for (size_t i = 0; i < r; ++i) {
