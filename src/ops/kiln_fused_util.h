@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/attribute_builders.h"
 #include "ops/common.h"
 #include "ops/interpreter.h"
 
@@ -15,30 +16,10 @@ namespace kiln::ops::fused {
 
 using Attrs = std::map<std::string, ir::Attribute>;
 
-inline ir::Attribute int_attr(int64_t v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kInt;
-  a.i = v;
-  return a;
-}
-inline ir::Attribute float_attr(float v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kFloat;
-  a.f = v;
-  return a;
-}
-inline ir::Attribute string_attr(std::string v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kString;
-  a.s = std::move(v);
-  return a;
-}
-inline ir::Attribute ints_attr(std::vector<int64_t> v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kInts;
-  a.ints = std::move(v);
-  return a;
-}
+inline ir::Attribute int_attr(int64_t v) { return ir::attr_int(std::move(v)); }
+inline ir::Attribute float_attr(float v) { return ir::attr_float(std::move(v)); }
+inline ir::Attribute string_attr(std::string v) { return ir::attr_string(std::move(v)); }
+inline ir::Attribute ints_attr(std::vector<int64_t> v) { return ir::attr_ints(std::move(v)); }
 
 // The ONNX node the fused node stands in for: same name (so errors point at the fused node), the
 // given op and opset, inputs "in0".. ("" where `present[i]` is false), one output.

@@ -7,42 +7,18 @@
 #include <string>
 #include <vector>
 
+#include "ir/attribute_builders.h"
 #include "ir/graph.h"
 #include "ops/interpreter.h"
 #include "ops/registry.h"
 
 namespace kiln::ops::arnn_testing {
 
-inline ir::Attribute attr_i(int64_t v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kInt;
-  a.i = v;
-  return a;
-}
-inline ir::Attribute attr_f(float v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kFloat;
-  a.f = v;
-  return a;
-}
-inline ir::Attribute attr_s(std::string v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kString;
-  a.s = std::move(v);
-  return a;
-}
-inline ir::Attribute attr_ints(std::vector<int64_t> v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-inline ir::Attribute attr_strings(std::vector<std::string> v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kStrings;
-  a.strings = std::move(v);
-  return a;
-}
+inline ir::Attribute attr_i(int64_t v) { return ir::attr_int(std::move(v)); }
+inline ir::Attribute attr_f(float v) { return ir::attr_float(std::move(v)); }
+inline ir::Attribute attr_s(std::string v) { return ir::attr_string(std::move(v)); }
+inline ir::Attribute attr_ints(std::vector<int64_t> v) { return ir::attr_ints(std::move(v)); }
+inline ir::Attribute attr_strings(std::vector<std::string> v) { return ir::attr_strings(std::move(v)); }
 
 // A node with inputs "in0".. (empty names where `present` is false) and `num_outputs` outputs.
 inline ir::Node make_node(const std::string& op, int opset, size_t num_inputs, size_t num_outputs,

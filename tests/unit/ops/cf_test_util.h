@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/attribute_builders.h"
 #include "ops/common.h"
 #include "ops/interpreter.h"
 #include "ops/registry.h"
@@ -16,48 +17,13 @@
 
 namespace kiln::ops::cftest {
 
-inline ir::Attribute int_attr(int64_t v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kInt;
-  a.i = v;
-  return a;
-}
-inline ir::Attribute float_attr(float v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kFloat;
-  a.f = v;
-  return a;
-}
-inline ir::Attribute ints_attr(std::vector<int64_t> v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-inline ir::Attribute str_attr(std::string s) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kString;
-  a.s = std::move(s);
-  return a;
-}
-inline ir::Attribute strs_attr(std::vector<std::string> v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kStrings;
-  a.strings = std::move(v);
-  return a;
-}
-inline ir::Attribute tensor_attr(Tensor t) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kTensor;
-  a.t = std::move(t);
-  return a;
-}
-inline ir::Attribute graph_attr(std::shared_ptr<ir::Graph> g) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kGraph;
-  a.g = std::move(g);
-  return a;
-}
+inline ir::Attribute int_attr(int64_t v) { return ir::attr_int(std::move(v)); }
+inline ir::Attribute float_attr(float v) { return ir::attr_float(std::move(v)); }
+inline ir::Attribute ints_attr(std::vector<int64_t> v) { return ir::attr_ints(std::move(v)); }
+inline ir::Attribute str_attr(std::string s) { return ir::attr_string(std::move(s)); }
+inline ir::Attribute strs_attr(std::vector<std::string> v) { return ir::attr_strings(std::move(v)); }
+inline ir::Attribute tensor_attr(Tensor t) { return ir::attr_tensor(std::move(t)); }
+inline ir::Attribute graph_attr(std::shared_ptr<ir::Graph> g) { return ir::attr_graph(std::move(g)); }
 
 inline ir::Node make_node(const std::string& op, std::vector<std::string> ins, std::vector<std::string> outs,
                           int opset = 21, std::map<std::string, ir::Attribute> attrs = {},
