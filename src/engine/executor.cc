@@ -13,7 +13,10 @@ LayerExecutor::LayerExecutor(std::shared_ptr<const ir::Graph> graph, std::shared
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& n = g.nodes[i];
     schemas_.push_back(reg.find(n.domain, n.op_type, n.opset));
-    for (const auto& [k, a] : n.attrs) has_subgraphs_ |= a.g != nullptr || !a.graphs.empty();
+    // Control flow (If/Loop/Scan) may read outer-scope values: the interpreter's frames handle that.
+    // kiln's fused ops keep a self-contained body (it reads only the node's inputs) and stay here.
+    if (n.domain != "kiln")
+      for (const auto& [k, a] : n.attrs) has_subgraphs_ |= a.g != nullptr || !a.graphs.empty();
     for (const auto& in : n.inputs)
       if (!in.empty()) last_use[in] = i;
   }

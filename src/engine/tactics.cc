@@ -1,5 +1,6 @@
 #include "engine/tactics.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -115,10 +116,17 @@ std::shared_ptr<const backends::PreparedLayer> TacticRuntime::prepared(size_t i,
     sig.inputs[k].shape = inputs[k]->tensor.shape();
   }
   std::shared_ptr<const backends::PreparedLayer> p;
-  if (l.tactic->supports(sig)) {
+  std::string why = l.tactic->why_unsupported(sig);
+  if (why.empty()) {
     auto r = l.tactic->prepare(sig);
-    if (r.ok()) p = std::move(r).value();
+    if (r.ok())
+      p = std::move(r).value();
+    else
+      why = r.status().message();
   }
+  if (!p && std::getenv("KILN_DEBUG_TACTICS"))
+    std::fprintf(stderr, "[kiln] layer '%s': tactic %s cannot take %s: %s (reference kernel)\n", n.name.c_str(),
+                 l.tactic->name().c_str(), key.c_str(), why.c_str());
   l.by_shapes.emplace(key, p);  // nullptr too: these shapes take the reference kernel
   return p;
 }
