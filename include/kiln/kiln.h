@@ -173,4 +173,10 @@ class ExecutionContext {
 /// kiln's version string ("0.1.0").
 const char* version();
 
+// Threads for every kernel of this process (kiln's own and oneDNN's: one OpenMP team), taking
+// effect for engines prepared and layers run afterwards. n <= 0 restores the machine's default
+// (OMP_NUM_THREADS when set, else one per core). threads() reports the current count.
+void set_threads(int n);
+int threads();
+
 }  // namespace kiln

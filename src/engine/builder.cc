@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "core/parallel.h"
 #include "engine/engine_impl.h"
 #include "engine/profiles.h"
 #include "ir/rewrite.h"
@@ -248,5 +249,7 @@ std::shared_ptr<Engine> Builder::build_from_memory(const std::string& onnx_bytes
 }
 
 const char* version() { return KILN_VERSION; }
+void set_threads(int n) { kiln::set_num_threads(n); }
+int threads() { return kiln::max_threads(); }
 
 }  // namespace kiln

@@ -32,7 +32,6 @@ struct BenchOptions {
   double warmup_ms = 200;
   int iterations = 10;
   double duration_s = 3;
-  int threads = 0;
   int streams = 1;
   uint64_t seed = 0;
   int profile_index = -1;
@@ -52,31 +51,6 @@ struct LayerEvent {
   double start_us = 0, dur_us = 0;
 };
 
-// Re-executes kiln with OMP_NUM_THREADS=N so that any OpenMP runtime (oneDNN, BLAS) reads it when it
-// starts; kiln's own kernels are single-threaded today, so this is the whole of --threads for now.
-void apply_threads(int threads) {
-  if (threads <= 0) return;
-  std::string want = std::to_string(threads);
-  const char* cur = std::getenv("OMP_NUM_THREADS");
-  if (cur && want == cur) return;
-  setenv("OMP_NUM_THREADS", want.c_str(), 1);
-  std::ifstream f("/proc/self/cmdline", std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<std::string> args;
-  for (size_t p = 0; p < all.size();) {
-    size_t z = all.find('\0', p);
-    if (z == std::string::npos) z = all.size();
-    args.push_back(all.substr(p, z - p));
-    p = z + 1;
-  }
-  if (args.empty()) return;
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::fflush(nullptr);
-  execv("/proc/self/exe", argv.data());
-  std::fprintf(stderr, "[kiln bench] warning: could not re-execute with OMP_NUM_THREADS=%d\n", threads);
-}
 
 double percentile(const std::vector<double>& sorted, double q) {
   if (sorted.empty()) return 0;
@@ -252,8 +226,7 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
   j["inputs"] = in_json;
   j["batch"] = batch;
   j["streams"] = S;
-  j["threads"] = o.threads;
-  j["threads_note"] = "kiln's kernels are single-threaded today; --threads only sets OMP_NUM_THREADS";
+  j["threads"] = kiln::threads();
   int total_warmup = 0;
   for (int w : warmups) total_warmup += w;
   j["warmup_runs"] = total_warmup;
@@ -381,9 +354,6 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--warmup-ms", o->warmup_ms, "keep warming up for at least this long, ms (default 200)");
   cmd->add_option("--iterations", o->iterations, "measure at least this many runs per stream (default 10)");
   cmd->add_option("--duration", o->duration_s, "measure for at least this many seconds (default 3)");
-  cmd->add_option("--threads", o->threads,
-                  "threads for the kernels; kiln's kernels are single-threaded today, so this only sets "
-                  "OMP_NUM_THREADS (re-executing kiln so any OpenMP runtime sees it from its start)");
   cmd->add_option("--streams", o->streams, "contexts running concurrently on their own threads (default 1)");
   cmd->add_option("--seed", o->seed, "seed for the random inputs");
   cmd->add_option("--profile-index", o->profile_index, "engines: run on this optimization profile");
@@ -393,7 +363,6 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "write a per-layer Chrome trace (FILE.json; one track per stream; opens in Perfetto)");
   cmd->add_flag("--json", o->json, "print the results as JSON on stdout");
   cmd->callback([o, &exit_code]() {
-    apply_threads(o->threads);
     auto r = bench(*o);
     if (!r.ok()) {
       exit_code = report_error(r.status());

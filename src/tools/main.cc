@@ -1,6 +1,7 @@
 // kiln: the command-line front end. One file per subcommand; each registers itself here.
 #include <CLI/CLI.hpp>
 
+#include "kiln/kiln.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
@@ -14,6 +15,12 @@ int main(int argc, char** argv) {
   kiln::tools::add_inspect_command(app, exit_code);
   kiln::tools::add_compare_command(app, exit_code);
   kiln::tools::add_bench_command(app, exit_code);
+  // --threads on every subcommand: one OpenMP team for kiln's kernels and oneDNN's, set before the
+  // command builds (the auto-tuner times candidates at this count) or runs anything.
+  for (CLI::App* sub : app.get_subcommands({}))
+    sub->add_option_function<int>(
+        "--threads", [](const int& n) { kiln::set_threads(n); },
+        "threads for the kernels (default: one per core, or OMP_NUM_THREADS); build tunes for this count");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
