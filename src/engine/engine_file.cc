@@ -7,7 +7,8 @@
 //   16      8     body length B (u64)
 //   24      4     CRC-32 of the header
 //   28      4     CRC-32 of the body
-//   32      H     header: JSON (kiln version, target, build config and profiles, layers, memory plan)
+//   32      H     header: JSON (kiln version, target, build config and profiles, how kernels were
+//                 tuned, layers with their kernel and every candidate's time, memory plan)
 //   ...           zero padding to a multiple of 64
 //   P       B     body: the optimized graph as ONNX protobuf (graph_offset/graph_length in the header),
 //                 then the weights, each 64-byte aligned (weights_offset in the header); the graph's
@@ -16,6 +17,9 @@
 // Loading checks, in order: size, magic, format version, lengths, both checksums, the kiln version,
 // and whether this machine has the CPU features the kernels need. Each failure says what differs
 // and to rebuild from the ONNX model.
+//
+// Versions: 2 added the auto-tuner's per-layer candidates ("candidates") and build.tuning; files of
+// version 1 are refused like any other version (rebuild: they were never tuned).
 #include <zlib.h>
 
 #include <cstring>
@@ -71,6 +75,39 @@ engine::TargetInfo target_from(const nlohmann::json& j) {
   return t;
 }
 
+using tune::CandidateResult;
+
+nlohmann::json candidates_json(const std::vector<CandidateResult>& cs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& c : cs) {
+    nlohmann::json j = {{"tactic", c.tactic}, {"state", tune::state_name(c.state)}, {"cached", c.from_cache}};
+    if (c.state == CandidateResult::State::kTimed) j["ms"] = c.ms, j["runs"] = c.runs;
+    if (!c.error.empty()) j["error"] = c.error;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::vector<CandidateResult> candidates_from(const nlohmann::json& j) {
+  std::vector<CandidateResult> out;
+  for (const auto& jc : j) {
+    CandidateResult c;
+    c.tactic = jc.at("tactic").get<std::string>();
+    std::string state = jc.at("state").get<std::string>();
+    bool known = false;
+    for (auto s : {CandidateResult::State::kTimed, CandidateResult::State::kPrepared, CandidateResult::State::kFailed,
+                   CandidateResult::State::kUnproven})
+      if (state == tune::state_name(s)) c.state = s, known = true;
+    if (!known) throw std::runtime_error("unknown candidate state '" + state + "'");
+    c.from_cache = jc.value("cached", false);
+    c.ms = jc.value("ms", 0.0);
+    c.runs = jc.value("runs", 0);
+    c.error = jc.value("error", "");
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<std::string> serialize_engine(const EngineImpl& e) {
@@ -96,7 +133,8 @@ Result<std::string> serialize_engine(const EngineImpl& e) {
   h["weights_offset"] = weights_offset;
   h["weights_length"] = weights.size();
   nlohmann::json layers = nlohmann::json::array();
-  for (const auto& l : e.layers) layers.push_back({{"name", l.name}, {"kernel", l.kernel}});
+  for (const auto& l : e.layers)
+    layers.push_back({{"name", l.name}, {"kernel", l.kernel}, {"candidates", candidates_json(l.candidates)}});
   h["layers"] = layers;
   h["memory"] = {
       {"arena_bytes", e.plan.arena_bytes}, {"naive_bytes", e.plan.naive_bytes}, {"in_place", e.plan.in_place}};
@@ -215,7 +253,10 @@ Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes)
     const auto& jl = h.at("layers");
     if (jl.size() != e->layers.size())
       return InvalidModel("engine lists ", jl.size(), " layers but its graph has ", e->layers.size(), kRebuild);
-    for (size_t i = 0; i < jl.size(); ++i) e->layers[i].kernel = jl[i].at("kernel").get<std::string>();
+    for (size_t i = 0; i < jl.size(); ++i) {
+      e->layers[i].kernel = jl[i].at("kernel").get<std::string>();
+      e->layers[i].candidates = candidates_from(jl[i].at("candidates"));
+    }
   } catch (const std::exception& ex) {
     return InvalidModel("engine header is malformed (", ex.what(), ")", kRebuild);
   }
@@ -247,6 +288,7 @@ nlohmann::json inspect(const EngineImpl& e) {
     layers.push_back({{"name", l.name},
                       {"op", op},
                       {"kernel", l.kernel},
+                      {"candidates", candidates_json(l.candidates)},
                       {"sources", l.sources},
                       {"inputs", ins},
                       {"outputs", outs}});

@@ -20,12 +20,14 @@
 
 namespace kiln::detail {
 
-constexpr uint32_t kEngineFormatVersion = 1;
+// 2: layers carry the auto-tuner's candidates and times, build.tuning says how tuning was done.
+constexpr uint32_t kEngineFormatVersion = 2;
 
 struct LayerInfo {
   std::string name, op_type, domain, kernel;
   std::vector<std::string> sources;  // the ONNX nodes this layer came from
   std::vector<std::string> inputs, outputs;
+  std::vector<tune::CandidateResult> candidates;  // the auto-tuner's results (empty: no tactic applied)
 };
 
 struct EngineImpl {
