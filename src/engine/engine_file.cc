@@ -111,14 +111,17 @@ std::vector<CandidateResult> candidates_from(const nlohmann::json& j) {
 }  // namespace
 
 Result<std::string> serialize_engine(const EngineImpl& e) {
-  std::string weights;
+  // The weights are laid out first (offsets only), then copied once, straight into the file: an
+  // engine of a large model is hundreds of MB, and every extra copy showed in kiln build's time.
+  std::vector<std::pair<size_t, Tensor>> weights;  // offset in the weights blob, tensor
+  size_t weights_length = 0;
   onnx_import::ExportOptions opts;
   opts.external_location = "kiln-engine-weights";
   opts.store_external = [&](const Tensor& t) -> std::pair<int64_t, int64_t> {
-    weights.resize(align64(weights.size()), '\0');
-    int64_t off = static_cast<int64_t>(weights.size());
-    weights.append(static_cast<const char*>(t.raw()), t.nbytes());
-    return {off, static_cast<int64_t>(t.nbytes())};
+    size_t off = align64(weights_length);
+    weights.emplace_back(off, t);
+    weights_length = off + t.nbytes();
+    return {static_cast<int64_t>(off), static_cast<int64_t>(t.nbytes())};
   };
   KILN_ASSIGN_OR_RETURN(std::string graph, onnx_import::serialize_model(e.model, opts));
   size_t graph_offset = 0, weights_offset = align64(graph.size());
@@ -131,7 +134,7 @@ Result<std::string> serialize_engine(const EngineImpl& e) {
   h["graph_offset"] = graph_offset;
   h["graph_length"] = graph.size();
   h["weights_offset"] = weights_offset;
-  h["weights_length"] = weights.size();
+  h["weights_length"] = weights_length;
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& l : e.layers)
     layers.push_back({{"name", l.name}, {"kernel", l.kernel}, {"candidates", candidates_json(l.candidates)}});
@@ -139,17 +142,17 @@ Result<std::string> serialize_engine(const EngineImpl& e) {
   h["memory"] = {
       {"arena_bytes", e.plan.arena_bytes}, {"naive_bytes", e.plan.naive_bytes}, {"in_place", e.plan.in_place}};
   std::string header = h.dump();
-  std::string body(weights_offset + weights.size(), '\0');
-  std::memcpy(body.data(), graph.data(), graph.size());
-  if (!weights.empty()) std::memcpy(body.data() + weights_offset, weights.data(), weights.size());
-  size_t body_start = align64(kFixedHeader + header.size());
-  std::string file(body_start + body.size(), '\0');
+  const size_t body_len = weights_offset + weights_length;
+  const size_t body_start = align64(kFixedHeader + header.size());
+  std::string file(body_start + body_len, '\0');
   std::memcpy(file.data(), kMagic, 8);
   put<uint32_t>(file, 8, kEngineFormatVersion);
   put<uint32_t>(file, 12, static_cast<uint32_t>(header.size()));
-  put<uint64_t>(file, 16, static_cast<uint64_t>(body.size()));
+  put<uint64_t>(file, 16, static_cast<uint64_t>(body_len));
   std::memcpy(file.data() + kFixedHeader, header.data(), header.size());
-  std::memcpy(file.data() + body_start, body.data(), body.size());
+  std::memcpy(file.data() + body_start + graph_offset, graph.data(), graph.size());
+  for (const auto& [off, t] : weights)
+    if (t.nbytes() > 0) std::memcpy(file.data() + body_start + weights_offset + off, t.raw(), t.nbytes());
   put<uint32_t>(file, 24, crc(reinterpret_cast<const uint8_t*>(file.data()) + kFixedHeader, header.size()));
   // The body checksum covers the padding too: every byte after the header is checked.
   size_t after_header = kFixedHeader + header.size();
