@@ -61,7 +61,7 @@ TEST_F(EngineTuning, CandidatesTimedRecordedAndReusedFromTheCache) {
   auto cold = Builder(cfg).build_from_memory(model_onnx());
   nlohmann::json t = tuning_of(*cold);
   EXPECT_EQ(t["threads"].get<int>(), kiln::threads());
-  EXPECT_GE(t["timed"].get<int>(), 4);      // two convolution shapes x two tactics
+  EXPECT_GE(t["timed"].get<int>(), 4);       // two convolution shapes x two tactics
   EXPECT_GE(t["cache_hits"].get<int>(), 2);  // the third convolution repeats the second
   EXPECT_TRUE(std::filesystem::exists(cache));
   int timed_layers = 0;
