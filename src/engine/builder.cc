@@ -117,14 +117,19 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
     counts[l.kernel]++;
     tuned += !t.candidates.empty();
     timed += t.timed, prepared += t.prepared, hits += t.cache_hits;
-    std::string detail;
+    // Every candidate with --verbose; otherwise the ones that cannot run this layer, with the reason.
+    std::string detail, failures;
     for (const auto& c : t.candidates) {
       unproven += c.state == tune::CandidateResult::State::kUnproven;
       detail += " " + c.tactic + (c.tactic == l.kernel ? "*" : "") + " " + tune::state_name(c.state) +
                 (c.state == tune::CandidateResult::State::kTimed ? " " + fixed_ms(c.ms) + " ms" : "") +
                 (c.from_cache ? " (cached)" : "") + (c.error.empty() ? "" : " (" + c.error + ")") + ";";
+      if (!c.error.empty()) failures += " " + c.tactic + ": " + c.error + ";";
     }
-    if (cfg.verbose && !detail.empty()) log("[kiln build] layer '" + l.name + "':" + detail);
+    if (cfg.verbose && !detail.empty())
+      log("[kiln build] layer '" + l.name + "':" + detail);
+    else if (!failures.empty())
+      log("[kiln build] layer '" + l.name + "' runs " + l.kernel + ";" + failures);
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   size_t added = cache.added();
