@@ -81,7 +81,7 @@ nlohmann::json candidates_json(const std::vector<CandidateResult>& cs) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& c : cs) {
     nlohmann::json j = {{"tactic", c.tactic}, {"state", tune::state_name(c.state)}, {"cached", c.from_cache}};
-    if (c.state == CandidateResult::State::kTimed) j["ms"] = c.ms, j["runs"] = c.runs;
+    if (c.state == CandidateResult::State::kTimed) j["ms"] = c.ms, j["min_ms"] = c.min_ms, j["runs"] = c.runs;
     if (!c.error.empty()) j["error"] = c.error;
     out.push_back(std::move(j));
   }
@@ -102,6 +102,7 @@ std::vector<CandidateResult> candidates_from(const nlohmann::json& j) {
     c.from_cache = jc.value("cached", false);
     c.ms = jc.value("ms", 0.0);
     c.runs = jc.value("runs", 0);
+    c.min_ms = jc.value("min_ms", c.ms);
     c.error = jc.value("error", "");
     out.push_back(std::move(c));
   }

@@ -43,6 +43,7 @@ Result<CacheEntry> entry_from(const nlohmann::json& j) {
     e.state = CacheEntry::State::kTimed;
     e.ms = j["ms"].get<double>();
     e.runs = j.contains("runs") && j["runs"].is_number_integer() ? j["runs"].get<int>() : 0;
+    e.min_ms = j.contains("min_ms") && j["min_ms"].is_number() ? j["min_ms"].get<double>() : e.ms;
   } else if (j.contains("error")) {
     if (!j["error"].is_string()) return InvalidModel("an entry's error is not a string");
     e.state = CacheEntry::State::kFailed;
@@ -57,7 +58,7 @@ Result<CacheEntry> entry_from(const nlohmann::json& j) {
 
 nlohmann::json entry_json(const CacheEntry& e) {
   switch (e.state) {
-    case CacheEntry::State::kTimed: return {{"ms", e.ms}, {"runs", e.runs}};
+    case CacheEntry::State::kTimed: return {{"ms", e.ms}, {"min_ms", e.min_ms}, {"runs", e.runs}};
     case CacheEntry::State::kPrepared: return {{"prepared", true}};
     case CacheEntry::State::kFailed: return {{"error", e.error}};
   }

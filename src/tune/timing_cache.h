@@ -5,7 +5,7 @@
 //   {"format": "kiln-timing-cache", "format_version": 1, "kiln_version": "0.1.0",
 //    "machine": "AMD EPYC 9R14 | sse4.2 avx avx2 fma avx512f ...",
 //    "layers": {"threads=2|Conv/13{...}(...)@cpu:float32": {
-//                  "conv2d_onednn_blocked": {"ms": 0.412, "runs": 20},
+//                  "conv2d_onednn_blocked": {"ms": 0.412, "min_ms": 0.398, "runs": 20},
 //                  "conv2d_onednn_nchw": {"error": "oneDNN has no implementation ..."}}}}
 // keyed by layer (layer_key.h, prefixed by the thread count) and tactic. One entry per tactic says
 // it was timed (median ms), prepared but not timed (a layer's only candidate), or failed to prepare
@@ -35,6 +35,7 @@ struct CacheEntry {
   State state = State::kTimed;
   double ms = 0;      // kTimed: the median run time
   int runs = 0;       // kTimed: how many runs the median is of
+  double min_ms = 0;  // kTimed: the fastest run
   std::string error;  // kFailed: why the tactic cannot take this layer
 };
 

@@ -102,7 +102,7 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
   auto fail = [&](CandidateResult& c, std::string why) {
     c.state = State::kFailed;
     c.error = std::move(why);
-    cache_.put(k, c.tactic, {CacheEntry::State::kFailed, 0, 0, c.error});
+    cache_.put(k, c.tactic, {CacheEntry::State::kFailed, 0, 0, 0, c.error});
   };
 
   for (const backends::Tactic* t : candidates) {
@@ -115,7 +115,7 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
       c.state = e->state == CacheEntry::State::kTimed    ? State::kTimed
                 : e->state == CacheEntry::State::kFailed ? State::kFailed
                                                          : State::kPrepared;
-      c.ms = e->ms, c.runs = e->runs, c.error = e->error;
+      c.ms = e->ms, c.runs = e->runs, c.min_ms = e->min_ms, c.error = e->error;
       ++r.cache_hits;
       continue;
     }
@@ -134,7 +134,7 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
     }
     if (!timing) {
       c.state = State::kPrepared;
-      cache_.put(k, c.tactic, {CacheEntry::State::kPrepared, 0, 0, ""});
+      cache_.put(k, c.tactic, {CacheEntry::State::kPrepared, 0, 0, 0, ""});
       continue;
     }
     Timing tm;
@@ -187,15 +187,17 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
       fail(c, "cannot run: " + (tm.error.empty() ? std::string("no run measured") : tm.error));
       continue;
     }
-    std::nth_element(tm.times.begin(), tm.times.begin() + tm.times.size() / 2, tm.times.end());
+    std::sort(tm.times.begin(), tm.times.end());
     c.ms = tm.times[tm.times.size() / 2];
+    c.min_ms = tm.times.front();
     c.runs = static_cast<int>(tm.times.size());
     c.state = State::kTimed;
     ++r.timed;
-    cache_.put(k, c.tactic, {CacheEntry::State::kTimed, c.ms, c.runs, ""});
+    cache_.put(k, c.tactic, {CacheEntry::State::kTimed, c.ms, c.runs, c.min_ms, ""});
   }
   timings.clear();  // the prepared layers and their outputs go now, not with the inputs
 
+  // The lowest median wins (ties: the earlier in priority order).
   const CandidateResult* best = nullptr;
   for (const auto& c : r.candidates)
     if (c.state == State::kTimed && (!best || best->state != State::kTimed || c.ms < best->ms))

@@ -38,8 +38,9 @@ struct CandidateResult {
   };
   std::string tactic;
   State state = State::kFailed;
-  double ms = 0;  // kTimed: median
-  int runs = 0;   // kTimed: runs measured
+  double ms = 0;      // kTimed: median
+  int runs = 0;       // kTimed: runs measured
+  double min_ms = 0;  // kTimed: fastest run
   bool from_cache = false;
   std::string error;
 };

@@ -45,15 +45,15 @@ struct Warnings {
   }
 };
 
-CacheEntry timed(double ms) { return {CacheEntry::State::kTimed, ms, 7, ""}; }
+CacheEntry timed(double ms) { return {CacheEntry::State::kTimed, ms, 7, ms * 0.9, ""}; }
 
 // A cache file holding one timed, one prepared-only and one failed entry.
 std::string make_cache(const std::string& dir, const CacheIdentity& id = kHere) {
   std::string path = dir + "/tc.json";
   TimingCache c = TimingCache::open(path, id, nullptr);
   c.put("threads=1|Conv{}", "conv_a", timed(1.5));
-  c.put("threads=1|Conv{}", "conv_b", {CacheEntry::State::kFailed, 0, 0, "no implementation"});
-  c.put("threads=2|Gemm{}", "gemm_a", {CacheEntry::State::kPrepared, 0, 0, ""});
+  c.put("threads=1|Conv{}", "conv_b", {CacheEntry::State::kFailed, 0, 0, 0, "no implementation"});
+  c.put("threads=2|Gemm{}", "gemm_a", {CacheEntry::State::kPrepared, 0, 0, 0, ""});
   EXPECT_TRUE(c.save(nullptr).ok());
   return path;
 }
@@ -71,6 +71,7 @@ TEST(TimingCache, RoundTrip) {
   EXPECT_EQ(a->state, CacheEntry::State::kTimed);
   EXPECT_DOUBLE_EQ(a->ms, 1.5);
   EXPECT_EQ(a->runs, 7);
+  EXPECT_DOUBLE_EQ(a->min_ms, 1.5 * 0.9);
   const CacheEntry* b = c.find("threads=1|Conv{}", "conv_b");
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->state, CacheEntry::State::kFailed);
