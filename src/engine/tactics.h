@@ -34,10 +34,12 @@ struct TacticFilter {
 TacticFilter tactic_filter(const std::vector<std::string>& configured);
 bool reference_kernels_forced();
 
-// The signature of node `n` given its input types (shapes may be partly unknown) and constants.
+// The signature of node `n` given its input types (shapes may be partly unknown) and constants. The
+// builder passes a copy of the graph inferred at the first profile's opt shapes (infer_at), so the
+// shapes of models with symbolic dims (batch, seq) are concrete there and tactics can be timed.
 backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n);
 
-// The tactics the filter allows that implement node `n` of `g` (shapes as `g`'s value types say).
+// The tactics that support `sig` and that the filter allows, in priority order.
 std::vector<const backends::Tactic*> allowed_candidates(const backends::LayerSignature& sig,
                                                         const TacticFilter& filter);
 
