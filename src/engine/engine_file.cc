@@ -22,7 +22,9 @@
 // version 1 are refused like any other version (rebuild: they were never tuned).
 #include <zlib.h>
 
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include "backends/tactic.h"
 #include "engine/engine_impl.h"
@@ -111,21 +113,59 @@ std::vector<CandidateResult> candidates_from(const nlohmann::json& j) {
 
 }  // namespace
 
-Result<std::string> serialize_engine(const EngineImpl& e) {
-  // The weights are laid out first (offsets only), then copied once, straight into the file: an
-  // engine of a large model is hundreds of MB, and every extra copy showed in kiln build's time.
+namespace {
+
+// An engine file laid out but not assembled: the weights stay where they are (the model's tensors)
+// and are visited piece by piece, so that saving copies them once (into the file), never into a
+// buffer first: engines of large models are hundreds of MB, and each copy showed in kiln build's time.
+struct Layout {
+  std::string header;                              // JSON
+  std::string graph;                               // ONNX protobuf with external weights
   std::vector<std::pair<size_t, Tensor>> weights;  // offset in the weights blob, tensor
-  size_t weights_length = 0;
+  size_t weights_offset = 0, weights_length = 0, body_start = 0, body_length = 0;
+  uint32_t header_crc = 0, body_crc = 0;
+
+  // Calls emit(ptr, n) for every byte after the header, in order: padding, graph, weights (nullptr
+  // for runs of zeros).
+  template <typename Emit>
+  void body(Emit&& emit) const {
+    size_t after_header = kFixedHeader + header.size();
+    emit(nullptr, body_start - after_header);
+    emit(graph.data(), graph.size());
+    size_t at = graph.size();  // within the body
+    for (const auto& [off, t] : weights) {
+      emit(nullptr, weights_offset + off - at);
+      emit(t.raw(), t.nbytes());
+      at = weights_offset + off + t.nbytes();
+    }
+    emit(nullptr, body_length - at);  // the graph's padding when there are no weights
+  }
+  // The 32 fixed bytes and the header.
+  std::string head() const {
+    std::string h(kFixedHeader, '\0');
+    std::memcpy(h.data(), kMagic, 8);
+    put<uint32_t>(h, 8, kEngineFormatVersion);
+    put<uint32_t>(h, 12, static_cast<uint32_t>(header.size()));
+    put<uint64_t>(h, 16, static_cast<uint64_t>(body_length));
+    put<uint32_t>(h, 24, header_crc);
+    put<uint32_t>(h, 28, body_crc);
+    return h + header;
+  }
+};
+
+Result<Layout> lay_out(const EngineImpl& e) {
+  Layout L;
   onnx_import::ExportOptions opts;
   opts.external_location = "kiln-engine-weights";
   opts.store_external = [&](const Tensor& t) -> std::pair<int64_t, int64_t> {
-    size_t off = align64(weights_length);
-    weights.emplace_back(off, t);
-    weights_length = off + t.nbytes();
+    size_t off = align64(L.weights_length);
+    L.weights.emplace_back(off, t);
+    L.weights_length = off + t.nbytes();
     return {static_cast<int64_t>(off), static_cast<int64_t>(t.nbytes())};
   };
-  KILN_ASSIGN_OR_RETURN(std::string graph, onnx_import::serialize_model(e.model, opts));
-  size_t graph_offset = 0, weights_offset = align64(graph.size());
+  KILN_ASSIGN_OR_RETURN(L.graph, onnx_import::serialize_model(e.model, opts));
+  size_t graph_offset = 0;
+  L.weights_offset = align64(L.graph.size());
   nlohmann::json h;
   h["kiln_version"] = KILN_VERSION;
   h["format_version"] = kEngineFormatVersion;
@@ -133,33 +173,67 @@ Result<std::string> serialize_engine(const EngineImpl& e) {
   h["required_isa"] = e.required_isa;
   h["build"] = e.build;
   h["graph_offset"] = graph_offset;
-  h["graph_length"] = graph.size();
-  h["weights_offset"] = weights_offset;
-  h["weights_length"] = weights_length;
+  h["graph_length"] = L.graph.size();
+  h["weights_offset"] = L.weights_offset;
+  h["weights_length"] = L.weights_length;
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& l : e.layers)
     layers.push_back({{"name", l.name}, {"kernel", l.kernel}, {"candidates", candidates_json(l.candidates)}});
   h["layers"] = layers;
   h["memory"] = {
       {"arena_bytes", e.plan.arena_bytes}, {"naive_bytes", e.plan.naive_bytes}, {"in_place", e.plan.in_place}};
-  std::string header = h.dump();
-  const size_t body_len = weights_offset + weights_length;
-  const size_t body_start = align64(kFixedHeader + header.size());
-  std::string file(body_start + body_len, '\0');
-  std::memcpy(file.data(), kMagic, 8);
-  put<uint32_t>(file, 8, kEngineFormatVersion);
-  put<uint32_t>(file, 12, static_cast<uint32_t>(header.size()));
-  put<uint64_t>(file, 16, static_cast<uint64_t>(body_len));
-  std::memcpy(file.data() + kFixedHeader, header.data(), header.size());
-  std::memcpy(file.data() + body_start + graph_offset, graph.data(), graph.size());
-  for (const auto& [off, t] : weights)
-    if (t.nbytes() > 0) std::memcpy(file.data() + body_start + weights_offset + off, t.raw(), t.nbytes());
-  put<uint32_t>(file, 24, crc(reinterpret_cast<const uint8_t*>(file.data()) + kFixedHeader, header.size()));
+  L.header = h.dump();
+  L.body_length = L.weights_offset + L.weights_length;
+  L.body_start = align64(kFixedHeader + L.header.size());
+  L.header_crc = crc(reinterpret_cast<const uint8_t*>(L.header.data()), L.header.size());
   // The body checksum covers the padding too: every byte after the header is checked.
-  size_t after_header = kFixedHeader + header.size();
-  put<uint32_t>(file, 28,
-                crc(reinterpret_cast<const uint8_t*>(file.data()) + after_header, file.size() - after_header));
+  static const uint8_t kZeros[4096] = {};
+  uLong c = crc32(0L, Z_NULL, 0);
+  L.body([&](const void* p, size_t n) {
+    while (n > 0) {
+      size_t chunk = p ? std::min<size_t>(n, 1u << 30) : std::min(n, sizeof kZeros);
+      c = crc32(c, p ? static_cast<const Bytef*>(p) : kZeros, static_cast<uInt>(chunk));
+      if (p) p = static_cast<const uint8_t*>(p) + chunk;
+      n -= chunk;
+    }
+  });
+  L.body_crc = static_cast<uint32_t>(c);
+  return L;
+}
+
+}  // namespace
+
+Result<std::string> serialize_engine(const EngineImpl& e) {
+  KILN_ASSIGN_OR_RETURN(Layout L, lay_out(e));
+  std::string file = L.head();
+  file.reserve(L.body_start + L.body_length);
+  L.body([&](const void* p, size_t n) {
+    if (p)
+      file.append(static_cast<const char*>(p), n);
+    else
+      file.append(n, '\0');
+  });
   return file;
+}
+
+Status write_engine(const EngineImpl& e, const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(Layout L, lay_out(e));
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return IOError("cannot write engine file '", path, "' (", std::strerror(errno), ")");
+  std::string head = L.head();
+  f.write(head.data(), static_cast<std::streamsize>(head.size()));
+  static const char kZeros[4096] = {};
+  L.body([&](const void* p, size_t n) {
+    if (p) {
+      f.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
+      return;
+    }
+    for (; n > 0; n -= std::min(n, sizeof kZeros))
+      f.write(kZeros, static_cast<std::streamsize>(std::min(n, sizeof kZeros)));
+  });
+  f.close();
+  if (!f) return IOError("cannot write engine file '", path, "' (", std::strerror(errno), ")");
+  return Status::Ok();
 }
 
 Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes) {

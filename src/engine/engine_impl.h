@@ -65,6 +65,7 @@ Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph
 
 // The engine file (format in engine_file.cc).
 Result<std::string> serialize_engine(const EngineImpl& e);
+Status write_engine(const EngineImpl& e, const std::string& path);  // the same bytes, into a file
 Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes);
 
 nlohmann::json inspect(const EngineImpl& e);

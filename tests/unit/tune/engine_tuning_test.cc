@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "../graph_builder.h"
@@ -112,6 +114,12 @@ TEST_F(EngineTuning, EngineFileKeepsTheCandidates) {
     }
   }
   EXPECT_GE(seen, 7u);
+  // Engine::save streams the same bytes as serialize() (the weights are not assembled in memory first).
+  std::string path = temp_path("e.kiln");
+  e->save(path);
+  std::ifstream f(path, std::ios::binary);
+  std::string saved((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(saved == e->serialize());
   EXPECT_EQ(tuning_of(*loaded), tuning_of(*e));
   auto j = nlohmann::json::parse(loaded->inspect_json());
   bool listed = false;
