@@ -80,8 +80,6 @@ const CandidateResult* find(const LayerTuning& t, const std::string& tactic) {
 
 TEST(Tuner, PicksTheFasterOfTwo) {
   FakeTactic slow("slow", 3), fast("fast", 0);
-  TimingCache cache(kHere);
-  Tuner tuner(cache);
   Layer l;
   for (auto order : {std::vector<const Tactic*>{&slow, &fast}, std::vector<const Tactic*>{&fast, &slow}}) {
     TimingCache fresh(kHere);
