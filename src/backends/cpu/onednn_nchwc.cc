@@ -5,7 +5,8 @@
 //                                  layer, plain NCHW) X in, blocked Y out, no activation reorders;
 //                                  the residual is added by a binary post-op that reads it in place
 //   conv2d_onednn_nchwc_winograd   the same with oneDNN's Winograd F(2x2,3x3) / F(4x4,3x3) kernels
-//                                  for 3x3, stride 1 convs (group 1, channels multiples of 16): 2-3x
+//                                  for 3x3, stride 1 convs (group 1, channels multiples of 16, no
+//                                  activation or ReLU: its only eltwise post-op): 2-3x
 //                                  fewer multiplications; rounding error within the tactic test's
 //                                  tolerance (measured against a double reference on resnet50's
 //                                  3x3 layers: at most 1.2e-4 absolute on outputs up to 85)
@@ -114,6 +115,9 @@ class OnednnBlockedConv : public Tactic {
       // oneDNN's Winograd kernels take whole blocks of 16 channels only.
       if (c % 16 != 0 || w[0] % 16 != 0 || b != 16) return "Winograd: channels not multiples of 16";
       if (x.size() != 4 || sig.inputs[0].shape.size() != 5) return "Winograd: X not blocked";
+      // Its post-ops: sum and ReLU only (oneDNN 2.6); the residual goes in by sum.
+      std::string act = sig.node->attr_string("activation", "");
+      if (!act.empty() && act != "Relu") return "Winograd: activation " + act + " (it has ReLU only)";
     }
     if (sig.inputs[0].known()) {
       ConvGeometry g;
@@ -146,19 +150,16 @@ class OnednnBlockedConv : public Tactic {
           g.group == 1 ? memory::desc({g.m, g.c, g.kh, g.kw}, dt::f32, tag::oihw)
                        : memory::desc({g.group, g.m / g.group, g.c / g.group, g.kh, g.kw}, dt::f32, tag::goihw);
       memory::desc any_w(user_w.dims(), dt::f32, tag::any);
-      // A plain X: oneDNN's first-layer kernels read NCHW directly when it has few channels;
-      // otherwise it picks a layout ("any") and run() reorders into it.
-      memory::desc src_md = plain_src ? memory::desc(p->x_md.dims(), dt::f32, tag::any) : p->x_md;
       memory::desc bias_md({g.m}, dt::f32, tag::x);
       memory::dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
       auto alg = winograd_ ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
-      auto d = p->has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_md, any_w,
-                                                             bias_md, p->dst_md, strides, dil, pl, pr)
-                           : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_md, any_w,
-                                                             p->dst_md, strides, dil, pl, pr);
       // The residual: a binary add post-op reading it where it lies; kernels without binary
       // post-ops (Winograd) take a sum post-op over a copy of it in the output instead.
-      auto make_pd = [&](bool by_sum) {
+      auto make_pd = [&](const memory::desc& src_md, bool by_sum) {
+        auto d = p->has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_md, any_w,
+                                                               bias_md, p->dst_md, strides, dil, pl, pr)
+                             : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_md, any_w,
+                                                               p->dst_md, strides, dil, pl, pr);
         dnnl::post_ops po;
         if (p->has_residual && by_sum) po.append_sum(1.f);
         if (p->has_residual && !by_sum) po.append_binary(dnnl::algorithm::binary_add, p->dst_md);
@@ -168,15 +169,22 @@ class OnednnBlockedConv : public Tactic {
         attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
         return dnnl::convolution_forward::primitive_desc(d, attr, eng);
       };
-      try {
-        p->pd = make_pd(false);
-      } catch (const dnnl::error&) {
-        if (!p->has_residual) throw;
-        p->pd = make_pd(true);
-        p->residual_by_sum = true;
-      }
-      if (std::string impl = p->pd.impl_info_str(); impl.rfind("ref", 0) == 0)
-        return Unsupported("oneDNN has only its reference implementation (", impl, ") for this conv");
+      auto make_pd_any_residual = [&](const memory::desc& src_md) {
+        try {
+          p->residual_by_sum = false;
+          return make_pd(src_md, false);
+        } catch (const dnnl::error&) {
+          if (!p->has_residual) throw;
+          p->residual_by_sum = true;
+          return make_pd(src_md, true);
+        }
+      };
+      // A plain X: oneDNN's first-layer kernels read NCHW directly when it has few channels
+      // ("any" lets it say so); when that finds only the reference implementation (e.g. dilated),
+      // run() reorders X into the blocked layout instead.
+      p->pd = make_pd_any_residual(plain_src ? memory::desc(p->x_md.dims(), dt::f32, tag::any) : p->x_md);
+      if (plain_src && std::string(p->pd.impl_info_str()).rfind("ref", 0) == 0)
+        p->pd = make_pd_any_residual(memory::desc(p->x_md.dims(), dt::f32, bt));
       p->prim = dnnl::convolution_forward(p->pd);
       if (p->pd.src_desc() != p->x_md)
         p->src_in = dnnl::reorder(dnnl::reorder::primitive_desc(eng, p->x_md, eng, p->pd.src_desc()));
