@@ -47,8 +47,12 @@ class PreparedBlockedConv : public PreparedLayer {
   ConvGeometry g;
   int64_t block = 0;
   bool has_bias = false, has_residual = false, residual_by_sum = false;
-  memory::desc x_md;    // X as given: plain nchw or blocked
-  memory::desc dst_md;  // blocked
+  memory::desc x_md;        // X as given: plain nchw or blocked
+  memory::desc src_md;      // X as the primitive reads it
+  memory::desc dst_md;      // blocked
+  memory::desc scratch_md;  // queried once: run() makes no oneDNN queries
+  bool reorder_src = false;
+  size_t src_bytes = 0, dst_bytes = 0;
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
   dnnl::reorder src_in;  // plain X -> the layout the primitive chose, when they differ
@@ -59,10 +63,9 @@ class PreparedBlockedConv : public PreparedLayer {
   Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       auto& eng = cpu_engine();
-      const memory::desc src_md = pd.src_desc();
       void* src = const_cast<void*>(in[0]->raw());
-      if (src_md != x_md) {
-        void* tmp = thread_buffer(0, src_md.get_size());
+      if (reorder_src) {
+        void* tmp = thread_buffer(0, src_bytes);
         memory a(x_md, eng, src), b(src_md, eng, tmp);
         src_in.execute(thread_stream(), {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}});
         src = tmp;
@@ -75,11 +78,11 @@ class PreparedBlockedConv : public PreparedLayer {
       if (has_residual) {
         void* r = const_cast<void*>(in[3]->raw());
         if (residual_by_sum)
-          std::memcpy(dst, r, dst_md.get_size());
+          std::memcpy(dst, r, dst_bytes);
         else
           args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(dst_md, eng, r));
       }
-      execute(prim, pd.scratchpad_desc(), std::move(args));
+      execute(prim, scratch_md, std::move(args));
       return Status::Ok();
     });
   }
@@ -186,8 +189,12 @@ class OnednnBlockedConv : public Tactic {
       if (plain_src && std::string(p->pd.impl_info_str()).rfind("ref", 0) == 0)
         p->pd = make_pd_any_residual(memory::desc(p->x_md.dims(), dt::f32, bt));
       p->prim = dnnl::convolution_forward(p->pd);
-      if (p->pd.src_desc() != p->x_md)
-        p->src_in = dnnl::reorder(dnnl::reorder::primitive_desc(eng, p->x_md, eng, p->pd.src_desc()));
+      p->src_md = p->pd.src_desc();
+      p->scratch_md = p->pd.scratchpad_desc();
+      p->src_bytes = p->src_md.get_size();
+      p->dst_bytes = p->dst_md.get_size();
+      p->reorder_src = p->src_md != p->x_md;
+      if (p->reorder_src) p->src_in = dnnl::reorder(dnnl::reorder::primitive_desc(eng, p->x_md, eng, p->pd.src_desc()));
       p->weights = memory(p->pd.weights_desc(), eng);
       reorder_into(user_w, sig.inputs[1].constant->raw(), p->pd.weights_desc(), p->weights.get_data_handle());
       if (p->has_bias) {

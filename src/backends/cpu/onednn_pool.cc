@@ -71,7 +71,7 @@ class PreparedPool : public PreparedLayer {
   std::string name;
   PoolGeometry g;
   int64_t block = 0;  // > 0: channel-blocked [N, C/block, H, W, block] in and out
-  memory::desc src_md, dst_md;
+  memory::desc src_md, dst_md, scratch_md;
   dnnl::pooling_v2_forward::primitive_desc pd;
   dnnl::pooling_v2_forward prim;
 
@@ -82,7 +82,7 @@ class PreparedPool : public PreparedLayer {
   Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       auto& eng = cpu_engine();
-      execute(prim, pd.scratchpad_desc(),
+      execute(prim, scratch_md,
               {{DNNL_ARG_SRC, memory(src_md, eng, const_cast<void*>(in[0]->raw()))},
                {DNNL_ARG_DST, memory(dst_md, eng, out[0]->raw())}});
       return Status::Ok();
@@ -137,6 +137,7 @@ class OnednnPool : public Tactic {
                                        {g.kh, g.kw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
       p->pd = dnnl::pooling_v2_forward::primitive_desc(d, attr, cpu_engine());
       p->prim = dnnl::pooling_v2_forward(p->pd);
+      p->scratch_md = p->pd.scratchpad_desc();
       return Status::Ok();
     });
     if (!st.ok()) return Unsupported(st.message());
