@@ -84,11 +84,12 @@ SymShape blocked_shape(InferContext& ctx, const SymShape& s, int64_t block) {
   return SymShape(std::vector<Dim>{s.dims[0], cb, s.dims[2], s.dims[3], Dim(block)});
 }
 
-// The node's attributes less those named in `drop` (and provenance).
+// The node's attributes less those named in `drop` and kiln's annotations ("kiln.*": provenance,
+// the plain value a blocked node stands for).
 Attrs attrs_without(const ir::Node& n, std::initializer_list<const char*> drop) {
   Attrs a;
   for (const auto& [k, v] : n.attrs) {
-    bool skip = k == "kiln.sources";
+    bool skip = k.rfind("kiln.", 0) == 0;
     for (const char* d : drop) skip |= k == d;
     if (!skip) a[k] = v;
   }

@@ -12,7 +12,9 @@
 //     conv reads NCHW directly, oneDNN's first-layer kernels do, and nothing is padded);
 //   - a blocked value read by anything else (or a graph output) gets one kiln.ReorderFromBlocked,
 //     which produces it under its original name, so later nodes, graph outputs and kiln compare
-//     see the same values as before. Blocked values get new names ("<value>.blocked").
+//     see the same values as before. Blocked values get new names ("<value>.blocked"); each
+//     blocked node names the plain value it stands for (kiln.plain_value, kiln.plain_channels),
+//     so kiln compare still checks every layer against the reference.
 // Leaves alone: grouped (non-depthwise) convs, 1-D/3-D convs, non-constant weights, other dtypes,
 // and every other op (elementwise ops stay on plain tensors; after the fusions resnets and
 // mobilenets have none between their convs).
@@ -156,6 +158,9 @@ class Rewriter {
         fusion::set_int(b, "pool_opset", n.opset);
       }
       fusion::set_int(b, "block", block_);
+      // What it stands for in the plain graph, so kiln compare can check it against the reference.
+      fusion::set_string(b, "kiln.plain_value", y);
+      fusion::set_int(b, "kiln.plain_channels", blocked_channels[y]);
       b.outputs = {yb};
       out.push_back(std::move(b));
       made_blocked_[y] = yb;
