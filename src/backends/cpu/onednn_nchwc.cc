@@ -34,6 +34,16 @@ std::string check_block(int64_t b) {
 tag blocked_tag(int64_t b) { return b == 16 ? tag::nChw16c : tag::nChw8c; }
 int64_t blocks(int64_t c, int64_t b) { return (c + b - 1) / b; }
 
+// oneDNN's f32 Winograd kernels are AVX-512 (avx512_core) only.
+bool has_winograd_isa() {
+  static const bool yes = [] {
+    auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return (isa & need) == need;
+  }();
+  return yes;
+}
+
 // The dims of a memory desc as the tensor stores them: [N, C, H, W] (plain) or [N, Cb, H, W, B].
 Dims tensor_dims(const memory::desc& md, int64_t block) {
   auto d = md.dims();
@@ -112,6 +122,7 @@ class OnednnBlockedConv : public Tactic {
     if (sig.has_input(3) && (sig.inputs[3].shape.size() != 5 || sig.inputs[3].shape[4] != b))
       return "the residual is not blocked";
     if (winograd_) {
+      if (!has_winograd_isa()) return "Winograd: oneDNN has it for AVX-512 only";
       if (group != 1 || w[2] != 3 || w[3] != 3) return "Winograd: not a 3x3 group-1 conv";
       auto st = sig.node->attr_ints("strides", {1, 1}), dl = sig.node->attr_ints("dilations", {1, 1});
       if (st != std::vector<int64_t>{1, 1} || dl != std::vector<int64_t>{1, 1}) return "Winograd: stride or dilation";

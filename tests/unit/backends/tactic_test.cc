@@ -326,8 +326,13 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
       checked[t->name()]++;
     }
   }
-  for (const backends::Tactic* t : backends::all_tactics())
+  // oneDNN's Winograd exists for AVX-512 only (ONEDNN_MAX_CPU_ISA=AVX2 runs this test as an AVX2 machine).
+  const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+  bool avx512 = __builtin_cpu_supports("avx512f") && !(isa && std::string(isa).rfind("AVX512", 0) != 0);
+  for (const backends::Tactic* t : backends::all_tactics()) {
+    if (!avx512 && t->name().find("winograd") != std::string::npos) continue;
     EXPECT_GT(checked[t->name()], 5) << t->name() << " was checked on too few random layers";
+  }
 }
 
 TEST(Tactics, NamesAreUniqueAndFindable) {
