@@ -20,6 +20,7 @@
 #include "backends/cpu/onednn_common.h"
 #include "backends/cpu/onednn_geometry.h"
 #include "backends/cpu/onednn_tactics.h"
+#include "core/parallel.h"
 
 namespace kiln::backends::cpu::onednn {
 namespace {
@@ -87,10 +88,14 @@ class PreparedBlockedConv : public PreparedLayer {
       if (has_bias) args.emplace(DNNL_ARG_BIAS, bias);
       if (has_residual) {
         void* r = const_cast<void*>(in[3]->raw());
-        if (residual_by_sum)
-          std::memcpy(dst, r, dst_bytes);
-        else
+        if (residual_by_sum) {  // copied over the output, in parallel like the rest of the layer
+          auto* d = static_cast<uint8_t*>(dst);
+          const auto* from = static_cast<const uint8_t*>(r);
+          parallel_for(static_cast<int64_t>(dst_bytes), 1 << 16,
+                       [&](int64_t b, int64_t e) { std::memcpy(d + b, from + b, static_cast<size_t>(e - b)); });
+        } else {
           args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(dst_md, eng, r));
+        }
       }
       execute(prim, scratch_md, std::move(args));
       return Status::Ok();
