@@ -788,12 +788,16 @@ void print_text(const json& rep) {
                   f["name"].get<std::string>().c_str(), f["op_type"].get<std::string>().c_str(),
                   f["kernel"].get<std::string>().c_str(), f["precision"].get<std::string>().c_str(),
                   f["fused"].get<bool>() ? ", fused" : "", srcs.c_str());
+      // A channel-blocked value is shown with the plain value it stands for.
+      auto label = [](const json& v) {
+        return v["name"].get<std::string>() + (v.contains("as") ? " (as " + v["as"].get<std::string>() + ")" : "");
+      };
       for (const auto& in : f["inputs"])
         std::printf(
-            "  before: input %s %s\n", in["name"].get<std::string>().c_str(),
+            "  before: input %s %s\n", label(in).c_str(),
             in.contains("max_abs") ? ("max abs err " + fmt(in["max_abs"])).c_str() : in.value("kind", "").c_str());
       for (const auto& x : f["outputs"])
-        std::printf("  after:  output %s %s\n", x["name"].get<std::string>().c_str(),
+        std::printf("  after:  output %s %s\n", label(x).c_str(),
                     x.contains("max_abs") ? ("max abs err " + fmt(x["max_abs"])).c_str() : x.value("kind", "").c_str());
       std::printf("  %s\n", f["verdict"].get<std::string>().c_str());
       if (!f["unobservable_before"].empty())
