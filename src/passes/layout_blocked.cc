@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "ops/interpreter.h"
 #include "passes/fusion_util.h"
 
 namespace kiln::passes {
@@ -80,6 +81,45 @@ bool is_blockable_pool(const ir::Graph& g, const ir::Node& n) {
   return is_f32_rank(g, n.inputs[0], 4) && is_f32_rank(g, n.outputs[0], 4);
 }
 
+// Elementwise ops (the set fuse_elementwise merges, and its kiln.FusedElementwise) compute the same
+// on the blocked layout as on the plain one when no operand broadcasts.
+bool is_elementwise_op(const ir::Node& n) {
+  static const std::set<std::string> kOps = {
+      "Abs", "Neg",  "Exp",  "Log",       "Sqrt",        "Reciprocal", "Relu", "Sigmoid",  "Tanh",
+      "Erf", "Sin",  "Cos",  "Floor",     "Ceil",        "Round",      "Sign", "Softplus", "Softsign",
+      "Elu", "Selu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish",  "Gelu", "Add",      "Sub",
+      "Mul", "Div",  "Pow",  "PRelu",     "Max",         "Min",        "Sum"};
+  if (n.outputs.size() != 1 || n.outputs[0].empty() || n.inputs.empty()) return false;
+  if (is_kiln(n, "Gelu") || is_kiln(n, "FusedElementwise")) return true;
+  return n.domain.empty() && n.opset >= 7 && kOps.count(n.op_type) > 0;
+}
+
+// f(0, ..., 0) == 0 (constant operands as they are): the padding lanes of a blocked result stay zero.
+// Sigmoid, Exp, Add of a constant... fail it. Checked by running the node on one-element zeros.
+bool preserves_zero(const ir::Graph& g, const ir::Node& n) {
+  auto sub = std::make_shared<ir::Graph>();
+  sub->name = "zero_check";
+  sub->opset_imports = g.opset_imports;
+  ir::Node c = n;
+  std::map<std::string, ops::Value> feeds;
+  for (auto& in : c.inputs) {
+    if (in.empty()) continue;
+    if (const Tensor* t = ir::constant_value(g, in)) {
+      sub->initializers[in] = *t;
+    } else if (!feeds.count(in)) {
+      sub->inputs.push_back({in, ir::TypeInfo::tensor(DataType::kFloat32, SymShape::from_dims({1, 1, 1, 1}))});
+      feeds[in] = ops::Value(Tensor(DataType::kFloat32, {1, 1, 1, 1}));
+    }
+  }
+  sub->outputs.push_back({c.outputs[0], ir::TypeInfo()});
+  sub->nodes.push_back(std::move(c));
+  ops::Interpreter interp(sub);
+  auto r = interp.run(feeds);
+  if (!r.ok() || r.value().size() != 1 || !r.value()[0].is_tensor()) return false;
+  const Tensor& y = r.value()[0].tensor;
+  return y.dtype() == DataType::kFloat32 && y.numel() == 1 && y.data<float>()[0] == 0.0f;
+}
+
 void no_sources(ir::Node& n) {
   ir::Attribute a;
   a.type = ir::Attribute::Type::kStrings;
@@ -101,66 +141,70 @@ class Rewriter {
   int run() {
     ir::UseIndex uses(g_);
     const size_t count = g_.nodes.size();
-    // Which nodes go blocked (in order: a pool follows its producer's decision).
-    std::vector<char> blocked(count, 0);
-    std::vector<int64_t> conv_c(count, -1);
+    // Which nodes go blocked, in order: pools and elementwise ops follow their producers' decisions.
+    kind_.assign(count, Kind::kPlain);
     std::map<std::string, int64_t> blocked_channels;  // value -> channels, for values made blocked
     int changed = 0;
     for (size_t i = 0; i < count; ++i) {
       const ir::Node& n = g_.nodes[i];
       int64_t c = 0;
       if (is_blockable_conv(g_, n, &c)) {
-        blocked[i] = 1, conv_c[i] = c;
+        kind_[i] = Kind::kConv;
         blocked_channels[n.outputs[0]] = ir::constant_value(g_, n.inputs[1])->dim(0);
       } else if (is_blockable_pool(g_, n) && blocked_channels.count(n.inputs[0])) {
-        blocked[i] = 1;
+        kind_[i] = Kind::kPool;
         blocked_channels[n.outputs[0]] = blocked_channels[n.inputs[0]];
+      } else if (int64_t ch = elementwise_channels(n, blocked_channels); ch > 0) {
+        kind_[i] = Kind::kElementwise;
+        blocked_channels[n.outputs[0]] = ch;
       }
-      changed += blocked[i];
+      if (kind_[i] != Kind::kPlain) ++changed, made_or_blocked_.insert(n.outputs[0]);
     }
     if (!changed) return 0;
-    // A blocked value needs its plain form when a graph output or read by a plain node.
+    // A blocked value needs its plain form when a graph output or read by a plain node (or by a
+    // blocked one in a position it reads plain: W, B, a subgraph).
     std::map<std::string, bool> needs_plain;
     for (const auto& [v, c] : blocked_channels) {
       bool plain = uses.is_graph_output(v);
       for (int k : uses.consumers(v)) {
         const ir::Node& r = g_.nodes[static_cast<size_t>(k)];
-        bool blocked_read =
-            blocked[static_cast<size_t>(k)] && (r.inputs[0] == v || (r.has_input(3) && r.inputs[3] == v));
-        // A blocked reader that also reads v elsewhere (as W, B) or through a subgraph reads it plain too.
-        int reads = 0;
-        for (const auto& in : r.inputs) reads += in == v;
-        plain |= !blocked_read || reads != (r.inputs[0] == v) + (r.has_input(3) && r.inputs[3] == v);
+        int reads = 0, blocked_reads = 0;
+        for (size_t j = 0; j < r.inputs.size(); ++j)
+          if (r.inputs[j] == v) ++reads, blocked_reads += reads_blocked(static_cast<size_t>(k), j);
+        plain |= reads == 0 || blocked_reads != reads;
       }
       needs_plain[v] = plain;
     }
     std::vector<ir::Node> out;
     out.reserve(count + 8);
     for (size_t i = 0; i < count; ++i) {
-      ir::Node n = std::move(g_.nodes[i]);
-      if (!blocked[i]) {
+      ir::Node n = g_.nodes[i];  // a copy: reads_blocked() looks at the original
+      if (kind_[i] == Kind::kPlain) {
         out.push_back(std::move(n));
         continue;
       }
       const std::string y = n.outputs[0];
       std::string yb = fresh(y + ".blocked");
-      ir::Node b = fusion::kiln_node(conv_c[i] >= 0 ? "BlockedConv" : "BlockedPool", n.name);
-      b.attrs = n.attrs;
-      if (conv_c[i] >= 0) {
-        b.inputs = n.inputs;
-        // A plain X with fewer channels than a block stays plain (the conv reads NCHW).
-        if (blocked_channels.count(n.inputs[0]) || conv_c[i] >= block_)
-          b.inputs[0] = blocked_form(n.inputs[0], blocked_channels, out);
-        if (n.has_input(3)) b.inputs[3] = blocked_form(n.inputs[3], blocked_channels, out);
+      ir::Node b;
+      if (kind_[i] == Kind::kElementwise) {
+        b = std::move(n);  // the same op, on blocked operands
+        for (size_t j = 0; j < b.inputs.size(); ++j)
+          if (reads_blocked(i, j)) b.inputs[j] = blocked_form(b.inputs[j], out);
       } else {
-        b.inputs = {blocked_form(n.inputs[0], blocked_channels, out)};
-        fusion::set_string(b, "pool", n.op_type);
-        fusion::set_int(b, "pool_opset", n.opset);
+        b = fusion::kiln_node(kind_[i] == Kind::kConv ? "BlockedConv" : "BlockedPool", n.name);
+        b.attrs = n.attrs;
+        b.inputs = n.inputs;
+        for (size_t j = 0; j < b.inputs.size(); ++j)
+          if (reads_blocked(i, j)) b.inputs[j] = blocked_form(b.inputs[j], out);
+        if (kind_[i] == Kind::kPool) {
+          fusion::set_string(b, "pool", n.op_type);
+          fusion::set_int(b, "pool_opset", n.opset);
+        }
+        fusion::set_int(b, "block", block_);
+        // What it stands for in the plain graph, so kiln compare can check it against the reference.
+        fusion::set_string(b, "kiln.plain_value", y);
+        fusion::set_int(b, "kiln.plain_channels", blocked_channels[y]);
       }
-      fusion::set_int(b, "block", block_);
-      // What it stands for in the plain graph, so kiln compare can check it against the reference.
-      fusion::set_string(b, "kiln.plain_value", y);
-      fusion::set_int(b, "kiln.plain_channels", blocked_channels[y]);
       b.outputs = {yb};
       out.push_back(std::move(b));
       made_blocked_[y] = yb;
@@ -179,10 +223,49 @@ class Rewriter {
   }
 
  private:
+  enum class Kind { kPlain, kConv, kPool, kElementwise };
+
+  // Whether node i (decided blocked) reads input j in the blocked layout: a conv its X (unless a
+  // plain X with fewer channels than a block) and residual, a pool its X, an elementwise op every
+  // operand but its constants.
+  bool reads_blocked(size_t i, size_t j) const {
+    const ir::Node& n = g_.nodes[i];
+    if (j >= n.inputs.size() || n.inputs[j].empty()) return false;
+    switch (kind_[i]) {
+      case Kind::kConv:
+        if (j == 3) return true;
+        if (j != 0) return false;
+        return made_or_blocked_.count(n.inputs[0]) ||
+               ir::constant_value(g_, n.inputs[1])->dim(1) * n.attr_int("group", 1) >= block_;
+      case Kind::kPool: return j == 0;
+      case Kind::kElementwise: return !ir::is_constant(g_, n.inputs[j]);
+      default: return false;
+    }
+  }
+
+  // The channels of an elementwise node the layout can carry (0: none): every non-constant operand
+  // is a blocked value of the output's shape (no broadcasting), constants are scalars, and f(0) = 0.
+  int64_t elementwise_channels(const ir::Node& n, const std::map<std::string, int64_t>& blocked_channels) {
+    if (!is_elementwise_op(n) || !is_f32_rank(g_, n.outputs[0], 4)) return 0;
+    int64_t ch = 0;
+    for (const auto& in : n.inputs) {
+      if (in.empty()) continue;
+      if (const Tensor* t = ir::constant_value(g_, in)) {
+        if (t->numel() != 1) return 0;
+        continue;
+      }
+      auto it = blocked_channels.find(in);
+      if (it == blocked_channels.end() || (ch && it->second != ch) || !fusion::same_type(g_, in, n.outputs[0]))
+        return 0;
+      ch = it->second;
+    }
+    if (!ch || !preserves_zero(g_, n)) return 0;
+    return ch;
+  }
+
   // The blocked name of `v`: made by a blocked node, or through one shared ReorderToBlocked
   // (appended to `out` at its first use).
-  std::string blocked_form(const std::string& v, const std::map<std::string, int64_t>& blocked_channels,
-                           std::vector<ir::Node>& out) {
+  std::string blocked_form(const std::string& v, std::vector<ir::Node>& out) {
     if (auto it = made_blocked_.find(v); it != made_blocked_.end()) return it->second;
     std::string vb = fresh(v + ".blocked");
     ir::Node r = fusion::kiln_node("ReorderToBlocked", fresh(v + "/to_blocked"));
@@ -204,6 +287,8 @@ class Rewriter {
 
   ir::Graph& g_;
   int64_t block_;
+  std::vector<Kind> kind_;                           // per node of the original order
+  std::set<std::string> made_or_blocked_;            // values blocked nodes produce
   std::map<std::string, std::string> made_blocked_;  // plain value -> its blocked form
   std::set<std::string> taken_;                      // every name in the graph and every name made here
 };

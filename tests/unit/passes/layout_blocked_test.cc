@@ -88,15 +88,15 @@ TEST(LayoutBlocked, OneReorderPerBoundaryValueAndKeptNames) {
   conv(b, "x", "wb", "c2", 0);
   b.node("Sigmoid", {"c1"}, {"s"});
   conv(b, "c1", "wc", "c3", 0);
-  b.node("Add", {"c2", "c3"}, {"y0"});  // not fused: c2 and c3 are two convs' outputs, both plain after
+  b.node("Add", {"c2", "c3"}, {"y0"});  // two blocked operands of one shape: stays blocked
   b.node("Relu", {"y0"}, {"y"});
   ir::Model before = b.finish();
   int changed = 0;
   ir::Model after = apply_pass(before, blocked16, &changed);
   const ir::Graph& g = *after.graph;
-  EXPECT_EQ(changed, 3);
+  EXPECT_EQ(changed, 5);  // 3 convs, Add, Relu
   EXPECT_EQ(count_kiln(g, "ReorderToBlocked"), 1);
-  EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 3);  // c1 (output, Sigmoid), c2 and c3 (Add)
+  EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 2);  // c1 (output, Sigmoid), y (output)
   int readers_of_blocked_x = 0;
   const ir::Node* to = find_op(g, "ReorderToBlocked");
   ASSERT_NE(to, nullptr);
@@ -108,6 +108,56 @@ TEST(LayoutBlocked, OneReorderPerBoundaryValueAndKeptNames) {
   EXPECT_EQ(made_c1, 1);
   EXPECT_EQ(find_op(g, "Sigmoid")->inputs[0], "c1");
   EXPECT_EQ(max_abs_diff(before, after), 0.0);
+}
+
+TEST(LayoutBlocked, ElementwiseOpsStayBlockedOnlyWhenZeroStaysZero) {
+  // a, b: two convs (20 channels: 12 padding lanes at block 16). Add(a, b) -> Relu -> Mul by 0.5
+  // stay blocked (f(0) = 0); Sigmoid (0.5), + 1 (a constant) and Div (0/0) would write the padding.
+  GraphBuilder b(13);
+  b.input("x", {1, 20, 6, 7}).output("s").output("t").output("u").output("v");
+  b.init("wa", random_tensor({20, 20, 3, 3}, 1)).init("wb", random_tensor({20, 20, 1, 1}, 2));
+  b.init("wc", random_tensor({20, 20, 1, 1}, 3)).init("half", scalar_f(0.5f)).init("one", scalar_f(1.0f));
+  b.init("chan", random_tensor({20, 1, 1}, 4));
+  conv(b, "x", "wa", "a", 1);
+  conv(b, "x", "wb", "bb", 0);
+  b.node("Add", {"a", "bb"}, {"sum"});
+  b.node("Relu", {"sum"}, {"r"});
+  b.node("Mul", {"r", "half"}, {"h"});
+  conv(b, "h", "wc", "s", 0);
+  b.node("Sigmoid", {"a"}, {"t"});
+  b.node("Add", {"bb", "one"}, {"u"});
+  b.node("Mul", {"a", "chan"}, {"v0"});  // a per-channel constant broadcasts over the plain layout only
+  b.node("Div", {"v0", "bb"}, {"v"});
+  ir::Model before = b.finish();
+  for (auto pass : {blocked16, blocked8}) {
+    int changed = 0;
+    ir::Model after = apply_pass(before, pass, &changed);
+    const ir::Graph& g = *after.graph;
+    EXPECT_EQ(changed, 6);  // 3 convs, Add, Relu, Mul by 0.5
+    for (const auto& n : g.nodes) {
+      bool blocked_in = n.inputs[0].find(".blocked") != std::string::npos;
+      if (n.op_type == "Relu" || (n.op_type == "Add" && n.inputs[1] != "one") ||
+          (n.op_type == "Mul" && n.inputs[1] == "half"))
+        EXPECT_TRUE(blocked_in) << n.name;
+      if (n.op_type == "Sigmoid" || n.op_type == "Div" || (n.op_type == "Add" && n.inputs[1] == "one") ||
+          (n.op_type == "Mul" && n.inputs[1] == "chan"))
+        EXPECT_FALSE(blocked_in) << n.name;
+    }
+    EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 3);  // a, bb (plain readers), s (output)
+    EXPECT_LT(max_abs_diff(before, after), 1e-6);
+  }
+  // The same after fuse_elementwise: Add -> Relu -> Mul becomes a kiln.FusedElementwise that stays
+  // blocked; Mul by the per-channel constant -> Div becomes one that does not.
+  int changed = 0;
+  ir::Model fused = apply_pass(before, passes::fuse_elementwise, &changed);
+  ASSERT_EQ(count_kiln(*fused.graph, "FusedElementwise"), 2);
+  ir::Model after = apply_pass(fused, blocked16, &changed);
+  EXPECT_EQ(changed, 4);
+  int blocked_fused = 0;
+  for (const auto& n : after.graph->nodes)
+    blocked_fused += n.op_type == "FusedElementwise" && n.inputs[0].find(".blocked") != std::string::npos;
+  EXPECT_EQ(blocked_fused, 1);
+  EXPECT_LT(max_abs_diff(before, after), 1e-6);
 }
 
 TEST(LayoutBlocked, DepthwiseAndOddChannelsConvertGroupedStayPlain) {
