@@ -47,5 +47,10 @@ Result<int> fuse_matmul_bias(ir::Graph& g);
 Result<int> fuse_activation(ir::Graph& g);
 Result<int> fuse_horizontal_matmul(ir::Graph& g);
 Result<int> fuse_elementwise(ir::Graph& g);
+Result<int> layout_blocked(ir::Graph& g);
+// The layout pass with an explicit block (channels per block; <= 0: no change), and the block it
+// uses by default (the build machine's vector width in floats, or KILN_LAYOUT_BLOCK).
+Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block);
+int64_t default_layout_block();
 
 }  // namespace kiln::passes

@@ -32,6 +32,10 @@ const std::vector<PassInfo>& pipeline() {
        "sibling MatMuls on one input with constant weights (Q/K/V) -> one MatMul + Split"},
       // Last of the fusions: whatever elementwise chains the patterns above left.
       {"fuse_elementwise", fuse_elementwise, "chains of elementwise ops -> kiln.FusedElementwise"},
+      // After every fusion: it converts the fused convs (activation and residual in place) and
+      // must see the final graph to know where blocked values escape to plain readers.
+      {"layout_blocked", layout_blocked,
+       "keep conv/pool activations channel-blocked (nChw16c/nChw8c) between layers; reorders at the boundaries"},
       // Last: rewrites leave orphans behind.
       {"remove_dead_nodes", remove_dead_nodes, "drop nodes and initializers nothing reads"},
   };

@@ -22,6 +22,7 @@
 #include "ir/rewrite.h"
 #include "onnx/importer.h"
 #include "ops/interpreter.h"
+#include "ops/kiln_layout.h"
 #include "tools/commands.h"
 
 namespace kiln::tools {
@@ -475,12 +476,26 @@ json find_divergence(const CompareOptions& o, const Runners& r, const std::map<s
       if (name.empty()) continue;
       json x = {{"name", name}};
       auto rt = ref.find(name);
-      if (!outs[i].is_tensor() || rt == ref.end()) {
+      const Tensor* got = outs[i].is_tensor() ? &outs[i].tensor : nullptr;
+      // A channel-blocked layer (layout pass) is checked as the plain value it stands for.
+      Tensor unblocked;
+      std::string ref_name = name;
+      if (rt == ref.end() && got && n.attr("kiln.plain_value") && got->rank() == 5) {
+        auto u = ops::from_channel_blocked(*got, n.attr_int("kiln.plain_channels", -1));
+        if (u.ok()) {
+          unblocked = std::move(u).value();
+          got = &unblocked;
+          ref_name = n.attr_string("kiln.plain_value", "");
+          rt = ref.find(ref_name);
+          x["as"] = ref_name;
+        }
+      }
+      if (!got || rt == ref.end()) {
         x["kind"] = "not observable";
         x["why"] = rt == ref.end() ? "no ONNX tensor has this name (internal to a rewrite)" : "not a tensor";
       } else {
-        auto atol = tolerance_for(o.atol, name, kDefaultAtol), rtol = tolerance_for(o.rtol, name, kDefaultRtol);
-        Stats s = compute_stats(rt->second, outs[i].tensor, atol.ok() ? atol.value() : kDefaultAtol,
+        auto atol = tolerance_for(o.atol, ref_name, kDefaultAtol), rtol = tolerance_for(o.rtol, ref_name, kDefaultRtol);
+        Stats s = compute_stats(rt->second, *got, atol.ok() ? atol.value() : kDefaultAtol,
                                 rtol.ok() ? rtol.value() : kDefaultRtol, o.rel_floor, o.check_error_stat, 3);
         x["kind"] = "observed";
         x["max_abs"] = s.max_abs;
@@ -773,12 +788,16 @@ void print_text(const json& rep) {
                   f["name"].get<std::string>().c_str(), f["op_type"].get<std::string>().c_str(),
                   f["kernel"].get<std::string>().c_str(), f["precision"].get<std::string>().c_str(),
                   f["fused"].get<bool>() ? ", fused" : "", srcs.c_str());
+      // A channel-blocked value is shown with the plain value it stands for.
+      auto label = [](const json& v) {
+        return v["name"].get<std::string>() + (v.contains("as") ? " (as " + v["as"].get<std::string>() + ")" : "");
+      };
       for (const auto& in : f["inputs"])
         std::printf(
-            "  before: input %s %s\n", in["name"].get<std::string>().c_str(),
+            "  before: input %s %s\n", label(in).c_str(),
             in.contains("max_abs") ? ("max abs err " + fmt(in["max_abs"])).c_str() : in.value("kind", "").c_str());
       for (const auto& x : f["outputs"])
-        std::printf("  after:  output %s %s\n", x["name"].get<std::string>().c_str(),
+        std::printf("  after:  output %s %s\n", label(x).c_str(),
                     x.contains("max_abs") ? ("max abs err " + fmt(x["max_abs"])).c_str() : x.value("kind", "").c_str());
       std::printf("  %s\n", f["verdict"].get<std::string>().c_str());
       if (!f["unobservable_before"].empty())

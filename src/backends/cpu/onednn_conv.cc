@@ -7,22 +7,13 @@
 #include <cstring>
 
 #include "backends/cpu/onednn_common.h"
+#include "backends/cpu/onednn_geometry.h"
 #include "backends/cpu/onednn_tactics.h"
 
 namespace kiln::backends::cpu::onednn {
-namespace {
-
-using dnnl::memory;
-using tag = memory::format_tag;
-using dt = memory::data_type;
-
-struct ConvGeometry {
-  int64_t n, c, h, w, m, kh, kw, group, oh, ow;
-  int64_t sh, sw, dh, dw, pt, pl, pb, pr;
-};
 
 // Conv's attributes resolved for concrete input shapes; an error string when not expressible.
-std::string resolve(const ir::Node& node, const Dims& x, const Dims& wt, ConvGeometry& g) {
+std::string resolve_conv(const ir::Node& node, const Dims& x, const Dims& wt, ConvGeometry& g) {
   g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
   g.m = wt[0], g.kh = wt[2], g.kw = wt[3];
   g.group = node.attr_int("group", 1);
@@ -66,6 +57,12 @@ std::string resolve(const ir::Node& node, const Dims& x, const Dims& wt, ConvGeo
   if (g.n <= 0 || g.c <= 0 || g.h <= 0 || g.w <= 0 || g.m <= 0) return "empty tensors";
   return "";
 }
+
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
 
 class PreparedConv : public PreparedLayer {
  public:
@@ -136,7 +133,7 @@ class OnednnConv : public Tactic {
     if (fused && !activation_supported(*sig.node)) return "activation has no oneDNN eltwise";
     if (sig.inputs[0].known()) {
       ConvGeometry g;
-      if (auto e = resolve(*sig.node, sig.inputs[0].shape, w, g); !e.empty()) return e;
+      if (auto e = resolve_conv(*sig.node, sig.inputs[0].shape, w, g); !e.empty()) return e;
       if (sig.has_input(3) && sig.inputs[3].known() && sig.inputs[3].shape != Dims{g.n, g.m, g.oh, g.ow})
         return "the residual is broadcast (not the output's shape)";
     }
@@ -148,7 +145,7 @@ class OnednnConv : public Tactic {
     auto p = std::make_unique<PreparedConv>();
     p->name = name();
     ConvGeometry& g = p->g;
-    resolve(*sig.node, sig.inputs[0].shape, sig.inputs[1].shape, g);
+    resolve_conv(*sig.node, sig.inputs[0].shape, sig.inputs[1].shape, g);
     p->has_bias = sig.has_input(2);
     p->has_residual = sig.has_input(3);
     Status st = guarded(name(), [&]() -> Status {

@@ -10,5 +10,10 @@ const Tactic* conv2d_onednn_nchw();
 const Tactic* matmul_onednn_packed();
 const Tactic* matmul_onednn_batched();
 const Tactic* pool2d_onednn_nchw();
+// Channel-blocked activations (kiln.BlockedConv / BlockedPool / ReorderToBlocked / ReorderFromBlocked).
+const Tactic* conv2d_onednn_nchwc_winograd();
+const Tactic* conv2d_onednn_nchwc();
+const Tactic* pool2d_onednn_nchwc();
+const Tactic* reorder_onednn_nchwc();
 
 }  // namespace kiln::backends::cpu::onednn

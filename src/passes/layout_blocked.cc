@@ -1,0 +1,305 @@
+// layout_blocked: keeps convolution activations in the channel-blocked layout (oneDNN's nChw16c /
+// nChw8c, see ops/kiln_layout.h) from one layer to the next, so that the fast convolutions do not
+// reorder their input and output around every layer; reorders remain only at the boundaries.
+//
+// Matches: 2-D Conv and kiln.FusedConv with a constant float32 W (and constant B), group 1 or
+// depthwise (group = C = M), a 4-D float32 X, and a residual of the output's shape; each becomes a
+// kiln.BlockedConv. A MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool (without Indices)
+// whose input is already blocked becomes a kiln.BlockedPool (pools never pull a value into the
+// layout on their own). Then the boundaries:
+//   - a plain value read blocked gets one kiln.ReorderToBlocked, shared by all its blocked readers,
+//     except the X of a conv with fewer channels than a block (a network's 3-channel image: the
+//     conv reads NCHW directly, oneDNN's first-layer kernels do, and nothing is padded);
+//   - a blocked value read by anything else (or a graph output) gets one kiln.ReorderFromBlocked,
+//     which produces it under its original name, so later nodes, graph outputs and kiln compare
+//     see the same values as before. Blocked values get new names ("<value>.blocked"); each
+//     blocked node names the plain value it stands for (kiln.plain_value, kiln.plain_channels),
+//     so kiln compare still checks every layer against the reference.
+// Leaves alone: grouped (non-depthwise) convs, 1-D/3-D convs, non-constant weights, other dtypes,
+// and every other op (elementwise ops stay on plain tensors; after the fusions resnets and
+// mobilenets have none between their convs).
+//
+// The block is the build machine's vector width in floats: 16 with AVX-512, 8 with AVX2; without
+// either, or without oneDNN (whose kernels are the point), the pass changes nothing.
+// KILN_LAYOUT_BLOCK=0|8|16 overrides it (tests, A/B runs).
+#include <cstdlib>
+#include <map>
+
+#include "ops/interpreter.h"
+#include "passes/fusion_util.h"
+
+namespace kiln::passes {
+
+int64_t default_layout_block() {
+  if (const char* env = std::getenv("KILN_LAYOUT_BLOCK"); env && *env) {
+    int64_t b = std::atoll(env);
+    return b == 8 || b == 16 ? b : 0;
+  }
+#if defined(KILN_HAVE_ONEDNN) && (defined(__x86_64__) || defined(__i386__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return 16;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 8;
+#endif
+  return 0;
+}
+
+namespace {
+
+using fusion::is_kiln;
+using fusion::is_onnx;
+
+bool is_f32_rank(const ir::Graph& g, const std::string& v, size_t rank) {
+  const ir::TypeInfo* t = fusion::type_of(g, v);
+  return t && t->elem == DataType::kFloat32 && t->shape.rank_known && t->shape.rank() == rank;
+}
+
+// A conv the blocked kernels take; `channels` receives its input channels C.
+bool is_blockable_conv(const ir::Graph& g, const ir::Node& n, int64_t* channels) {
+  bool onnx = is_onnx(n, "Conv"), fusedc = is_kiln(n, "FusedConv");
+  if (!(onnx || fusedc) || n.outputs.size() != 1 || n.outputs[0].empty()) return false;
+  if (n.inputs.size() < 2 || n.inputs.size() > (fusedc ? 4u : 3u) || n.inputs[0].empty()) return false;
+  const Tensor* w = ir::constant_value(g, n.inputs[1]);
+  if (!w || w->dtype() != DataType::kFloat32 || w->rank() != 4) return false;
+  if (n.has_input(2) && !ir::is_constant(g, n.inputs[2])) return false;
+  if (!is_f32_rank(g, n.inputs[0], 4) || !is_f32_rank(g, n.outputs[0], 4)) return false;
+  const ir::TypeInfo* x = fusion::type_of(g, n.inputs[0]);
+  const int64_t group = n.attr_int("group", 1), c = w->dim(1) * group, m = w->dim(0);
+  if (!x->shape.dims[1].known() || x->shape.dims[1].value != c || c <= 0 || m <= 0) return false;
+  if (!(group == 1 || (group == c && group == m))) return false;
+  if (n.has_input(3) && !fusion::same_type(g, n.inputs[3], n.outputs[0])) return false;
+  *channels = c;
+  return true;
+}
+
+bool is_blockable_pool(const ir::Graph& g, const ir::Node& n) {
+  bool pool = is_onnx(n, "MaxPool") || is_onnx(n, "AveragePool") || is_onnx(n, "GlobalAveragePool") ||
+              is_onnx(n, "GlobalMaxPool");
+  if (!pool || n.inputs.size() != 1 || n.outputs.empty() || n.outputs[0].empty()) return false;
+  for (size_t i = 1; i < n.outputs.size(); ++i)
+    if (!n.outputs[i].empty()) return false;  // MaxPool's Indices are positions in the plain layout
+  if (n.attr("kernel_shape") && n.attr_ints("kernel_shape").size() != 2) return false;
+  return is_f32_rank(g, n.inputs[0], 4) && is_f32_rank(g, n.outputs[0], 4);
+}
+
+// Elementwise ops (the set fuse_elementwise merges, and its kiln.FusedElementwise) compute the same
+// on the blocked layout as on the plain one when no operand broadcasts.
+bool is_elementwise_op(const ir::Node& n) {
+  static const std::set<std::string> kOps = {
+      "Abs", "Neg",  "Exp",  "Log",       "Sqrt",        "Reciprocal", "Relu", "Sigmoid",  "Tanh",
+      "Erf", "Sin",  "Cos",  "Floor",     "Ceil",        "Round",      "Sign", "Softplus", "Softsign",
+      "Elu", "Selu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish",  "Gelu", "Add",      "Sub",
+      "Mul", "Div",  "Pow",  "PRelu",     "Max",         "Min",        "Sum"};
+  if (n.outputs.size() != 1 || n.outputs[0].empty() || n.inputs.empty()) return false;
+  if (is_kiln(n, "Gelu") || is_kiln(n, "FusedElementwise")) return true;
+  return n.domain.empty() && n.opset >= 7 && kOps.count(n.op_type) > 0;
+}
+
+// f(0, ..., 0) == 0 (constant operands as they are): the padding lanes of a blocked result stay zero.
+// Sigmoid, Exp, Add of a constant... fail it. Checked by running the node on one-element zeros.
+bool preserves_zero(const ir::Graph& g, const ir::Node& n) {
+  auto sub = std::make_shared<ir::Graph>();
+  sub->name = "zero_check";
+  sub->opset_imports = g.opset_imports;
+  ir::Node c = n;
+  std::map<std::string, ops::Value> feeds;
+  for (auto& in : c.inputs) {
+    if (in.empty()) continue;
+    if (const Tensor* t = ir::constant_value(g, in)) {
+      sub->initializers[in] = *t;
+    } else if (!feeds.count(in)) {
+      sub->inputs.push_back({in, ir::TypeInfo::tensor(DataType::kFloat32, SymShape::from_dims({1, 1, 1, 1}))});
+      feeds[in] = ops::Value(Tensor(DataType::kFloat32, {1, 1, 1, 1}));
+    }
+  }
+  sub->outputs.push_back({c.outputs[0], ir::TypeInfo()});
+  sub->nodes.push_back(std::move(c));
+  ops::Interpreter interp(sub);
+  auto r = interp.run(feeds);
+  if (!r.ok() || r.value().size() != 1 || !r.value()[0].is_tensor()) return false;
+  const Tensor& y = r.value()[0].tensor;
+  return y.dtype() == DataType::kFloat32 && y.numel() == 1 && y.data<float>()[0] == 0.0f;
+}
+
+void no_sources(ir::Node& n) {
+  ir::Attribute a;
+  a.type = ir::Attribute::Type::kStrings;
+  n.attrs["kiln.sources"] = std::move(a);  // stands for no ONNX node
+}
+
+class Rewriter {
+ public:
+  Rewriter(ir::Graph& g, int64_t block) : g_(g), block_(block) {
+    for (const auto& n : g.nodes) {
+      taken_.insert(n.name);
+      for (const auto& o : n.outputs) taken_.insert(o);
+    }
+    for (const auto& i : g.inputs) taken_.insert(i.name);
+    for (const auto& [k, v] : g.initializers) taken_.insert(k);
+    for (const auto& [k, v] : g.value_types) taken_.insert(k);
+  }
+
+  int run() {
+    ir::UseIndex uses(g_);
+    const size_t count = g_.nodes.size();
+    // Which nodes go blocked, in order: pools and elementwise ops follow their producers' decisions.
+    kind_.assign(count, Kind::kPlain);
+    std::map<std::string, int64_t> blocked_channels;  // value -> channels, for values made blocked
+    int changed = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const ir::Node& n = g_.nodes[i];
+      int64_t c = 0;
+      if (is_blockable_conv(g_, n, &c)) {
+        kind_[i] = Kind::kConv;
+        blocked_channels[n.outputs[0]] = ir::constant_value(g_, n.inputs[1])->dim(0);
+      } else if (is_blockable_pool(g_, n) && blocked_channels.count(n.inputs[0])) {
+        kind_[i] = Kind::kPool;
+        blocked_channels[n.outputs[0]] = blocked_channels[n.inputs[0]];
+      } else if (int64_t ch = elementwise_channels(n, blocked_channels); ch > 0) {
+        kind_[i] = Kind::kElementwise;
+        blocked_channels[n.outputs[0]] = ch;
+      }
+      if (kind_[i] != Kind::kPlain) ++changed, made_or_blocked_.insert(n.outputs[0]);
+    }
+    if (!changed) return 0;
+    // A blocked value needs its plain form when a graph output or read by a plain node (or by a
+    // blocked one in a position it reads plain: W, B, a subgraph).
+    std::map<std::string, bool> needs_plain;
+    for (const auto& [v, c] : blocked_channels) {
+      bool plain = uses.is_graph_output(v);
+      for (int k : uses.consumers(v)) {
+        const ir::Node& r = g_.nodes[static_cast<size_t>(k)];
+        int reads = 0, blocked_reads = 0;
+        for (size_t j = 0; j < r.inputs.size(); ++j)
+          if (r.inputs[j] == v) ++reads, blocked_reads += reads_blocked(static_cast<size_t>(k), j);
+        plain |= reads == 0 || blocked_reads != reads;
+      }
+      needs_plain[v] = plain;
+    }
+    std::vector<ir::Node> out;
+    out.reserve(count + 8);
+    for (size_t i = 0; i < count; ++i) {
+      ir::Node n = g_.nodes[i];  // a copy: reads_blocked() looks at the original
+      if (kind_[i] == Kind::kPlain) {
+        out.push_back(std::move(n));
+        continue;
+      }
+      const std::string y = n.outputs[0];
+      std::string yb = fresh(y + ".blocked");
+      ir::Node b;
+      if (kind_[i] == Kind::kElementwise) {
+        b = std::move(n);  // the same op, on blocked operands
+        for (size_t j = 0; j < b.inputs.size(); ++j)
+          if (reads_blocked(i, j)) b.inputs[j] = blocked_form(b.inputs[j], out);
+      } else {
+        b = fusion::kiln_node(kind_[i] == Kind::kConv ? "BlockedConv" : "BlockedPool", n.name);
+        b.attrs = n.attrs;
+        b.inputs = n.inputs;
+        for (size_t j = 0; j < b.inputs.size(); ++j)
+          if (reads_blocked(i, j)) b.inputs[j] = blocked_form(b.inputs[j], out);
+        if (kind_[i] == Kind::kPool) {
+          fusion::set_string(b, "pool", n.op_type);
+          fusion::set_int(b, "pool_opset", n.opset);
+        }
+        fusion::set_int(b, "block", block_);
+        // What it stands for in the plain graph, so kiln compare can check it against the reference.
+        fusion::set_string(b, "kiln.plain_value", y);
+        fusion::set_int(b, "kiln.plain_channels", blocked_channels[y]);
+      }
+      b.outputs = {yb};
+      out.push_back(std::move(b));
+      made_blocked_[y] = yb;
+      if (needs_plain[y]) {
+        ir::Node r = fusion::kiln_node("ReorderFromBlocked", fresh(y + "/from_blocked"));
+        r.inputs = {yb};
+        r.outputs = {y};
+        fusion::set_int(r, "block", block_);
+        fusion::set_int(r, "channels", blocked_channels[y]);
+        no_sources(r);
+        out.push_back(std::move(r));
+      }
+    }
+    g_.nodes = std::move(out);
+    return changed;
+  }
+
+ private:
+  enum class Kind { kPlain, kConv, kPool, kElementwise };
+
+  // Whether node i (decided blocked) reads input j in the blocked layout: a conv its X (unless a
+  // plain X with fewer channels than a block) and residual, a pool its X, an elementwise op every
+  // operand but its constants.
+  bool reads_blocked(size_t i, size_t j) const {
+    const ir::Node& n = g_.nodes[i];
+    if (j >= n.inputs.size() || n.inputs[j].empty()) return false;
+    switch (kind_[i]) {
+      case Kind::kConv:
+        if (j == 3) return true;
+        if (j != 0) return false;
+        return made_or_blocked_.count(n.inputs[0]) ||
+               ir::constant_value(g_, n.inputs[1])->dim(1) * n.attr_int("group", 1) >= block_;
+      case Kind::kPool: return j == 0;
+      case Kind::kElementwise: return !ir::is_constant(g_, n.inputs[j]);
+      default: return false;
+    }
+  }
+
+  // The channels of an elementwise node the layout can carry (0: none): every non-constant operand
+  // is a blocked value of the output's shape (no broadcasting), constants are scalars, and f(0) = 0.
+  int64_t elementwise_channels(const ir::Node& n, const std::map<std::string, int64_t>& blocked_channels) {
+    if (!is_elementwise_op(n) || !is_f32_rank(g_, n.outputs[0], 4)) return 0;
+    int64_t ch = 0;
+    for (const auto& in : n.inputs) {
+      if (in.empty()) continue;
+      if (const Tensor* t = ir::constant_value(g_, in)) {
+        if (t->numel() != 1) return 0;
+        continue;
+      }
+      auto it = blocked_channels.find(in);
+      if (it == blocked_channels.end() || (ch && it->second != ch) || !fusion::same_type(g_, in, n.outputs[0]))
+        return 0;
+      ch = it->second;
+    }
+    if (!ch || !preserves_zero(g_, n)) return 0;
+    return ch;
+  }
+
+  // The blocked name of `v`: made by a blocked node, or through one shared ReorderToBlocked
+  // (appended to `out` at its first use).
+  std::string blocked_form(const std::string& v, std::vector<ir::Node>& out) {
+    if (auto it = made_blocked_.find(v); it != made_blocked_.end()) return it->second;
+    std::string vb = fresh(v + ".blocked");
+    ir::Node r = fusion::kiln_node("ReorderToBlocked", fresh(v + "/to_blocked"));
+    r.inputs = {v};
+    r.outputs = {vb};
+    fusion::set_int(r, "block", block_);
+    no_sources(r);
+    out.push_back(std::move(r));
+    made_blocked_[v] = vb;
+    return vb;
+  }
+
+  std::string fresh(const std::string& base) {
+    std::string s = base;
+    for (int k = 1; taken_.count(s); ++k) s = base + "_" + std::to_string(k);
+    taken_.insert(s);
+    return s;
+  }
+
+  ir::Graph& g_;
+  int64_t block_;
+  std::vector<Kind> kind_;                           // per node of the original order
+  std::set<std::string> made_or_blocked_;            // values blocked nodes produce
+  std::map<std::string, std::string> made_blocked_;  // plain value -> its blocked form
+  std::set<std::string> taken_;                      // every name in the graph and every name made here
+};
+
+}  // namespace
+
+Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block) {
+  if (block <= 0) return 0;
+  return Rewriter(g, block).run();
+}
+
+Result<int> layout_blocked(ir::Graph& g) { return layout_blocked_with_block(g, default_layout_block()); }
+
+}  // namespace kiln::passes

@@ -1,0 +1,113 @@
+// Engines with the channel-blocked layout (layout_blocked pass + nchwc tactics) compute what an
+// engine of reference kernels computes, at the build shape and at other batch sizes, and the pass
+// switches off by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../graph_builder.h"
+#include "backends/tactic.h"
+#include "engine/engine_impl.h"
+#include "kiln/kiln.h"
+#include "onnx/exporter.h"
+#include "onnx/importer.h"
+#include "passes/pass.h"
+
+namespace kiln {
+namespace {
+
+using testing::GraphBuilder;
+using testing::random_tensor;
+
+// Image conv (3 channels, 7x7 stride 2) -> maxpool -> a bottleneck with 3x3 convs of 32 channels
+// (Winograd-shaped) and a residual -> a conv whose output is read twice, so its Add and Relu stay
+// unfused (elementwise on blocked tensors) -> depthwise conv with 20 channels -> global average
+// pool -> flatten -> gemm.
+std::string blocked_cnn_onnx() {
+  GraphBuilder b(13);
+  b.input("x", {2, 3, 29, 31}).output("logits");
+  b.init("w0", random_tensor({32, 3, 7, 7}, 1)).init("b0", random_tensor({32}, 2));
+  b.init("w1", random_tensor({32, 32, 3, 3}, 3)).init("w2", random_tensor({32, 32, 3, 3}, 4));
+  b.init("w3", random_tensor({20, 32, 1, 1}, 5)).init("wd", random_tensor({20, 1, 3, 3}, 6));
+  b.init("fc", random_tensor({5, 20}, 7));
+  auto pads = [](ir::Node& n, int64_t p) { GraphBuilder::set_ints(n, "pads", {p, p, p, p}); };
+  auto& c0 = b.node("Conv", {"x", "w0", "b0"}, {"c0"});
+  pads(c0, 3);
+  GraphBuilder::set_ints(c0, "strides", {2, 2});
+  b.node("Relu", {"c0"}, {"r0"});
+  auto& mp = b.node("MaxPool", {"r0"}, {"p0"});
+  GraphBuilder::set_ints(mp, "kernel_shape", {3, 3});
+  GraphBuilder::set_ints(mp, "strides", {2, 2});
+  pads(mp, 1);
+  pads(b.node("Conv", {"p0", "w1"}, {"c1"}), 1);
+  b.node("Relu", {"c1"}, {"r1"});
+  pads(b.node("Conv", {"r1", "w2"}, {"c2"}), 1);
+  b.node("Add", {"c2", "p0"}, {"s2"});
+  b.node("Relu", {"s2"}, {"r2"});
+  b.node("Conv", {"r2", "w3"}, {"c3"});
+  b.node("Add", {"c3", "c3"}, {"s3"});  // c3 read twice: Add and Relu stay separate nodes
+  b.node("Relu", {"s3"}, {"r3"});
+  auto& dw = b.node("Conv", {"r3", "wd"}, {"d"});
+  pads(dw, 1);
+  GraphBuilder::set_int(dw, "group", 20);
+  b.node("GlobalAveragePool", {"d"}, {"g"});
+  b.node("Flatten", {"g"}, {"f"});
+  GraphBuilder::set_int(b.node("Gemm", {"f", "fc"}, {"logits"}), "transB", 1);
+  ir::Model m = b.finish();
+  m.graph->inputs[0].type.shape.dims[0] = Dim::symbol("batch");  // dynamic batch
+  return onnx_import::serialize_model(m).value();
+}
+
+std::vector<float> run(const Engine& e, const Tensor& x) {
+  auto ctx = e.create_context();
+  ctx->set_input("x", HostTensor::f32(x.shape(), x.data<float>()));
+  ctx->run();
+  HostTensor y = ctx->output("logits");
+  return std::vector<float>(y.as<float>(), y.as<float>() + y.numel());
+}
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * std::max(1.f, std::fabs(b[i]))) << i;
+}
+
+BuilderConfig config(int64_t batch, std::vector<std::string> tactics = {}, std::vector<std::string> disabled = {}) {
+  BuilderConfig cfg;
+  Profile p;
+  p.inputs["x"] = {{1, 3, 29, 31}, {batch, 3, 29, 31}, {4, 3, 29, 31}};
+  cfg.profiles = {p};
+  cfg.tactics = std::move(tactics);
+  cfg.disabled_passes = std::move(disabled);
+  return cfg;
+}
+
+TEST(BlockedEngine, MatchesReferenceKernelsAtSeveralBatches) {
+  if (backends::all_tactics().empty() || passes::default_layout_block() == 0)
+    GTEST_SKIP() << "no oneDNN or no blocked layout on this machine";
+  std::string onnx = blocked_cnn_onnx();
+  auto fast = Builder(config(2)).build_from_memory(onnx);
+  auto ref = Builder(config(2, {"reference"})).build_from_memory(onnx);
+  auto plain = Builder(config(2, {}, {"layout_blocked"})).build_from_memory(onnx);
+  std::map<std::string, int> kernels;
+  for (const auto& l : fast->impl().layers) kernels[l.kernel]++;
+  EXPECT_EQ(kernels["conv2d_onednn_nchwc_winograd"], 2);
+  EXPECT_EQ(kernels["conv2d_onednn_nchwc"], 3);
+  EXPECT_EQ(kernels["pool2d_onednn_nchwc"], 2);
+  int blocked_adds = 0;
+  for (const auto& l : fast->impl().layers)
+    blocked_adds +=
+        (l.op_type == "Add" || l.op_type == "FusedElementwise") && l.inputs[0].find(".blocked") != std::string::npos;
+  EXPECT_EQ(blocked_adds, 1);
+  for (const auto& l : plain->impl().layers) EXPECT_NE(l.op_type, "BlockedConv");
+  auto loaded = Engine::deserialize(fast->serialize());
+  for (int64_t n : {1, 2, 4}) {
+    Tensor x = random_tensor({n, 3, 29, 31}, 40 + static_cast<uint64_t>(n));
+    auto want = run(*ref, x);
+    expect_close(run(*fast, x), want);
+    expect_close(run(*loaded, x), want);
+    expect_close(run(*plain, x), want);
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,237 @@
+// layout_blocked: convs and the pools after them become channel-blocked kiln ops, with one reorder
+// per boundary value; the rewritten graph computes what the original did (reference interpreter).
+#include "pass_test_util.h"
+
+namespace kiln {
+namespace {
+
+using namespace testing;  // NOLINT
+
+Result<int> blocked16(ir::Graph& g) { return passes::layout_blocked_with_block(g, 16); }
+Result<int> blocked8(ir::Graph& g) { return passes::layout_blocked_with_block(g, 8); }
+Result<int> blocked_off(ir::Graph& g) { return passes::layout_blocked_with_block(g, 0); }
+
+ir::Node& conv(GraphBuilder& b, const std::string& x, const std::string& w, const std::string& y, int64_t pad) {
+  ir::Node& n = b.node("Conv", {x, w}, {y});
+  GraphBuilder::set_ints(n, "pads", {pad, pad, pad, pad});
+  return n;
+}
+
+// A small resnet: image conv (3 channels) -> relu -> maxpool -> 3x3 conv -> relu -> 1x1 conv
+// + identity -> relu -> global average pool -> flatten -> gemm, with the fusions applied.
+ir::Model small_resnet(int64_t c = 20) {
+  GraphBuilder b(13);
+  b.input("x", {2, 3, 15, 13}).output("logits");
+  b.init("w0", random_tensor({c, 3, 3, 3}, 1)).init("b0", random_tensor({c}, 2));
+  b.init("w1", random_tensor({c, c, 3, 3}, 3)).init("w2", random_tensor({c, c, 1, 1}, 4));
+  b.init("fc", random_tensor({5, c}, 5));
+  auto& c0 = b.node("Conv", {"x", "w0", "b0"}, {"c0"});
+  GraphBuilder::set_ints(c0, "pads", {1, 1, 1, 1});
+  GraphBuilder::set_ints(c0, "strides", {2, 2});
+  b.node("Relu", {"c0"}, {"r0"});
+  auto& mp = b.node("MaxPool", {"r0"}, {"p0"});
+  GraphBuilder::set_ints(mp, "kernel_shape", {3, 3});
+  GraphBuilder::set_ints(mp, "pads", {1, 1, 1, 1});
+  conv(b, "p0", "w1", "c1", 1);
+  b.node("Relu", {"c1"}, {"r1"});
+  conv(b, "r1", "w2", "c2", 0);
+  b.node("Add", {"c2", "p0"}, {"s2"});
+  b.node("Relu", {"s2"}, {"r2"});
+  b.node("GlobalAveragePool", {"r2"}, {"g"});
+  b.node("Flatten", {"g"}, {"f"});
+  auto& gemm = b.node("Gemm", {"f", "fc"}, {"logits"});
+  GraphBuilder::set_int(gemm, "transB", 1);
+  ir::Model m = b.finish();
+  int changed = 0;
+  return apply_pass(m, passes::fuse_activation, &changed);
+}
+
+TEST(LayoutBlocked, ResnetBlockStaysBlockedBetweenLayers) {
+  for (auto pass : {blocked16, blocked8}) {
+    ir::Model before = small_resnet();
+    int changed = 0;
+    ir::Model after = apply_pass(before, pass, &changed);
+    EXPECT_EQ(changed, 5);  // 3 convs, 2 pools
+    const ir::Graph& g = *after.graph;
+    EXPECT_EQ(count_kiln(g, "BlockedConv"), 3);
+    EXPECT_EQ(count_kiln(g, "BlockedPool"), 2);
+    EXPECT_EQ(count_kiln(g, "ReorderToBlocked"), 0);    // the 3-channel image goes in plain
+    EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 1);  // only the pooled [2,20,1,1] leaves
+    EXPECT_EQ(count_kiln(g, "FusedConv"), 0);
+    const ir::Node* first = find_op(g, "BlockedConv");
+    ASSERT_NE(first, nullptr);
+    EXPECT_EQ(first->inputs[0], "x");
+    const ir::Node* from = find_op(g, "ReorderFromBlocked");
+    ASSERT_NE(from, nullptr);
+    EXPECT_EQ(from->outputs[0], "g");  // the escaping value keeps its name
+    EXPECT_EQ(from->attr_int("channels", 0), 20);
+    // The residual (the pool's output) is read blocked too.
+    int residuals = 0;
+    for (const auto& n : g.nodes)
+      if (n.op_type == "BlockedConv" && n.has_input(3)) {
+        ++residuals;
+        EXPECT_EQ(n.inputs[3], find_op(g, "BlockedPool")->outputs[0]);
+      }
+    EXPECT_EQ(residuals, 1);
+    EXPECT_EQ(max_abs_diff(before, after), 0.0);
+  }
+}
+
+TEST(LayoutBlocked, OneReorderPerBoundaryValueAndKeptNames) {
+  // x (32 channels) read by two convs: one shared ReorderToBlocked. c1 read by a conv, by a
+  // Sigmoid and as a graph output: one ReorderFromBlocked, which produces "c1".
+  GraphBuilder b(13);
+  b.input("x", {1, 32, 7, 9}).output("c1").output("s").output("y");
+  b.init("wa", random_tensor({24, 32, 3, 3}, 1)).init("wb", random_tensor({8, 32, 1, 1}, 2));
+  b.init("wc", random_tensor({8, 24, 1, 1}, 3));
+  conv(b, "x", "wa", "c1", 1);
+  conv(b, "x", "wb", "c2", 0);
+  b.node("Sigmoid", {"c1"}, {"s"});
+  conv(b, "c1", "wc", "c3", 0);
+  b.node("Add", {"c2", "c3"}, {"y0"});  // two blocked operands of one shape: stays blocked
+  b.node("Relu", {"y0"}, {"y"});
+  ir::Model before = b.finish();
+  int changed = 0;
+  ir::Model after = apply_pass(before, blocked16, &changed);
+  const ir::Graph& g = *after.graph;
+  EXPECT_EQ(changed, 5);  // 3 convs, Add, Relu
+  EXPECT_EQ(count_kiln(g, "ReorderToBlocked"), 1);
+  EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 2);  // c1 (output, Sigmoid), y (output)
+  int readers_of_blocked_x = 0;
+  const ir::Node* to = find_op(g, "ReorderToBlocked");
+  ASSERT_NE(to, nullptr);
+  for (const auto& n : g.nodes) readers_of_blocked_x += n.op_type == "BlockedConv" && n.inputs[0] == to->outputs[0];
+  EXPECT_EQ(readers_of_blocked_x, 2);
+  int made_c1 = 0;
+  for (const auto& n : g.nodes)
+    for (const auto& o : n.outputs) made_c1 += o == "c1";
+  EXPECT_EQ(made_c1, 1);
+  EXPECT_EQ(find_op(g, "Sigmoid")->inputs[0], "c1");
+  EXPECT_EQ(max_abs_diff(before, after), 0.0);
+}
+
+TEST(LayoutBlocked, ElementwiseOpsStayBlockedOnlyWhenZeroStaysZero) {
+  // a, b: two convs (20 channels: 12 padding lanes at block 16). Add(a, b) -> Relu -> Mul by 0.5
+  // stay blocked (f(0) = 0); Sigmoid (0.5), + 1 (a constant) and Div (0/0) would write the padding.
+  GraphBuilder b(13);
+  b.input("x", {1, 20, 6, 7}).output("s").output("t").output("u").output("v");
+  b.init("wa", random_tensor({20, 20, 3, 3}, 1)).init("wb", random_tensor({20, 20, 1, 1}, 2));
+  b.init("wc", random_tensor({20, 20, 1, 1}, 3)).init("half", scalar_f(0.5f)).init("one", scalar_f(1.0f));
+  b.init("chan", random_tensor({20, 1, 1}, 4));
+  conv(b, "x", "wa", "a", 1);
+  conv(b, "x", "wb", "bb", 0);
+  b.node("Add", {"a", "bb"}, {"sum"});
+  b.node("Relu", {"sum"}, {"r"});
+  b.node("Mul", {"r", "half"}, {"h"});
+  conv(b, "h", "wc", "s", 0);
+  b.node("Sigmoid", {"a"}, {"t"});
+  b.node("Add", {"bb", "one"}, {"u"});
+  b.node("Mul", {"a", "chan"}, {"v0"});  // a per-channel constant broadcasts over the plain layout only
+  b.node("Div", {"v0", "bb"}, {"v"});
+  ir::Model before = b.finish();
+  for (auto pass : {blocked16, blocked8}) {
+    int changed = 0;
+    ir::Model after = apply_pass(before, pass, &changed);
+    const ir::Graph& g = *after.graph;
+    EXPECT_EQ(changed, 6);  // 3 convs, Add, Relu, Mul by 0.5
+    for (const auto& n : g.nodes) {
+      bool blocked_in = n.inputs[0].find(".blocked") != std::string::npos;
+      if (n.op_type == "Relu" || (n.op_type == "Add" && n.inputs[1] != "one") ||
+          (n.op_type == "Mul" && n.inputs[1] == "half"))
+        EXPECT_TRUE(blocked_in) << n.name;
+      if (n.op_type == "Sigmoid" || n.op_type == "Div" || (n.op_type == "Add" && n.inputs[1] == "one") ||
+          (n.op_type == "Mul" && n.inputs[1] == "chan"))
+        EXPECT_FALSE(blocked_in) << n.name;
+    }
+    EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 3);  // a, bb (plain readers), s (output)
+    EXPECT_LT(max_abs_diff(before, after), 1e-6);
+  }
+  // The same after fuse_elementwise: Add -> Relu -> Mul becomes a kiln.FusedElementwise that stays
+  // blocked; Mul by the per-channel constant -> Div becomes one that does not.
+  int changed = 0;
+  ir::Model fused = apply_pass(before, passes::fuse_elementwise, &changed);
+  ASSERT_EQ(count_kiln(*fused.graph, "FusedElementwise"), 2);
+  ir::Model after = apply_pass(fused, blocked16, &changed);
+  EXPECT_EQ(changed, 4);
+  int blocked_fused = 0;
+  for (const auto& n : after.graph->nodes)
+    blocked_fused += n.op_type == "FusedElementwise" && n.inputs[0].find(".blocked") != std::string::npos;
+  EXPECT_EQ(blocked_fused, 1);
+  EXPECT_LT(max_abs_diff(before, after), 1e-6);
+}
+
+TEST(LayoutBlocked, DepthwiseAndOddChannelsConvertGroupedStayPlain) {
+  GraphBuilder b(13);
+  b.input("x", {1, 21, 9, 9}).output("y");
+  b.init("w1", random_tensor({21, 21, 1, 1}, 1)).init("wd", random_tensor({21, 1, 3, 3}, 2));
+  b.init("wg", random_tensor({6, 7, 3, 3}, 3)).init("w4", random_tensor({5, 6, 1, 1}, 4));
+  conv(b, "x", "w1", "a", 0);
+  auto& dw = conv(b, "a", "wd", "d", 1);
+  GraphBuilder::set_int(dw, "group", 21);
+  GraphBuilder::set_ints(dw, "strides", {2, 2});
+  auto& gc = conv(b, "d", "wg", "e", 1);  // 3 groups of 7 channels: not blockable
+  GraphBuilder::set_int(gc, "group", 3);
+  conv(b, "e", "w4", "y", 0);
+  ir::Model before = b.finish();
+  int changed = 0;
+  ir::Model after = apply_pass(before, blocked8, &changed);
+  const ir::Graph& g = *after.graph;
+  EXPECT_EQ(changed, 3);
+  EXPECT_EQ(count_kiln(g, "BlockedConv"), 3);
+  EXPECT_EQ(count_op(g, "Conv"), 1);
+  EXPECT_EQ(count_kiln(g, "ReorderToBlocked"), 1);    // x (21 channels); e has 6, fewer than a block
+  EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 2);  // d (the grouped conv), y (graph output)
+  EXPECT_LT(max_abs_diff(before, after), 1e-6);
+}
+
+TEST(LayoutBlocked, PoolsFollowOnlyBlockedInputs) {
+  GraphBuilder b(13);
+  b.input("x", {1, 4, 8, 8}).output("y").output("z").output("i");
+  b.init("w", random_tensor({4, 4, 1, 1}, 1));
+  auto& p0 = b.node("AveragePool", {"x"}, {"p"});  // plain input: stays plain
+  GraphBuilder::set_ints(p0, "kernel_shape", {2, 2});
+  conv(b, "p", "w", "c", 0);
+  auto& p1 = b.node("MaxPool", {"c"}, {"y"});
+  GraphBuilder::set_ints(p1, "kernel_shape", {2, 2});
+  auto& p2 = b.node("MaxPool", {"c"}, {"z", "i"});  // Indices: positions in the plain layout
+  GraphBuilder::set_ints(p2, "kernel_shape", {2, 2});
+  ir::Model before = b.finish();
+  int changed = 0;
+  ir::Model after = apply_pass(before, blocked16, &changed);
+  const ir::Graph& g = *after.graph;
+  EXPECT_EQ(count_kiln(g, "BlockedPool"), 1);
+  EXPECT_EQ(count_op(g, "AveragePool"), 1);
+  EXPECT_EQ(count_op(g, "MaxPool"), 1);
+  EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 2);  // y, and c for the MaxPool with Indices
+  EXPECT_EQ(max_abs_diff(before, after), 0.0);
+}
+
+TEST(LayoutBlocked, LeavesOtherGraphsAlone) {
+  GraphBuilder b(13);
+  b.input("x", {1, 4, 6, 6}).input("w", {4, 4, 3, 3}).output("y").output("z");
+  b.init("wc", random_tensor({4, 4, 3}, 1));
+  b.node("Conv", {"x", "w"}, {"y"});                           // weights not constant
+  b.input("x1", {1, 4, 6}).node("Conv", {"x1", "wc"}, {"z"});  // 1-D
+  ir::Model before = b.finish();
+  int changed = 0;
+  apply_pass(before, blocked16, &changed);
+  EXPECT_EQ(changed, 0);
+  apply_pass(small_resnet(), blocked_off, &changed);
+  EXPECT_EQ(changed, 0);
+}
+
+TEST(LayoutBlocked, InThePipelineAndSwitchable) {
+  bool names_it = false;
+  for (const auto& p : passes::pipeline()) names_it |= std::string(p.name) == "layout_blocked";
+  EXPECT_TRUE(names_it);
+  if (passes::default_layout_block() == 0) GTEST_SKIP() << "no blocked layout on this machine/build";
+  ir::Model on = clone(small_resnet()), off = clone(small_resnet());
+  ASSERT_TRUE(passes::optimize(on, {}).ok());
+  ASSERT_TRUE(passes::optimize(off, {"layout_blocked"}).ok());
+  EXPECT_EQ(count_kiln(*on.graph, "BlockedConv"), 3);
+  EXPECT_EQ(count_kiln(*off.graph, "BlockedConv"), 0);
+  EXPECT_EQ(max_abs_diff(on, off), 0.0);
+}
+
+}  // namespace
+}  // namespace kiln
