@@ -381,12 +381,54 @@ LayerCase gelu_case(std::mt19937& rng, uint64_t seed) {
   return lc;
 }
 
+// kiln.MultiHeadAttention: heads read in place from [batch..., S, H*D] (or one packed QKV).
+LayerCase multi_head_attention_case(std::mt19937& rng, uint64_t seed) {
+  int64_t b = pick(rng, 1, 2), h = pick(rng, 1, 4), sq = pick(rng, 1, 40), d = pick(rng, 1, 24);
+  bool packed = rng() % 2;
+  int64_t sk = packed ? sq : pick(rng, 1, 70), dv = packed || rng() % 2 ? d : pick(rng, 1, 24);
+  if (rng() % 4 == 0) sq = sk = 128, d = dv = 64, h = 2;
+  int64_t rank = pick(rng, 2, 4);  // [S, E], [B, S, E], [2, B, S, E]
+  auto shape = [&](int64_t s, int64_t e) {
+    Dims x = {s, e};
+    if (rank >= 3) x.insert(x.begin(), b);
+    if (rank == 4) x.insert(x.begin(), 2);
+    return x;
+  };
+  int mask_kind = static_cast<int>(rng() % 4);  // 0: none, 1: [.., 1, 1, sk] keys, 2: [h, sq, sk], 3: [sq, sk]
+  LayerCase lc;
+  lc.node = make_node("kiln", "MultiHeadAttention", 4);
+  testing::GraphBuilder::set_int(lc.node, "num_heads", h);
+  if (rng() % 3) testing::GraphBuilder::set_float(lc.node, "scale", 0.125f);
+  lc.inputs.push_back(testing::random_tensor(shape(sq, packed ? 3 * h * d : h * d), seed, DataType::kFloat32, -2, 2));
+  if (packed) {
+    lc.node.inputs[1] = lc.node.inputs[2] = "";
+    lc.inputs.push_back(Tensor());
+    lc.inputs.push_back(Tensor());
+  } else {
+    lc.inputs.push_back(testing::random_tensor(shape(sk, h * d), seed + 1, DataType::kFloat32, -2, 2));
+    lc.inputs.push_back(testing::random_tensor(shape(sk, h * dv), seed + 2));
+  }
+  Dims m = mask_kind == 1 ? Dims{b, 1, 1, sk} : mask_kind == 2 ? Dims{h, sq, sk} : Dims{sq, sk};
+  if (mask_kind == 1 && rank < 3) m = {1, sk};
+  if (mask_kind) {
+    Tensor mt = testing::random_tensor(m, seed + 3, DataType::kFloat32, -3, 1);
+    for (int64_t i = 0; i < mt.numel(); ++i)  // never a whole row (see attention_case)
+      if (sk > 1 && i % sk != 0 && mt.data<float>()[i] < -2.f) mt.data<float>()[i] = -10000.f;
+    lc.inputs.push_back(mt);
+  } else {
+    lc.node.inputs.pop_back();
+  }
+  lc.constant = {false, false, false, false};
+  return lc;
+}
+
 LayerCase xformer_case(std::mt19937& rng, uint64_t seed, int which) {
-  switch (which % 5) {
+  switch (which % 6) {
     case 0: return layer_norm_case(rng, seed);
     case 1: return softmax_case(rng, seed);
     case 2: return attention_case(rng, seed);
     case 3: return fused_elementwise_case(rng, seed);
+    case 4: return multi_head_attention_case(rng, seed);
     default: return gelu_case(rng, seed);
   }
 }
