@@ -49,6 +49,26 @@ struct Vec {
     __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
     return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
   }
+  // r[j][i] <- r[i][j] for a 16 x 16 block held in 16 registers.
+  static void transpose(V* r) {
+    V t[16], u[16];
+    for (int i = 0; i < 16; i += 2)
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    for (int g = 0; g < 16; g += 4) {  // u[g + c], lane k: column 4k + c of rows g..g+3
+      u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+      u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+      u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+      u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; ++c) {
+      V v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+      V w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88), w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+      r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+      r[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+      r[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
+      r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+    }
+  }
   static float reduce_add(V v) { return _mm512_reduce_add_ps(v); }
   static float reduce_max(V v) { return _mm512_reduce_max_ps(v); }
 };
@@ -94,6 +114,22 @@ struct Vec {
   static V pow2i(V n) {
     __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+  }
+  // r[j][i] <- r[i][j] for an 8 x 8 block held in 8 registers.
+  static void transpose(V* r) {
+    V t[8], u[8];
+    for (int i = 0; i < 8; i += 2)
+      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    for (int g = 0; g < 8; g += 4) {  // u[g + c], lane k: column 4k + c of rows g..g+3
+      u[g] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
+      u[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
+      u[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+      u[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; ++c) {
+      r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+      r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
   }
   static float reduce_add(V v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -143,6 +179,7 @@ struct Vec {
   static M isnan(V a) { return a != a; }
   static V select(M m, V a, V b) { return m ? a : b; }
   static V pow2i(V n) { return std::ldexp(1.f, static_cast<int>(n)); }
+  static void transpose(V*) {}
   static float reduce_add(V v) { return v; }
   static float reduce_max(V v) { return v; }
 };
