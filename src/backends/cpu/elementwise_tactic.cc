@@ -1,10 +1,9 @@
-// kiln.FusedElementwise and Gelu as vectorized programs. At prepare time the body's nodes become a
-// straight-line list of vector instructions (xf::EltInstr) over the node's inputs and per-thread
-// temporaries; the kernel runs the whole list on a chunk of 512 elements at a time, so each
-// intermediate lives in L1 and the output is written once. Broadcasting: the output's dims are
-// merged where every input agrees (all of them full or broadcast), the last merged dim is the
-// contiguous row, and each input is either contiguous along the row or one value per row, with
-// any broadcast among the outer dims (strides of 0).
+// kiln.FusedElementwise, single ONNX elementwise ops and Gelu as vectorized programs. At prepare time the body's nodes
+// become a straight-line list of vector instructions (xf::EltInstr) over the node's inputs and per-thread temporaries;
+// the kernel runs the whole list on a chunk of 512 elements at a time, so each intermediate lives in L1 and the output
+// is written once. Broadcasting: the output's dims are merged where every input agrees (all of them full or broadcast),
+// the last merged dim is the contiguous row, and each input is either contiguous along the row or one value per row,
+// with any broadcast among the outer dims (strides of 0).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -68,16 +67,35 @@ struct Compiled {
 };
 
 // Compiles the body. With `sig` shapes unknown only the ops are checked.
+// A single ONNX elementwise node as a one-node body: inputs "x0".., output "y" (a missing
+// optional input stays missing).
+std::shared_ptr<ir::Graph> single_node_body(const ir::Node& n) {
+  auto body = std::make_shared<ir::Graph>();
+  ir::Node copy = n;
+  copy.attrs.erase("kiln.sources");
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    body->inputs.push_back({"x" + std::to_string(i), ir::TypeInfo()});
+    if (!copy.inputs[i].empty()) copy.inputs[i] = body->inputs.back().name;
+  }
+  copy.outputs = {"y"};
+  body->nodes.push_back(std::move(copy));
+  body->outputs.push_back({"y", ir::TypeInfo()});
+  return body;
+}
+
 Compiled compile(const LayerSignature& sig) {
   Compiled c;
   const ir::Node& node = *sig.node;
-  const ir::Graph* body = body_of(node);
+  bool fused = node.domain == "kiln" && node.op_type == "FusedElementwise";
+  std::shared_ptr<ir::Graph> single;
+  const ir::Graph* body = fused ? body_of(node) : (single = single_node_body(node)).get();
   if (!body) return c.error = "no body", c;
+  if (node.outputs.size() != 1) return c.error = "more than one output", c;
   size_t nin = node.inputs.size();
   if (body->inputs.size() != nin || body->outputs.size() != 1) return c.error = "body inputs/outputs", c;
   if (nin > kMaxInputs) return c.error = "more than 16 inputs", c;
   for (size_t i = 0; i < nin; ++i)
-    if (!sig.has_input(i)) return c.error = "a missing input", c;
+    if (!sig.has_input(i) && (fused || !node.inputs[i].empty())) return c.error = "a missing input", c;
   std::map<std::string, int> id;
   for (size_t i = 0; i < nin; ++i) id[body->inputs[i].name] = static_cast<int>(i);
   c.float_input.assign(nin, false);
@@ -236,7 +254,10 @@ class PreparedProgram : public PreparedLayer {
 
   Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
     const float* ptrs[kMaxInputs];
-    for (int i = 0; i < prog.n_inputs; ++i) ptrs[i] = in[static_cast<size_t>(i)]->data<float>();
+    for (int i = 0; i < prog.n_inputs; ++i) {  // a missing optional input is never read
+      const Tensor* t = static_cast<size_t>(i) < in.size() ? in[static_cast<size_t>(i)] : nullptr;
+      ptrs[i] = t ? t->data<float>() : nullptr;
+    }
     float* y = outs[0]->data<float>();
     int64_t chunk = std::min(prog.inner, xf::kEltChunk);
     if (chunk == 0) return Status::Ok();
@@ -250,7 +271,15 @@ class PreparedProgram : public PreparedLayer {
 class FusedElementwiseKiln : public Tactic {
  public:
   std::string name() const override { return "fused_elementwise_kiln"; }
-  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "FusedElementwise"}}; }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    std::vector<std::pair<std::string, std::string>> v = {{"kiln", "FusedElementwise"}};
+    for (const char* op :
+         {"Add",  "Sub",   "Mul",  "Div",      "Max",        "Min",  "Sum",     "PRelu",       "Pow",      "Clip",
+          "Abs",  "Neg",   "Exp",  "Sqrt",     "Reciprocal", "Relu", "Sigmoid", "Tanh",        "Erf",      "Floor",
+          "Ceil", "Round", "Sign", "Softsign", "LeakyRelu",  "Elu",  "Selu",    "HardSigmoid", "HardSwish"})
+      v.emplace_back("", op);
+    return v;
+  }
 
   std::string why_unsupported(const LayerSignature& sig) const override {
     if (sig.device.kind != DeviceKind::kCPU || sig.compute != DataType::kFloat32) return "not a float32 CPU layer";
@@ -258,9 +287,10 @@ class FusedElementwiseKiln : public Tactic {
     if (!c.error.empty()) return c.error;
     for (size_t i = 0; i < sig.inputs.size(); ++i)
       if (c.float_input[i] && sig.inputs[i].dtype != DataType::kFloat32) return "an input is not float32";
+    if (sig.has_input(0) && sig.inputs[0].dtype != DataType::kFloat32) return "not float32";
     if (!sig.fully_known()) return "";
     std::vector<Dims> shapes;
-    for (const auto& t : sig.inputs) shapes.push_back(t.shape);
+    for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
     xf::EltProgram p;
     Dims out;
     return plan_rows(shapes, &p, &out);
@@ -272,7 +302,7 @@ class FusedElementwiseKiln : public Tactic {
     prep->k = &xf::kernels(cpu_isa());
     prep->prog = compile(sig).prog;
     std::vector<Dims> shapes;
-    for (const auto& t : sig.inputs) shapes.push_back(t.shape);
+    for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
     if (auto e = plan_rows(shapes, &prep->prog, &prep->out); !e.empty()) return Unsupported(name(), ": ", e);
     return std::unique_ptr<PreparedLayer>(std::move(prep));
   }

@@ -370,6 +370,51 @@ LayerCase fused_elementwise_case(std::mt19937& rng, uint64_t seed) {
   return lc;
 }
 
+// One ONNX elementwise node (the fused_elementwise tactic takes them as one-node programs).
+LayerCase onnx_elementwise_case(std::mt19937& rng, uint64_t seed) {
+  static const char* kOps[] = {"Add", "Sub",  "Mul",     "Div",   "Max",      "Min",  "PRelu",     "Pow", "Clip",
+                               "Abs", "Relu", "Sigmoid", "Tanh",  "Erf",      "Exp",  "Sqrt",      "Elu", "HardSwish",
+                               "Neg", "Sign", "Floor",   "Round", "Softsign", "Selu", "Reciprocal"};
+  std::string op = kOps[rng() % 25];
+  Dims out = random_dims(rng, pick(rng, 0, 4), 8);
+  if (!out.empty() && rng() % 3 == 0) out.back() = pick(rng, 500, 1100);
+  auto broadcast_shape = [&]() {
+    if (rng() % 3 == 0) return Dims{};
+    Dims d(out.begin() + static_cast<int64_t>(rng() % (out.size() + 1)), out.end());
+    for (auto& x : d)
+      if (rng() % 2) x = 1;
+    return d;
+  };
+  bool positive = op == "Sqrt" || op == "Reciprocal" || op == "Pow";
+  LayerCase lc;
+  lc.inputs = {testing::random_tensor(out, seed, DataType::kFloat32, positive ? 0.5 : -2, 2)};
+  lc.constant = {false};
+  if (op == "Pow") {
+    static const float kExp[] = {0.5f, 2.f, 3.f, -1.f};
+    lc.inputs.push_back(Tensor::scalar<float>(DataType::kFloat32, kExp[rng() % 4]));
+    lc.constant.push_back(true);
+  } else if (op == "Clip") {
+    lc.inputs.push_back(rng() % 3 ? Tensor::scalar<float>(DataType::kFloat32, -0.6f) : Tensor());
+    lc.inputs.push_back(rng() % 2 ? Tensor::scalar<float>(DataType::kFloat32, 0.9f) : Tensor());
+    lc.constant.insert(lc.constant.end(), {rng() % 2 == 0, rng() % 2 == 0});
+  } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Max" || op == "Min" || op == "PRelu") {
+    Dims b = broadcast_shape();
+    if (op == "Div")
+      lc.inputs.push_back(testing::random_tensor(b, seed + 1, DataType::kFloat32, 0.5, 2));
+    else
+      lc.inputs.push_back(testing::random_tensor(b, seed + 1));
+    lc.constant.push_back(rng() % 2 == 0);
+    if (op != "PRelu" && rng() % 2) std::swap(lc.inputs[0], lc.inputs[1]);
+  }
+  lc.node = make_node("", op, lc.inputs.size());
+  for (size_t i = 0; i < lc.inputs.size(); ++i)
+    if (!lc.inputs[i].defined()) lc.node.inputs[i] = "";
+  while (!lc.node.inputs.empty() && lc.node.inputs.back().empty()) lc.node.inputs.pop_back();
+  lc.inputs.resize(lc.node.inputs.size());
+  lc.constant.resize(lc.node.inputs.size());
+  return lc;
+}
+
 LayerCase gelu_case(std::mt19937& rng, uint64_t seed) {
   bool kiln_op = rng() % 2;
   LayerCase lc;
@@ -423,7 +468,8 @@ LayerCase multi_head_attention_case(std::mt19937& rng, uint64_t seed) {
 }
 
 LayerCase xformer_case(std::mt19937& rng, uint64_t seed, int which) {
-  switch (which % 6) {
+  switch (which % 7) {
+    case 6: return onnx_elementwise_case(rng, seed);
     case 0: return layer_norm_case(rng, seed);
     case 1: return softmax_case(rng, seed);
     case 2: return attention_case(rng, seed);
