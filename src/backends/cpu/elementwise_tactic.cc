@@ -20,7 +20,9 @@ using xf::EltInstr;
 using xf::EltOp;
 
 constexpr int kMaxInputs = 16;
-constexpr int64_t kGrainElements = 16384;
+// Elements a thread gets at least (about 12 us of work): below that a parallel region costs more
+// than it saves, and on a busy machine a region can wait milliseconds for a descheduled worker.
+constexpr int64_t kGrainElements = 65536;
 
 const ir::Graph* body_of(const ir::Node& n) {
   const ir::Attribute* a = n.attr("body");

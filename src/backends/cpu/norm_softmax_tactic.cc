@@ -34,8 +34,9 @@ bool xf_broadcast(const Dims& a, const Dims& b, Dims* out) {
 
 namespace {
 
-// Elements per thread below which splitting the rows costs more than it saves.
-constexpr int64_t kGrainElements = 16384;
+// Elements a thread gets at least (about 12 us of work): below that a parallel region costs more
+// than it saves, and on a busy machine a region can wait milliseconds for a descheduled worker.
+constexpr int64_t kGrainElements = 65536;
 
 int64_t numel(const Dims& d) {
   int64_t n = 1;
