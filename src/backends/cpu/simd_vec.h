@@ -5,8 +5,8 @@
 // so only those regions may use AVX2/AVX-512 instructions, and only once cpu_isa() said so).
 //
 // Semantics shared by the three: lanes are float32; load_n/store_n touch only the first n lanes
-// (the others load as 0, or as `fill`); max(a, b)/min(a, b) return b when either is NaN (x86 maxps order), so
-// max(lo, x) keeps a NaN x; select(m, a, b) is m ? a : b lane-wise.
+// (the others load as 0, or as `fill`; n <= 0 touches none); max(a, b)/min(a, b) return b when
+// either is NaN (x86 maxps order), so max(lo, x) keeps a NaN x; select(m, a, b) is m ? a : b.
 
 #if KILN_VEC_BITS == 512
 
@@ -18,7 +18,7 @@ struct Vec {
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
-  static M first(int64_t n) { return n >= 16 ? M(0xFFFF) : M((1u << n) - 1u); }
+  static M first(int64_t n) { return n <= 0 ? M(0) : n >= 16 ? M(0xFFFF) : M((1u << n) - 1u); }
   static V load_n(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(first(n), p); }
   static V load_n(const float* p, int64_t n, float fill) { return _mm512_mask_loadu_ps(set1(fill), first(n), p); }
   static void store_n(float* p, V v, int64_t n) { _mm512_mask_storeu_ps(p, first(n), v); }

@@ -18,6 +18,7 @@
 // GCC 12 warns inside its own AVX-512 intrinsics (_mm512_max_ps etc. start from
 // _mm512_undefined_ps) once they are inlined: a false positive.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace kiln::backends::cpu::xf {
 

@@ -154,7 +154,9 @@ TEST(FuseAttentionHeads, PackedQkvWithExportedShapeComputations) {
   EXPECT_EQ(count_op(*after.graph, "Transpose"), 0);
   EXPECT_EQ(count_op(*after.graph, "Reshape"), 0);
   for (const auto& n : after.graph->nodes)  // the Shape nodes now read kept values
-    if (n.op_type == "Shape") EXPECT_TRUE(n.inputs[0] == "qkv" || n.inputs[0] == "y") << n.inputs[0];
+    if (n.op_type == "Shape") {
+      EXPECT_TRUE(n.inputs[0] == "qkv" || n.inputs[0] == "y") << n.inputs[0];
+    }
   EXPECT_LT(max_abs_diff(before, after), 1e-6);
 }
 
