@@ -161,4 +161,210 @@ bool try_attention(ir::Graph& g, const ir::UseIndex& uses, int smi) {
 
 Result<int> fuse_attention(ir::Graph& g) { return fusion::rewrite_until_fixpoint(g, try_attention); }
 
+// fuse_attention_heads: kiln.Attention whose Q, K and V are heads split off [B, S, H*D]
+// projections and whose output is merged back the same way:
+//
+//   Xq -> Reshape [B, S, H, D] -> Transpose(0, 2, 1, 3) -> Q
+//   Xk -> Reshape [B, S, H, D] -> Transpose(0, 2, 1, 3) -> K   (k_transposed = 0)
+//                              or Transpose(0, 2, 3, 1) -> K'  (k_transposed = 1)
+//   Xv -> Reshape [B, S, H, Dv] -> Transpose(0, 2, 1, 3) -> V
+//   Attention(Q, K, V, mask?) -> Transpose(0, 2, 1, 3) -> Reshape [B, S, H*Dv] -> Y
+//
+// becomes kiln.MultiHeadAttention(Xq, Xk, Xv, mask?) -> Y (num_heads H, the same scale), which
+// reads the heads in place: the layout copies go. When Xq, Xk and Xv are, in that order, the three
+// equal outputs of one Split along the last axis (a merged QKV projection made by
+// fuse_horizontal_matmul), the Split goes too and the op reads the packed projection.
+//
+// Preconditions: static ranks (3 for X, 4 for the heads), H and D known, B and S the same
+// symbols or numbers on both sides of each Reshape, float values. Besides the pattern's own
+// edges, the removed values may only be read by Shape nodes whose outputs only feed Gathers of
+// constant non-negative indices (the batch/sequence sizes exporters compute for the Reshapes);
+// those Shape nodes are redirected to a kept value with the same dims at those indices. Exact:
+// the same arithmetic on the same elements.
+namespace {
+
+bool perm_is(const ir::Node& t, std::vector<int64_t> want) {
+  return is_onnx(t, "Transpose") && t.inputs.size() == 1 && t.attr_ints("perm") == want;
+}
+
+const SymShape* shape_of(const ir::Graph& g, const std::string& v, size_t rank) {
+  const ir::TypeInfo* t = fusion::type_of(g, v);
+  if (!t || !t->shape.rank_known || t->shape.rank() != rank || !dtype_is_float(t->elem)) return nullptr;
+  return &t->shape;
+}
+
+struct HeadsMatch {
+  std::set<int> group;                              // nodes that go
+  std::vector<std::string> removed;                 // values that disappear with them
+  std::vector<std::pair<int, std::string>> shapes;  // Shape readers to redirect: (node, value read)
+};
+
+// `v` is read by `reader` and otherwise only by Shape nodes feeding Gathers of constant indices;
+// those are recorded (their gathered indices checked when redirecting).
+bool read_by(const ir::Graph& g, const ir::UseIndex& uses, const std::string& v, int reader, HeadsMatch* m) {
+  if (uses.is_graph_output(v)) return false;
+  int seen = 0;
+  for (int c : uses.consumers(v)) {
+    if (c == reader) {
+      ++seen;
+      continue;
+    }
+    const ir::Node& s = g.nodes[static_cast<size_t>(c)];
+    if (!is_onnx(s, "Shape") || s.attr("start") || s.attr("end")) return false;
+    m->shapes.emplace_back(c, v);
+  }
+  return seen == 1;
+}
+
+// The dims a Shape node's output is read at (Gathers of constant non-negative scalar indices).
+bool gathered_dims(const ir::Graph& g, const ir::UseIndex& uses, int shape_node, std::vector<int64_t>* dims) {
+  const std::string& out = g.nodes[static_cast<size_t>(shape_node)].outputs[0];
+  if (uses.is_graph_output(out)) return false;
+  for (int c : uses.consumers(out)) {
+    const ir::Node& n = g.nodes[static_cast<size_t>(c)];
+    const Tensor* idx = n.inputs.size() == 2 ? ir::constant_value(g, n.inputs[1]) : nullptr;
+    if (!is_onnx(n, "Gather") || n.inputs[0] != out || n.attr_int("axis", 0) != 0 || !idx || idx->numel() != 1 ||
+        !dtype_is_integer(idx->dtype()) || idx->get_i64(0) < 0)
+      return false;
+    dims->push_back(idx->get_i64(0));
+  }
+  return true;
+}
+
+// X -> Reshape [B, S, H, D] -> Transpose(perm) -> `att` input; H and D of the heads.
+bool head_split(const ir::Graph& g, const ir::UseIndex& uses, const std::string& in, int att,
+                const std::vector<int64_t>& perm, HeadsMatch* m, std::string* x, int64_t* h, int64_t* d) {
+  int ti = uses.producer(in);
+  if (ti < 0 || !perm_is(g.nodes[static_cast<size_t>(ti)], perm) || !read_by(g, uses, in, att, m)) return false;
+  const std::string& r_out = g.nodes[static_cast<size_t>(ti)].inputs[0];
+  int ri = uses.producer(r_out);
+  if (ri < 0 || !is_onnx(g.nodes[static_cast<size_t>(ri)], "Reshape") || !read_by(g, uses, r_out, ti, m)) return false;
+  const ir::Node& r = g.nodes[static_cast<size_t>(ri)];
+  const SymShape* rs = shape_of(g, r_out, 4);
+  const SymShape* xs = r.inputs.empty() ? nullptr : shape_of(g, r.inputs[0], 3);
+  if (!rs || !xs || !rs->dims[2].known() || !rs->dims[3].known() || !xs->dims[2].known()) return false;
+  if (!fusion::same_dim(rs->dims[0], xs->dims[0]) || !fusion::same_dim(rs->dims[1], xs->dims[1]) ||
+      rs->dims[2].value * rs->dims[3].value != xs->dims[2].value)
+    return false;
+  *x = r.inputs[0], *h = rs->dims[2].value, *d = rs->dims[3].value;
+  m->group.insert({ti, ri});
+  m->removed.insert(m->removed.end(), {in, r_out});
+  return true;
+}
+
+// The Split node whose outputs 0, 1, 2 are xs[0..2], three equal parts along the last axis.
+int packed_split(const ir::Graph& g, const ir::UseIndex& uses, const std::vector<std::string>& xs) {
+  int si = uses.producer(xs[0]);
+  if (si < 0) return -1;
+  const ir::Node& s = g.nodes[static_cast<size_t>(si)];
+  if (!is_onnx(s, "Split") || s.outputs.size() != 3 || s.inputs.empty()) return -1;
+  for (size_t i = 0; i < 3; ++i)
+    if (s.outputs[i] != xs[i]) return -1;
+  const SymShape* in = shape_of(g, s.inputs[0], 3);
+  const SymShape* part = shape_of(g, xs[0], 3);
+  if (!in || !part || !in->dims[2].known() || !part->dims[2].known() || in->dims[2].value != 3 * part->dims[2].value)
+    return -1;
+  int64_t axis = s.attr_int("axis", 0);
+  if (axis != -1 && axis != 2) return -1;
+  for (size_t i = 1; i < 3; ++i)
+    if (!fusion::same_type(g, xs[0], xs[i])) return -1;  // equal parts
+  return si;
+}
+
+bool try_heads(ir::Graph& g, const ir::UseIndex& uses, int ai) {
+  const ir::Node& att = g.nodes[static_cast<size_t>(ai)];
+  if (!fusion::is_kiln(att, "Attention") || att.inputs.size() < 3 || att.outputs.size() != 1) return false;
+  const std::vector<int64_t> heads_perm = {0, 2, 1, 3};
+  bool kt = att.attr_int("k_transposed", 0) != 0;
+  HeadsMatch m;
+  m.group.insert(ai);
+  std::vector<std::string> xs(3);
+  int64_t h[3], d[3];
+  for (size_t i = 0; i < 3; ++i) {
+    std::vector<int64_t> perm = i == 1 && kt ? std::vector<int64_t>{0, 2, 3, 1} : heads_perm;
+    if (!head_split(g, uses, att.inputs[i], ai, perm, &m, &xs[i], &h[i], &d[i])) return false;
+  }
+  if (h[0] != h[1] || h[0] != h[2] || d[0] != d[1]) return false;
+  // Output: Transpose(0, 2, 1, 3) -> Reshape [B, S, H*Dv].
+  const std::string& y4 = att.outputs[0];
+  int ot = -1, orr = -1;
+  for (int c : uses.consumers(y4))
+    if (perm_is(g.nodes[static_cast<size_t>(c)], heads_perm)) ot = c;
+  if (ot < 0 || !read_by(g, uses, y4, ot, &m)) return false;
+  const std::string& yt = g.nodes[static_cast<size_t>(ot)].outputs[0];
+  for (int c : uses.consumers(yt))
+    if (is_onnx(g.nodes[static_cast<size_t>(c)], "Reshape") && g.nodes[static_cast<size_t>(c)].inputs[0] == yt) orr = c;
+  if (orr < 0 || !read_by(g, uses, yt, orr, &m)) return false;
+  const std::string& y = g.nodes[static_cast<size_t>(orr)].outputs[0];
+  const SymShape* ts = shape_of(g, yt, 4);
+  const SymShape* ys = shape_of(g, y, 3);
+  if (!ts || !ys || !ys->dims[2].known() || ys->dims[2].value != h[2] * d[2] ||
+      !fusion::same_dim(ts->dims[0], ys->dims[0]) || !fusion::same_dim(ts->dims[1], ys->dims[1]))
+    return false;
+  m.group.insert({ot, orr});
+  m.removed.insert(m.removed.end(), {y4, yt});
+  int split = packed_split(g, uses, xs);
+  if (split >= 0) {
+    for (size_t i = 0; i < 3; ++i) {
+      int reshape = uses.producer(g.nodes[static_cast<size_t>(uses.producer(att.inputs[i]))].inputs[0]);
+      if (!read_by(g, uses, xs[i], reshape, &m)) split = -1;
+    }
+  }
+  if (split >= 0) {
+    m.group.insert(split);
+    m.removed.insert(m.removed.end(), xs.begin(), xs.end());
+  }
+  // Redirect the Shape readers of removed values, or give up.
+  std::vector<std::string> kept = {y};
+  if (split >= 0)
+    kept.push_back(g.nodes[static_cast<size_t>(split)].inputs[0]);
+  else
+    kept.insert(kept.end(), xs.begin(), xs.end());
+  std::vector<std::pair<int, std::string>> redirect;
+  for (const auto& [node, value] : m.shapes) {
+    if (std::find(m.removed.begin(), m.removed.end(), value) == m.removed.end()) continue;
+    std::vector<int64_t> dims;
+    const ir::TypeInfo* vt = fusion::type_of(g, value);
+    if (!vt || !vt->shape.rank_known || !gathered_dims(g, uses, node, &dims)) return false;
+    std::string to;
+    for (const std::string& k : kept) {
+      bool ok = true;
+      if (k == y) {  // its type is the Reshape's output type: known
+        for (int64_t i : dims)
+          ok &= i < 3 && static_cast<size_t>(i) < vt->shape.rank() &&
+                fusion::same_dim(ys->dims[static_cast<size_t>(i)], vt->shape.dims[static_cast<size_t>(i)]);
+      } else {
+        const ir::TypeInfo* kt2 = fusion::type_of(g, k);
+        ok = kt2 && kt2->shape.rank_known;
+        for (int64_t i : dims)
+          ok = ok && static_cast<size_t>(i) < kt2->shape.rank() && static_cast<size_t>(i) < vt->shape.rank() &&
+               fusion::same_dim(kt2->shape.dims[static_cast<size_t>(i)], vt->shape.dims[static_cast<size_t>(i)]);
+      }
+      if (ok) {
+        to = k;
+        break;
+      }
+    }
+    if (to.empty()) return false;
+    redirect.emplace_back(node, to);
+  }
+  ir::Node mha = fusion::kiln_node("MultiHeadAttention", att.name);
+  if (split >= 0)
+    mha.inputs = {g.nodes[static_cast<size_t>(split)].inputs[0], "", ""};
+  else
+    mha.inputs = xs;
+  if (att.inputs.size() > 3 && !att.inputs[3].empty()) mha.inputs.push_back(att.inputs[3]);
+  while (!mha.inputs.empty() && mha.inputs.back().empty()) mha.inputs.pop_back();
+  mha.outputs = {y};
+  fusion::set_int(mha, "num_heads", h[0]);
+  fusion::set_float(mha, "scale", att.attr_float("scale", 1.f));
+  for (const auto& [node, to] : redirect) g.nodes[static_cast<size_t>(node)].inputs[0] = to;
+  fusion::replace_group(g, m.group, std::move(mha));
+  return true;
+}
+
+}  // namespace
+
+Result<int> fuse_attention_heads(ir::Graph& g) { return fusion::rewrite_until_fixpoint(g, try_heads); }
+
 }  // namespace kiln::passes

@@ -43,6 +43,7 @@ Result<int> fold_batch_norm(ir::Graph& g);
 Result<int> fuse_gelu(ir::Graph& g);
 Result<int> fuse_layer_norm(ir::Graph& g);
 Result<int> fuse_attention(ir::Graph& g);
+Result<int> fuse_attention_heads(ir::Graph& g);  // in fuse_attention.cc
 Result<int> fuse_matmul_bias(ir::Graph& g);
 Result<int> fuse_activation(ir::Graph& g);
 Result<int> fuse_horizontal_matmul(ir::Graph& g);

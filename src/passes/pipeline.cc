@@ -30,6 +30,9 @@ const std::vector<PassInfo>& pipeline() {
       // After fuse_activation, so only siblings with the same activation merge and none loses its own.
       {"fuse_horizontal_matmul", fuse_horizontal_matmul,
        "sibling MatMuls on one input with constant weights (Q/K/V) -> one MatMul + Split"},
+      // After fuse_horizontal_matmul: the merged Q/K/V projection's Split is part of its pattern.
+      {"fuse_attention_heads", fuse_attention_heads,
+       "Attention between head split/merge Reshape+Transpose -> kiln.MultiHeadAttention (reads heads in place)"},
       // Last of the fusions: whatever elementwise chains the patterns above left.
       {"fuse_elementwise", fuse_elementwise, "chains of elementwise ops -> kiln.FusedElementwise"},
       // After every fusion: it converts the fused convs (activation and residual in place) and

@@ -4,6 +4,7 @@
 // line here.
 #include <algorithm>
 
+#include "backends/cpu/xformer_tactics.h"
 #include "backends/tactic.h"
 
 #if defined(KILN_HAVE_ONEDNN)
@@ -38,6 +39,13 @@ const std::vector<const Tactic*>& all_tactics() {
     v.push_back(dnn::pool2d_onednn_nchwc());
     v.push_back(dnn::reorder_onednn_nchwc());
 #endif
+    // kiln's own transformer kernels: LayerNormalization, Softmax / LogSoftmax, kiln.Attention,
+    // kiln.FusedElementwise, Gelu
+    v.push_back(cpu::layer_norm_kiln());
+    v.push_back(cpu::softmax_kiln());
+    v.push_back(cpu::attention_kiln_fused());
+    v.push_back(cpu::fused_elementwise_kiln());
+    v.push_back(cpu::gelu_kiln());
     return v;
   }();
   return list;

@@ -252,6 +252,307 @@ LayerCase blocked_case(std::mt19937& rng, uint64_t seed) {
   return lc;
 }
 
+// ---- transformer ops (kiln's own kernels: every ISA path is run, see the test below) ----
+
+Dims random_dims(std::mt19937& rng, int64_t rank, int64_t hi) {
+  Dims d(static_cast<size_t>(rank));
+  for (auto& x : d) x = rng() % 5 == 0 ? pick(rng, 17, 3 * hi) : pick(rng, 1, hi);
+  return d;
+}
+
+LayerCase layer_norm_case(std::mt19937& rng, uint64_t seed) {
+  bool kiln_op = rng() % 2;
+  int64_t rank = pick(rng, 1, 4);
+  Dims x = random_dims(rng, rank, 13);
+  if (rng() % 3 == 0) x.back() = pick(rng, 60, 800);
+  int64_t axis = pick(rng, -rank, rank - 1), a = axis < 0 ? axis + rank : axis;
+  Dims block(x.begin() + a, x.end());
+  auto param = [&](uint64_t sd) {
+    switch (rng() % 4) {
+      case 0: return testing::random_tensor({1}, sd);
+      case 1: {
+        Dims b = block;
+        b.insert(b.begin(), 1);
+        return testing::random_tensor(b, sd);
+      }
+      default: return testing::random_tensor(block, sd);
+    }
+  };
+  bool scale = !kiln_op || rng() % 3, bias = rng() % 3;
+  LayerCase lc;
+  lc.node = make_node(kiln_op ? "kiln" : "", "LayerNormalization", bias ? 3 : (scale ? 2 : 1));
+  if (bias && !scale) lc.node.inputs[1] = "";
+  testing::GraphBuilder::set_int(lc.node, "axis", axis);
+  if (rng() % 2) testing::GraphBuilder::set_float(lc.node, "epsilon", 1e-3f);
+  lc.inputs = {testing::random_tensor(x, seed, DataType::kFloat32, -3, 5), scale ? param(seed + 1) : Tensor(),
+               bias ? param(seed + 2) : Tensor()};
+  lc.constant = {false, rng() % 2 == 0, rng() % 2 == 0};
+  return lc;
+}
+
+LayerCase softmax_case(std::mt19937& rng, uint64_t seed) {
+  LayerCase lc;
+  lc.node = make_node("", rng() % 4 ? "Softmax" : "LogSoftmax", 1);
+  lc.node.opset = rng() % 3 ? 13 : 11;
+  int64_t rank = pick(rng, 1, 4);
+  Dims x = random_dims(rng, rank, 9);
+  if (rng() % 3 == 0) x.back() = pick(rng, 60, 300);
+  int64_t axis = rng() % 3 ? -1 : pick(rng, -rank, rank - 1);
+  if (rng() % 4) testing::GraphBuilder::set_int(lc.node, "axis", axis);
+  double shift = rng() % 4 == 0 ? 3000 : 0;  // large logits: x - max must not round at their scale
+  lc.inputs = {testing::random_tensor(x, seed, DataType::kFloat32, shift - 8, shift + 8)};
+  lc.constant = {false};
+  return lc;
+}
+
+LayerCase attention_case(std::mt19937& rng, uint64_t seed) {
+  int64_t b = pick(rng, 1, 2), h = pick(rng, 1, 3), sq = pick(rng, 1, 40), sk = pick(rng, 1, 70);
+  int64_t d = pick(rng, 1, 40), dv = rng() % 2 ? d : pick(rng, 1, 40);
+  if (rng() % 4 == 0) sq = sk = 128, d = dv = 64;
+  int64_t layout = rng() % 4;  // 0: [b,h,s,d]  1: [h,s,d]  2: [s,d]  3: K/V shared by the heads
+  auto shape = [&](int64_t r, int64_t c, bool kv) {
+    if (layout == 1) return Dims{h, r, c};
+    if (layout == 2) return Dims{r, c};
+    return Dims{b, layout == 3 && kv ? 1 : h, r, c};
+  };
+  bool kt = rng() % 2;
+  int mask_kind = static_cast<int>(rng() % 6);  // 0: none
+  LayerCase lc;
+  lc.node = make_node("kiln", "Attention", mask_kind ? 4 : 3);
+  testing::GraphBuilder::set_int(lc.node, "k_transposed", kt);
+  if (rng() % 3) testing::GraphBuilder::set_float(lc.node, "scale", rng() % 2 ? 0.125f : 0.37f);
+  lc.inputs = {
+      testing::random_tensor(shape(sq, d, false), seed, DataType::kFloat32, -2, 2),
+      testing::random_tensor(kt ? shape(d, sk, true) : shape(sk, d, true), seed + 1, DataType::kFloat32, -2, 2),
+      testing::random_tensor(shape(sk, dv, true), seed + 2)};
+  Dims m;
+  switch (mask_kind) {
+    case 1: m = layout >= 2 ? Dims{1, sk} : Dims{b, 1, 1, sk}; break;
+    case 2: m = shape(sq, sk, false); break;
+    case 3: m = {sq, sk}; break;
+    case 4: m = {sq, 1}; break;
+    case 5: m = {}; break;
+  }
+  if (layout == 1 && m.size() == 4) m.erase(m.begin());
+  if (layout == 2 && m.size() > 2) m = {sq, sk};
+  if (mask_kind) {
+    Tensor mt = testing::random_tensor(m, seed + 3, DataType::kFloat32, -3, 1);
+    // Masked-out keys, never a whole row: scores of a fully masked row all sit near -10000,
+    // where float spacing (1e-3) makes the softmax differ with the summation order.
+    int64_t mc = m.empty() ? 1 : m.back();
+    for (int64_t i = 0; i < mt.numel(); ++i)
+      if (mc > 1 && i % mc != 0 && mt.data<float>()[i] < -2.f) mt.data<float>()[i] = -10000.f;
+    lc.inputs.push_back(mt);
+  }
+  lc.constant = {false, false, false, rng() % 2 == 0};
+  return lc;
+}
+
+// A body of 2-7 elementwise nodes over 1-4 inputs broadcast into one output shape.
+LayerCase fused_elementwise_case(std::mt19937& rng, uint64_t seed) {
+  int64_t rank = pick(rng, 0, 4);
+  Dims out = random_dims(rng, rank, 7);
+  if (rank && rng() % 3 == 0) out.back() = pick(rng, 500, 1100);  // more than one 512-element chunk
+  int n_in = static_cast<int>(pick(rng, 1, 4));
+  LayerCase lc;
+  auto body = std::make_shared<ir::Graph>();
+  body->name = "body";
+  std::vector<std::string> in_names;
+  for (int i = 0; i < n_in; ++i) {
+    Dims d;
+    int kind = i == 0 ? 0 : static_cast<int>(rng() % 4);  // 0: full, 1: scalar, 2/3: some dims broadcast
+    if (kind == 1) {
+      d = rng() % 2 ? Dims{} : Dims{1};
+    } else {
+      size_t drop = kind == 0 ? 0 : rng() % (out.size() + 1);
+      d.assign(out.begin() + drop, out.end());
+      for (auto& x : d)
+        if (kind != 0 && rng() % 2) x = 1;
+    }
+    in_names.push_back("x" + std::to_string(i));
+    body->inputs.push_back({in_names.back(), ir::TypeInfo::tensor(DataType::kFloat32)});
+    lc.inputs.push_back(testing::random_tensor(d, seed + i, DataType::kFloat32, -2, 2));
+    lc.constant.push_back(rng() % 3 == 0);
+  }
+  int counter = 0;
+  auto add = [&](const std::string& op, std::vector<std::string> ins, const std::string& domain = "") {
+    ir::Node n;
+    n.name = "n" + std::to_string(counter);
+    n.op_type = op;
+    n.domain = domain;
+    n.opset = domain.empty() ? (op == "Gelu" ? 20 : 17) : 1;
+    n.inputs = std::move(ins);
+    n.outputs = {"t" + std::to_string(counter++)};
+    body->nodes.push_back(n);
+    return &body->nodes.back();
+  };
+  auto constant_input = [&](float v) {
+    in_names.push_back("x" + std::to_string(lc.inputs.size()));
+    body->inputs.push_back({in_names.back(), ir::TypeInfo::tensor(DataType::kFloat32)});
+    lc.inputs.push_back(Tensor::scalar<float>(DataType::kFloat32, v));
+    lc.constant.push_back(true);
+    return in_names.back();
+  };
+  static const char* kSmooth[] = {"Abs",      "Neg",       "Relu", "Sigmoid", "Tanh",        "Erf",
+                                  "Softsign", "LeakyRelu", "Elu",  "Selu",    "HardSigmoid", "HardSwish",
+                                  "Gelu",     "kiln.Gelu", "Exp",  "Clip"};
+  static const char* kStep[] = {"Floor", "Ceil", "Round", "Sign"};
+  static const char* kBinary[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "PRelu", "Pow"};
+  std::string v = in_names[0];
+  // Steps act on inputs only (exact values: no rounding difference can move them across a step).
+  if (rng() % 4 == 0) v = add(kStep[rng() % 4], {v})->outputs[0];
+  int used = 1, nodes = static_cast<int>(pick(rng, 2, 6)), exps = 0;
+  for (int k = 0; k < nodes || used < n_in; ++k) {
+    if (used < n_in || rng() % 2) {
+      std::string op = kBinary[rng() % 9];
+      std::string other = used < n_in ? in_names[static_cast<size_t>(used++)] : in_names[rng() % in_names.size()];
+      if (op == "PRelu") {  // the slope broadcasts into X: keep X the full-shaped value
+        add(op, {v, other});
+      } else if (op == "Pow") {
+        static const float kExp[] = {0.f, 0.5f, 1.f, 2.f, 3.f, -1.f};
+        float e = kExp[rng() % 6];
+        std::string base = v;
+        if (e == 0.5f || e == -1.f)  // keep the base positive and away from 0
+          base = add("Add", {add("Abs", {v})->outputs[0], constant_input(0.5f)})->outputs[0];
+        add(op, {base, constant_input(e)});
+        if (other != in_names[0]) add("Mul", {body->nodes.back().outputs[0], other});
+      } else if (op == "Div") {
+        std::string den = add("Add", {add("Abs", {other})->outputs[0], constant_input(0.5f)})->outputs[0];
+        add(op, {v, den});  // den / v would be ill-conditioned where v cancels to ~0
+      } else {
+        add(op, rng() % 2 ? std::vector<std::string>{v, other} : std::vector<std::string>{other, v});
+      }
+    } else {
+      std::string op = kSmooth[rng() % 16];
+      if (op == "Exp" && exps++) op = "Tanh";
+      ir::Node* n = op == "kiln.Gelu" ? add("Gelu", {v}, "kiln") : add(op, {v});
+      if (op == "Clip") {
+        n->inputs.push_back(rng() % 2 ? constant_input(-0.5f) : "");
+        if (rng() % 2) n->inputs.push_back(constant_input(0.8f));
+      }
+      if ((op == "Gelu" || op == "kiln.Gelu") && rng() % 2) set_string(*n, "approximate", "tanh");
+      if (op == "LeakyRelu" || op == "Elu") testing::GraphBuilder::set_float(*n, "alpha", 0.3f);
+    }
+    v = body->nodes.back().outputs[0];
+  }
+  body->outputs.push_back({v, ir::TypeInfo::tensor(DataType::kFloat32)});
+  lc.node = make_node("kiln", "FusedElementwise", in_names.size());
+  ir::Attribute at;
+  at.type = ir::Attribute::Type::kGraph;
+  at.g = body;
+  lc.node.attrs["body"] = at;
+  return lc;
+}
+
+// One ONNX elementwise node (the fused_elementwise tactic takes them as one-node programs).
+LayerCase onnx_elementwise_case(std::mt19937& rng, uint64_t seed) {
+  static const char* kOps[] = {"Add", "Sub",  "Mul",     "Div",   "Max",      "Min",  "PRelu",     "Pow", "Clip",
+                               "Abs", "Relu", "Sigmoid", "Tanh",  "Erf",      "Exp",  "Sqrt",      "Elu", "HardSwish",
+                               "Neg", "Sign", "Floor",   "Round", "Softsign", "Selu", "Reciprocal"};
+  std::string op = kOps[rng() % 25];
+  Dims out = random_dims(rng, pick(rng, 0, 4), 8);
+  if (!out.empty() && rng() % 3 == 0) out.back() = pick(rng, 500, 1100);
+  auto broadcast_shape = [&]() {
+    if (rng() % 3 == 0) return Dims{};
+    Dims d(out.begin() + static_cast<int64_t>(rng() % (out.size() + 1)), out.end());
+    for (auto& x : d)
+      if (rng() % 2) x = 1;
+    return d;
+  };
+  bool positive = op == "Sqrt" || op == "Reciprocal" || op == "Pow";
+  LayerCase lc;
+  lc.inputs = {testing::random_tensor(out, seed, DataType::kFloat32, positive ? 0.5 : -2, 2)};
+  lc.constant = {false};
+  if (op == "Pow") {
+    static const float kExp[] = {0.5f, 2.f, 3.f, -1.f};
+    lc.inputs.push_back(Tensor::scalar<float>(DataType::kFloat32, kExp[rng() % 4]));
+    lc.constant.push_back(true);
+  } else if (op == "Clip") {
+    lc.inputs.push_back(rng() % 3 ? Tensor::scalar<float>(DataType::kFloat32, -0.6f) : Tensor());
+    lc.inputs.push_back(rng() % 2 ? Tensor::scalar<float>(DataType::kFloat32, 0.9f) : Tensor());
+    lc.constant.insert(lc.constant.end(), {rng() % 2 == 0, rng() % 2 == 0});
+  } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Max" || op == "Min" || op == "PRelu") {
+    Dims b = broadcast_shape();
+    if (op == "Div")
+      lc.inputs.push_back(testing::random_tensor(b, seed + 1, DataType::kFloat32, 0.5, 2));
+    else
+      lc.inputs.push_back(testing::random_tensor(b, seed + 1));
+    lc.constant.push_back(rng() % 2 == 0);
+    if (op != "PRelu" && rng() % 2) std::swap(lc.inputs[0], lc.inputs[1]);
+  }
+  lc.node = make_node("", op, lc.inputs.size());
+  for (size_t i = 0; i < lc.inputs.size(); ++i)
+    if (!lc.inputs[i].defined()) lc.node.inputs[i] = "";
+  while (!lc.node.inputs.empty() && lc.node.inputs.back().empty()) lc.node.inputs.pop_back();
+  lc.inputs.resize(lc.node.inputs.size());
+  lc.constant.resize(lc.node.inputs.size());
+  return lc;
+}
+
+LayerCase gelu_case(std::mt19937& rng, uint64_t seed) {
+  bool kiln_op = rng() % 2;
+  LayerCase lc;
+  lc.node = make_node(kiln_op ? "kiln" : "", "Gelu", 1);
+  if (!kiln_op) lc.node.opset = 20;
+  if (rng() % 2) set_string(lc.node, "approximate", "tanh");
+  lc.inputs = {testing::random_tensor(random_dims(rng, pick(rng, 0, 4), 40), seed, DataType::kFloat32, -6, 6)};
+  lc.constant = {false};
+  return lc;
+}
+
+// kiln.MultiHeadAttention: heads read in place from [batch..., S, H*D] (or one packed QKV).
+LayerCase multi_head_attention_case(std::mt19937& rng, uint64_t seed) {
+  int64_t b = pick(rng, 1, 2), h = pick(rng, 1, 4), sq = pick(rng, 1, 40), d = pick(rng, 1, 24);
+  bool packed = rng() % 2;
+  int64_t sk = packed ? sq : pick(rng, 1, 70), dv = packed || rng() % 2 ? d : pick(rng, 1, 24);
+  if (rng() % 4 == 0) sq = sk = 128, d = dv = 64, h = 2;
+  int64_t rank = pick(rng, 2, 4);  // [S, E], [B, S, E], [2, B, S, E]
+  auto shape = [&](int64_t s, int64_t e) {
+    Dims x = {s, e};
+    if (rank >= 3) x.insert(x.begin(), b);
+    if (rank == 4) x.insert(x.begin(), 2);
+    return x;
+  };
+  int mask_kind = static_cast<int>(rng() % 4);  // 0: none, 1: [.., 1, 1, sk] keys, 2: [h, sq, sk], 3: [sq, sk]
+  LayerCase lc;
+  lc.node = make_node("kiln", "MultiHeadAttention", 4);
+  testing::GraphBuilder::set_int(lc.node, "num_heads", h);
+  if (rng() % 3) testing::GraphBuilder::set_float(lc.node, "scale", 0.125f);
+  lc.inputs.push_back(testing::random_tensor(shape(sq, packed ? 3 * h * d : h * d), seed, DataType::kFloat32, -2, 2));
+  if (packed) {
+    lc.node.inputs[1] = lc.node.inputs[2] = "";
+    lc.inputs.push_back(Tensor());
+    lc.inputs.push_back(Tensor());
+  } else {
+    lc.inputs.push_back(testing::random_tensor(shape(sk, h * d), seed + 1, DataType::kFloat32, -2, 2));
+    lc.inputs.push_back(testing::random_tensor(shape(sk, h * dv), seed + 2));
+  }
+  Dims m = mask_kind == 1 ? Dims{b, 1, 1, sk} : mask_kind == 2 ? Dims{h, sq, sk} : Dims{sq, sk};
+  if (mask_kind == 1 && rank < 3) m = {1, sk};
+  if (mask_kind) {
+    Tensor mt = testing::random_tensor(m, seed + 3, DataType::kFloat32, -3, 1);
+    for (int64_t i = 0; i < mt.numel(); ++i)  // never a whole row (see attention_case)
+      if (sk > 1 && i % sk != 0 && mt.data<float>()[i] < -2.f) mt.data<float>()[i] = -10000.f;
+    lc.inputs.push_back(mt);
+  } else {
+    lc.node.inputs.pop_back();
+  }
+  lc.constant = {false, false, false, false};
+  return lc;
+}
+
+LayerCase xformer_case(std::mt19937& rng, uint64_t seed, int which) {
+  switch (which % 7) {
+    case 6: return onnx_elementwise_case(rng, seed);
+    case 0: return layer_norm_case(rng, seed);
+    case 1: return softmax_case(rng, seed);
+    case 2: return attention_case(rng, seed);
+    case 3: return fused_elementwise_case(rng, seed);
+    case 4: return multi_head_attention_case(rng, seed);
+    default: return gelu_case(rng, seed);
+  }
+}
+
 Tensor reference(const LayerCase& lc) {
   const ops::OpSchema* s = ops::OpRegistry::get().find(lc.node.domain, lc.node.op_type, lc.node.opset);
   EXPECT_NE(s, nullptr);
@@ -261,7 +562,8 @@ Tensor reference(const LayerCase& lc) {
   std::vector<const ops::Value*> ins;
   for (size_t i = 0; i < lc.node.inputs.size(); ++i)
     ins.push_back(lc.node.inputs[i].empty() || !lc.inputs[i].defined() ? nullptr : &vals[i]);
-  auto r = ops::run_node(lc.node, *s, ins, nullptr);
+  ops::Interpreter runner(std::make_shared<ir::Graph>());  // runs kiln.FusedElementwise bodies
+  auto r = ops::run_node(lc.node, *s, ins, &runner);
   if (!r.ok()) return Tensor();
   return r.value()[0].tensor;
 }
@@ -283,18 +585,34 @@ backends::LayerSignature signature(const LayerCase& lc) {
   return sig;
 }
 
+// kiln's own kernels take their instruction set from cpu_isa() when prepared: each of them is
+// prepared and checked once per ISA this CPU has (KILN_ISA caps it). oneDNN picks its own ISA and
+// ignores KILN_ISA: its tactics run once.
+std::vector<std::string> isas_to_test() {
+  std::vector<std::string> isas = {"scalar"};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isas.push_back("avx2");
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl"))
+    isas.push_back("avx512");
+  return isas;
+}
+
 TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
   std::map<std::string, int> checked;
   std::mt19937 rng(1234);
   const char* more = std::getenv("KILN_TACTIC_TEST_CASES");  // longer soak runs
   int cases = more ? std::atoi(more) : 300;
-  for (int iter = 0; iter < cases * 5 / 3; ++iter) {
+  const char* isa_env = std::getenv("KILN_ISA");
+  std::string saved_isa = isa_env ? isa_env : "";
+  std::vector<std::string> isas = isas_to_test();
+  for (int iter = 0; iter < cases * 7 / 3; ++iter) {
     uint64_t seed = 1000 + 10 * iter;
-    LayerCase lc = iter % 5 == 0   ? conv_case(rng, seed)
-                   : iter % 5 == 1 ? matmul_case(rng, seed)
-                   : iter % 5 == 2 ? gemm_case(rng, seed)
-                   : iter % 5 == 3 ? pool_case(rng, seed)
-                                   : blocked_case(rng, seed);
+    LayerCase lc = iter % 7 == 0   ? conv_case(rng, seed)
+                   : iter % 7 == 1 ? matmul_case(rng, seed)
+                   : iter % 7 == 2 ? gemm_case(rng, seed)
+                   : iter % 7 == 3 ? pool_case(rng, seed)
+                   : iter % 7 == 4 ? blocked_case(rng, seed)
+                                   : xformer_case(rng, seed, iter / 7 * 2 + iter % 7 - 5);
     Tensor want = reference(lc);
     if (!want.defined()) continue;  // a case the op itself rejects
     backends::LayerSignature sig = signature(lc);
@@ -302,33 +620,46 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
       auto ops = t->ops();
       if (std::find(ops.begin(), ops.end(), std::make_pair(lc.node.domain, lc.node.op_type)) == ops.end()) continue;
       if (!t->supports(sig)) continue;
-      if (std::getenv("KILN_TACTIC_TEST_TRACE"))
-        std::fprintf(stderr, "case %d %s %s %s\n", iter, t->name().c_str(), lc.node.op_type.c_str(),
-                     dims_str(lc.inputs[0].shape()).c_str());
-      auto prepared = t->prepare(sig);
-      ASSERT_TRUE(prepared.ok()) << t->name() << " on case " << iter << ": " << prepared.status().to_string();
-      std::vector<Dims> shapes = prepared.value()->output_shapes();
-      ASSERT_EQ(shapes.size(), 1u);
-      ASSERT_EQ(shapes[0], want.shape()) << t->name() << " on case " << iter << " " << lc.node.op_type;
-      Tensor got(DataType::kFloat32, shapes[0]);
-      std::vector<const Tensor*> ins;
-      for (size_t i = 0; i < lc.node.inputs.size(); ++i)
-        ins.push_back(lc.node.inputs[i].empty() || !lc.inputs[i].defined() ? nullptr : &lc.inputs[i]);
-      Status st = prepared.value()->run(ins, {&got});
-      ASSERT_TRUE(st.ok()) << st.to_string();
-      int bad = 0;
-      for (int64_t i = 0; i < want.numel(); ++i) {
-        float w = want.data<float>()[i], g = got.data<float>()[i];
-        if (!(std::fabs(w - g) <= 1e-4f * std::max(1.f, std::fabs(w)))) ++bad;
+      bool onednn = t->name().find("onednn") != std::string::npos;
+      for (const std::string& isa : isas) {
+        if (onednn && isa != isas.back()) continue;
+        setenv("KILN_ISA", isa.c_str(), 1);
+        if (std::getenv("KILN_TACTIC_TEST_TRACE")) {
+          std::fprintf(stderr, "case %d %s %s %s %s\n", iter, t->name().c_str(), isa.c_str(), lc.node.op_type.c_str(),
+                       dims_str(lc.inputs[0].shape()).c_str());
+          if (const ir::Attribute* b = lc.node.attr("body"))
+            for (const auto& n : b->g->nodes) std::fprintf(stderr, "  %s\n", n.op_type.c_str());
+        }
+        auto prepared = t->prepare(sig);
+        ASSERT_TRUE(prepared.ok()) << t->name() << " on case " << iter << ": " << prepared.status().to_string();
+        std::vector<Dims> shapes = prepared.value()->output_shapes();
+        ASSERT_EQ(shapes.size(), 1u);
+        ASSERT_EQ(shapes[0], want.shape()) << t->name() << " on case " << iter << " " << lc.node.op_type;
+        Tensor got(DataType::kFloat32, shapes[0]);
+        std::vector<const Tensor*> ins;
+        for (size_t i = 0; i < lc.node.inputs.size(); ++i)
+          ins.push_back(lc.node.inputs[i].empty() || !lc.inputs[i].defined() ? nullptr : &lc.inputs[i]);
+        Status st = prepared.value()->run(ins, {&got});
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        int bad = 0;
+        for (int64_t i = 0; i < want.numel(); ++i) {
+          float w = want.data<float>()[i], g = got.data<float>()[i];
+          if (!(std::fabs(w - g) <= 1e-4f * std::max(1.f, std::fabs(w))) && bad++ < 3)
+            ADD_FAILURE() << "element " << i << ": want " << w << ", got " << g;
+        }
+        EXPECT_EQ(bad, 0) << t->name() << " [" << isa << "] on case " << iter << " (" << lc.node.op_type << " "
+                          << dims_str(lc.inputs[0].shape()) << ")";
+        checked[t->name()]++;
       }
-      EXPECT_EQ(bad, 0) << t->name() << " on case " << iter << " (" << lc.node.op_type << " "
-                        << dims_str(lc.inputs[0].shape()) << ")";
-      checked[t->name()]++;
     }
   }
+  if (isa_env)
+    setenv("KILN_ISA", saved_isa.c_str(), 1);
+  else
+    unsetenv("KILN_ISA");
   // oneDNN's Winograd exists for AVX-512 only (ONEDNN_MAX_CPU_ISA=AVX2 runs this test as an AVX2 machine).
-  const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
-  bool avx512 = __builtin_cpu_supports("avx512f") && !(isa && std::string(isa).rfind("AVX512", 0) != 0);
+  const char* dnnl_isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+  bool avx512 = __builtin_cpu_supports("avx512f") && !(dnnl_isa && std::string(dnnl_isa).rfind("AVX512", 0) != 0);
   for (const backends::Tactic* t : backends::all_tactics()) {
     if (!avx512 && t->name().find("winograd") != std::string::npos) continue;
     EXPECT_GT(checked[t->name()], 5) << t->name() << " was checked on too few random layers";

@@ -101,5 +101,130 @@ TEST(FuseAttention, LeavesOtherAxesAndReusedProbabilitiesAlone) {
   }
 }
 
+// ---- fuse_attention_heads ----
+
+constexpr int64_t kB = 2, kS = 5, kH = 2, kD = 4, kE = kH * kD;
+
+// X [B, S, E] -> Reshape [B, S, H, D] (shape from `shape`) -> Transpose(perm) -> y.
+void split_heads(GraphBuilder& b, const std::string& x, const std::string& shape, const std::string& y,
+                 std::vector<int64_t> perm) {
+  b.node("Reshape", {x, shape}, {y + "_r"});
+  GraphBuilder::set_ints(b.node("Transpose", {y + "_r"}, {y}), "perm", std::move(perm));
+}
+
+// kiln.Attention(qh, kt, vh, mask) -> Transpose -> Reshape [B, S, E] -> y.
+void attention_and_merge(GraphBuilder& b, const std::string& merge_shape) {
+  ir::Node& a = kiln_op(b, "Attention", {"qh", "kt", "vh", "mask"}, {"ctx"});
+  GraphBuilder::set_int(a, "k_transposed", 1);
+  GraphBuilder::set_float(a, "scale", 0.5f);
+  GraphBuilder::set_ints(b.node("Transpose", {"ctx"}, {"ctx_t"}), "perm", {0, 2, 1, 3});
+  b.node("Reshape", {"ctx_t", merge_shape}, {"y"});
+}
+
+TEST(FuseAttentionHeads, PackedQkvWithExportedShapeComputations) {
+  // As torch exports a merged QKV projection after fuse_horizontal_matmul: the head shapes are
+  // computed from Shape(q) and Shape(ctx), which read values the fusion removes.
+  GraphBuilder b(13);
+  b.input("qkv", {kB, kS, 3 * kE}).input("mask", {kB, 1, 1, kS}).output("y");
+  b.init("sizes", i64s({kE, kE, kE})).init("zero", i64s({0})).init("i0", Tensor::scalar<int64_t>(DataType::kInt64, 0));
+  b.init("tail", i64s({kS, kH, kD})).init("merge_tail", i64s({kS, kE}));
+  GraphBuilder::set_int(b.node("Split", {"qkv", "sizes"}, {"q", "k", "v"}), "axis", -1);
+  b.node("Shape", {"q"}, {"q_shape"});
+  b.node("Gather", {"q_shape", "i0"}, {"batch"});
+  b.node("Unsqueeze", {"batch", "zero"}, {"batch1"});
+  GraphBuilder::set_int(b.node("Concat", {"batch1", "tail"}, {"heads_shape"}), "axis", 0);
+  split_heads(b, "q", "heads_shape", "qh", {0, 2, 1, 3});
+  split_heads(b, "k", "heads_shape", "kt", {0, 2, 3, 1});
+  split_heads(b, "v", "heads_shape", "vh", {0, 2, 1, 3});
+  b.node("Shape", {"ctx"}, {"ctx_shape"});
+  b.node("Gather", {"ctx_shape", "i0"}, {"batch_c"});
+  b.node("Unsqueeze", {"batch_c", "zero"}, {"batch_c1"});
+  GraphBuilder::set_int(b.node("Concat", {"batch_c1", "merge_tail"}, {"merge_shape"}), "axis", 0);
+  attention_and_merge(b, "merge_shape");
+  ir::Model before = b.finish();
+  int changed = 0;
+  ir::Model after = apply_pass(before, passes::fuse_attention_heads, &changed);
+  EXPECT_EQ(changed, 1);
+  const ir::Node* m = find_op(*after.graph, "MultiHeadAttention");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->inputs, (std::vector<std::string>{"qkv", "", "", "mask"}));
+  EXPECT_EQ(m->attr_int("num_heads", 0), kH);
+  EXPECT_FLOAT_EQ(m->attr_float("scale", 0), 0.5f);
+  EXPECT_EQ(count_op(*after.graph, "Split"), 0);
+  EXPECT_EQ(count_op(*after.graph, "Transpose"), 0);
+  EXPECT_EQ(count_op(*after.graph, "Reshape"), 0);
+  for (const auto& n : after.graph->nodes)  // the Shape nodes now read kept values
+    if (n.op_type == "Shape") {
+      EXPECT_TRUE(n.inputs[0] == "qkv" || n.inputs[0] == "y") << n.inputs[0];
+    }
+  EXPECT_LT(max_abs_diff(before, after), 1e-6);
+}
+
+TEST(FuseAttentionHeads, SeparateProjections) {
+  GraphBuilder b(13);
+  b.input("q", {kB, kS, kE}).input("k", {kB, 7, kE}).input("v", {kB, 7, kE}).input("mask", {kS, 7}).output("y");
+  b.init("heads_q", i64s({kB, kS, kH, kD})).init("heads_kv", i64s({kB, 7, kH, kD})).init("merge", i64s({kB, kS, kE}));
+  split_heads(b, "q", "heads_q", "qh", {0, 2, 1, 3});
+  split_heads(b, "k", "heads_kv", "kt", {0, 2, 3, 1});
+  split_heads(b, "v", "heads_kv", "vh", {0, 2, 1, 3});
+  attention_and_merge(b, "merge");
+  ir::Model before = b.finish();
+  int changed = 0;
+  ir::Model after = apply_pass(before, passes::fuse_attention_heads, &changed);
+  EXPECT_EQ(changed, 1);
+  ASSERT_EQ(after.graph->nodes.size(), 1u);
+  EXPECT_EQ(after.graph->nodes[0].inputs, (std::vector<std::string>{"q", "k", "v", "mask"}));
+  EXPECT_LT(max_abs_diff(before, after), 1e-6);
+}
+
+TEST(FuseAttentionHeads, KeepsASplitReadElsewhereAndLeavesOtherLayoutsAlone) {
+  {  // k is also read by an Add: the Split stays, the op reads the three parts
+    GraphBuilder b(13);
+    b.input("qkv", {kB, kS, 3 * kE}).input("mask", {kB, 1, 1, kS}).output("y").output("k2");
+    b.init("sizes", i64s({kE, kE, kE})).init("heads", i64s({kB, kS, kH, kD})).init("merge", i64s({kB, kS, kE}));
+    GraphBuilder::set_int(b.node("Split", {"qkv", "sizes"}, {"q", "k", "v"}), "axis", 2);
+    b.node("Add", {"k", "k"}, {"k2"});
+    split_heads(b, "q", "heads", "qh", {0, 2, 1, 3});
+    split_heads(b, "k", "heads", "kt", {0, 2, 3, 1});
+    split_heads(b, "v", "heads", "vh", {0, 2, 1, 3});
+    attention_and_merge(b, "merge");
+    ir::Model before = b.finish();
+    int changed = 0;
+    ir::Model after = apply_pass(before, passes::fuse_attention_heads, &changed);
+    EXPECT_EQ(changed, 1);
+    EXPECT_EQ(count_op(*after.graph, "Split"), 1);
+    EXPECT_EQ(find_op(*after.graph, "MultiHeadAttention")->inputs, (std::vector<std::string>{"q", "k", "v", "mask"}));
+    EXPECT_LT(max_abs_diff(before, after), 1e-6);
+  }
+  {  // torch.nn.MultiheadAttention's sequence-first heads ([S, B*H, D], rank 3): not this pattern
+    GraphBuilder b(13);
+    b.input("q", {kS, kB, kE}).input("k", {kS, kB, kE}).input("v", {kS, kB, kE}).input("mask", {kS, kS}).output("y");
+    b.init("heads", i64s({kS, kB * kH, kD})).init("merge", i64s({kS, kB, kE}));
+    split_heads(b, "q", "heads", "qh", {1, 0, 2});
+    split_heads(b, "k", "heads", "kt", {1, 2, 0});
+    split_heads(b, "v", "heads", "vh", {1, 0, 2});
+    ir::Node& a = kiln_op(b, "Attention", {"qh", "kt", "vh", "mask"}, {"ctx"});
+    GraphBuilder::set_int(a, "k_transposed", 1);
+    GraphBuilder::set_ints(b.node("Transpose", {"ctx"}, {"ctx_t"}), "perm", {1, 0, 2});
+    b.node("Reshape", {"ctx_t", "merge"}, {"y"});
+    ir::Model m = b.finish();
+    EXPECT_EQ(passes::fuse_attention_heads(*m.graph).value(), 0);
+  }
+  {  // the context is merged with another head order
+    GraphBuilder b(13);
+    b.input("q", {kB, kS, kE}).input("k", {kB, kS, kE}).input("v", {kB, kS, kE}).input("mask", {kS, kS}).output("y");
+    b.init("heads", i64s({kB, kS, kH, kD})).init("merge", i64s({kB, kS, kE}));
+    split_heads(b, "q", "heads", "qh", {0, 2, 1, 3});
+    split_heads(b, "k", "heads", "kt", {0, 2, 3, 1});
+    split_heads(b, "v", "heads", "vh", {0, 2, 1, 3});
+    ir::Node& a = kiln_op(b, "Attention", {"qh", "kt", "vh", "mask"}, {"ctx"});
+    GraphBuilder::set_int(a, "k_transposed", 1);
+    GraphBuilder::set_ints(b.node("Transpose", {"ctx"}, {"ctx_t"}), "perm", {0, 2, 3, 1});
+    b.node("Reshape", {"ctx_t", "merge"}, {"y"});
+    ir::Model m = b.finish();
+    EXPECT_EQ(passes::fuse_attention_heads(*m.graph).value(), 0);
+  }
+}
+
 }  // namespace
 }  // namespace kiln

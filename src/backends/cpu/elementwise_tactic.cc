@@ -1,0 +1,351 @@
+// kiln.FusedElementwise, single ONNX elementwise ops and Gelu as vectorized programs. At prepare time the body's nodes
+// become a straight-line list of vector instructions (xf::EltInstr) over the node's inputs and per-thread temporaries;
+// the kernel runs the whole list on a chunk of 512 elements at a time, so each intermediate lives in L1 and the output
+// is written once. Broadcasting: the output's dims are merged where every input agrees (all of them full or broadcast),
+// the last merged dim is the contiguous row, and each input is either contiguous along the row or one value per row,
+// with any broadcast among the outer dims (strides of 0).
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <map>
+
+#include "backends/cpu/xformer_kernels.h"
+#include "backends/cpu/xformer_tactics.h"
+#include "core/parallel.h"
+
+namespace kiln::backends::cpu {
+namespace {
+
+using xf::EltInstr;
+using xf::EltOp;
+
+constexpr int kMaxInputs = 16;
+// Elements a thread gets at least (about 12 us of work): below that a parallel region costs more
+// than it saves, and on a busy machine a region can wait milliseconds for a descheduled worker.
+constexpr int64_t kGrainElements = 65536;
+
+const ir::Graph* body_of(const ir::Node& n) {
+  const ir::Attribute* a = n.attr("body");
+  return a && a->g ? a->g.get() : nullptr;
+}
+
+// The instruction of a unary body node; "" or why not.
+std::string unary_instr(const ir::Node& n, EltInstr* in) {
+  static const std::map<std::string, EltOp> kPlain = {
+      {"Abs", EltOp::kAbs},         {"Neg", EltOp::kNeg},          {"Exp", EltOp::kExp},
+      {"Sqrt", EltOp::kSqrt},       {"Reciprocal", EltOp::kRecip}, {"Relu", EltOp::kRelu},
+      {"Sigmoid", EltOp::kSigmoid}, {"Tanh", EltOp::kTanh},        {"Erf", EltOp::kErf},
+      {"Floor", EltOp::kFloor},     {"Ceil", EltOp::kCeil},        {"Round", EltOp::kRound},
+      {"Sign", EltOp::kSign},       {"Softsign", EltOp::kSoftsign}};
+  const std::string& op = n.op_type;
+  if (auto it = kPlain.find(op); it != kPlain.end()) {
+    in->op = it->second;
+  } else if (op == "LeakyRelu") {
+    in->op = EltOp::kLeakyRelu, in->p0 = n.attr_float("alpha", 0.01f);
+  } else if (op == "Elu") {
+    in->op = EltOp::kElu, in->p0 = n.attr_float("alpha", 1.0f);
+  } else if (op == "Selu") {
+    in->op = EltOp::kSelu, in->p0 = n.attr_float("alpha", 1.67326319217681884765625f);
+    in->p1 = n.attr_float("gamma", 1.05070102214813232421875f);
+  } else if (op == "HardSigmoid") {
+    in->op = EltOp::kHardSigmoid, in->p0 = n.attr_float("alpha", 0.2f), in->p1 = n.attr_float("beta", 0.5f);
+  } else if (op == "HardSwish") {
+    in->op = EltOp::kHardSwish, in->p0 = 1.f / 6.f, in->p1 = 0.5f;
+  } else if (op == "Gelu") {
+    std::string a = n.attr_string("approximate", "none");
+    if (a != "none" && a != "tanh") return "Gelu approximate '" + a + "'";
+    in->op = a == "none" ? EltOp::kGeluErf : EltOp::kGeluTanh;
+  } else {
+    return "op " + op + " has no vector form";
+  }
+  return "";
+}
+
+struct Compiled {
+  xf::EltProgram prog;
+  std::vector<bool> float_input;  // inputs read as float32 (not only as Pow exponents)
+  Dims out;
+  std::string error;
+};
+
+// Compiles the body. With `sig` shapes unknown only the ops are checked.
+// A single ONNX elementwise node as a one-node body: inputs "x0".., output "y" (a missing
+// optional input stays missing).
+std::shared_ptr<ir::Graph> single_node_body(const ir::Node& n) {
+  auto body = std::make_shared<ir::Graph>();
+  ir::Node copy = n;
+  copy.attrs.erase("kiln.sources");
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    body->inputs.push_back({"x" + std::to_string(i), ir::TypeInfo()});
+    if (!copy.inputs[i].empty()) copy.inputs[i] = body->inputs.back().name;
+  }
+  copy.outputs = {"y"};
+  body->nodes.push_back(std::move(copy));
+  body->outputs.push_back({"y", ir::TypeInfo()});
+  return body;
+}
+
+Compiled compile(const LayerSignature& sig) {
+  Compiled c;
+  const ir::Node& node = *sig.node;
+  bool fused = node.domain == "kiln" && node.op_type == "FusedElementwise";
+  std::shared_ptr<ir::Graph> single;
+  const ir::Graph* body = fused ? body_of(node) : (single = single_node_body(node)).get();
+  if (!body) return c.error = "no body", c;
+  if (node.outputs.size() != 1) return c.error = "more than one output", c;
+  size_t nin = node.inputs.size();
+  if (body->inputs.size() != nin || body->outputs.size() != 1) return c.error = "body inputs/outputs", c;
+  if (nin > kMaxInputs) return c.error = "more than 16 inputs", c;
+  for (size_t i = 0; i < nin; ++i)
+    if (!sig.has_input(i) && (fused || !node.inputs[i].empty())) return c.error = "a missing input", c;
+  std::map<std::string, int> id;
+  for (size_t i = 0; i < nin; ++i) id[body->inputs[i].name] = static_cast<int>(i);
+  c.float_input.assign(nin, false);
+  xf::EltProgram& p = c.prog;
+  p.n_inputs = static_cast<int>(nin);
+  int next = p.n_inputs;
+  auto operand = [&](const std::string& v, int* out) {
+    auto it = id.find(v);
+    if (it == id.end()) return false;
+    *out = it->second;
+    if (*out < p.n_inputs) c.float_input[static_cast<size_t>(*out)] = true;
+    return true;
+  };
+  // A body input that is a constant scalar of the outer graph.
+  auto constant_scalar = [&](const std::string& v, double* value) {
+    auto it = id.find(v);
+    if (it == id.end() || it->second >= p.n_inputs) return false;
+    const TensorSig& t = sig.inputs[static_cast<size_t>(it->second)];
+    if (!t.constant || t.constant->numel() != 1) return false;
+    *value = t.constant->get_f64(0);
+    return true;
+  };
+  for (const ir::Node& n : body->nodes) {
+    bool kiln_gelu = n.domain == "kiln" && n.op_type == "Gelu";
+    if ((!n.domain.empty() && !kiln_gelu) || n.outputs.size() != 1) return c.error = "node " + n.op_type, c;
+    if (!kiln_gelu && n.opset < 7) return c.error = n.op_type + " below opset 7", c;
+    const std::string& op = n.op_type;
+    EltInstr in;
+    in.dst = next;
+    static const std::map<std::string, EltOp> kBinary = {
+        {"Add", EltOp::kAdd}, {"Sum", EltOp::kAdd}, {"Sub", EltOp::kSub}, {"Mul", EltOp::kMul},
+        {"Div", EltOp::kDiv}, {"Max", EltOp::kMax}, {"Min", EltOp::kMin}, {"PRelu", EltOp::kPRelu}};
+    if (auto it = kBinary.find(op); it != kBinary.end()) {
+      if (n.inputs.size() != 2 || !operand(n.inputs[0], &in.a) || !operand(n.inputs[1], &in.b))
+        return c.error = op + " operands", c;
+      in.op = it->second;
+      p.code.push_back(in);
+    } else if (op == "Pow") {
+      double e;
+      if (n.inputs.size() != 2 || !operand(n.inputs[0], &in.a) || !constant_scalar(n.inputs[1], &e))
+        return c.error = "Pow without a constant scalar exponent", c;
+      if (e == 0)
+        in.op = EltOp::kFill, in.p0 = 1.f;
+      else if (e == 0.5)
+        in.op = EltOp::kSqrt;
+      else if (e == 1)
+        in.op = EltOp::kCopy;
+      else if (e == 2)
+        in.op = EltOp::kSquare;
+      else if (e == 3)
+        in.op = EltOp::kCube;
+      else if (e == -1)
+        in.op = EltOp::kRecip;
+      else
+        return c.error = "Pow exponent " + std::to_string(e), c;
+      p.code.push_back(in);
+    } else if (op == "Clip") {
+      if (n.inputs.empty() || !operand(n.inputs[0], &in.a)) return c.error = "Clip operands", c;
+      in.op = EltOp::kClip;
+      in.p0 = -FLT_MAX, in.p1 = FLT_MAX;
+      if (n.opset < 11) {
+        in.p0 = n.attr_float("min", -FLT_MAX), in.p1 = n.attr_float("max", FLT_MAX);
+        p.code.push_back(in);
+      } else {
+        // Constant bounds become immediates; others a Max / Min with the bound's operand.
+        int cur = in.a;
+        for (size_t k = 1; k <= 2; ++k) {
+          if (!n.has_input(k)) continue;
+          double v;
+          if (constant_scalar(n.inputs[k], &v)) {
+            (k == 1 ? in.p0 : in.p1) = static_cast<float>(v);
+            continue;
+          }
+          EltInstr mm;
+          mm.op = k == 1 ? EltOp::kMax : EltOp::kMin;
+          mm.a = cur;
+          if (!operand(n.inputs[k], &mm.b)) return c.error = "Clip operands", c;
+          mm.dst = next++;
+          p.code.push_back(mm);
+          cur = mm.dst;
+        }
+        in.a = cur;
+        in.dst = next;
+        p.code.push_back(in);
+      }
+    } else {
+      if (n.inputs.size() != 1 || !operand(n.inputs[0], &in.a)) return c.error = op + " operands", c;
+      if (auto e = unary_instr(n, &in); !e.empty()) return c.error = e, c;
+      p.code.push_back(in);
+    }
+    id[n.outputs[0]] = next++;
+  }
+  int result;
+  if (!operand(body->outputs[0].name, &result)) return c.error = "body output is not computed", c;
+  if (!p.code.empty() && p.code.back().dst == result) {
+    p.code.back().dst = xf::kEltOut;
+  } else {
+    EltInstr cp;
+    cp.op = EltOp::kCopy, cp.a = result, cp.dst = xf::kEltOut;
+    p.code.push_back(cp);
+  }
+  p.n_temps = next - p.n_inputs;
+  if (p.n_temps > 64) return c.error = "body over 64 nodes", c;
+  return c;
+}
+
+// The row structure of the output (the broadcast of the inputs) for the program.
+std::string plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out) {
+  Dims o;
+  for (const Dims& d : in)
+    if (!xf_broadcast(o, d, &o)) return "inputs do not broadcast";
+  *out = o;
+  size_t n = in.size(), r = o.size();
+  // Per output dim (size > 1), which inputs are full along it.
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<bool>> full;
+  for (size_t d = 0; d < r; ++d) {
+    if (o[d] == 1) continue;
+    std::vector<bool> f(n);
+    for (size_t i = 0; i < n; ++i) {
+      size_t rank = in[i].size();
+      f[i] = d + rank >= r && in[i][d + rank - r] != 1;
+    }
+    if (!sizes.empty() && full.back() == f) {
+      sizes.back() *= o[d];
+    } else {
+      sizes.push_back(o[d]);
+      full.push_back(f);
+    }
+  }
+  if (sizes.empty()) sizes.push_back(1), full.push_back(std::vector<bool>(n, true));
+  size_t m = sizes.size();
+  p->inner = sizes.back();
+  p->outer_dims.assign(sizes.begin(), sizes.end() - 1);
+  p->in_varies.assign(n, 0);
+  p->in_strides.assign(n, std::vector<int64_t>(m - 1, 0));
+  for (size_t i = 0; i < n; ++i) {
+    p->in_varies[i] = full[m - 1][i] ? 1 : 0;
+    int64_t s = full[m - 1][i] ? sizes[m - 1] : 1;
+    for (size_t d = m - 1; d-- > 0;) {
+      if (!full[d][i]) continue;
+      p->in_strides[i][d] = s;
+      s *= sizes[d];
+    }
+  }
+  return "";
+}
+
+class PreparedProgram : public PreparedLayer {
+ public:
+  const xf::Kernels* k = nullptr;
+  xf::EltProgram prog;
+  Dims out;
+
+  std::vector<Dims> output_shapes() const override { return {out}; }
+
+  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
+    const float* ptrs[kMaxInputs];
+    for (int i = 0; i < prog.n_inputs; ++i) {  // a missing optional input is never read
+      const Tensor* t = static_cast<size_t>(i) < in.size() ? in[static_cast<size_t>(i)] : nullptr;
+      ptrs[i] = t ? t->data<float>() : nullptr;
+    }
+    float* y = outs[0]->data<float>();
+    int64_t chunk = std::min(prog.inner, xf::kEltChunk);
+    if (chunk == 0) return Status::Ok();
+    int64_t units = prog.outer() * ((prog.inner + xf::kEltChunk - 1) / xf::kEltChunk);
+    parallel_for(units, std::max<int64_t>(1, kGrainElements / chunk),
+                 [&](int64_t b, int64_t e) { k->eltwise(prog, ptrs, y, b, e); });
+    return Status::Ok();
+  }
+};
+
+class FusedElementwiseKiln : public Tactic {
+ public:
+  std::string name() const override { return "fused_elementwise_kiln"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    std::vector<std::pair<std::string, std::string>> v = {{"kiln", "FusedElementwise"}};
+    for (const char* op :
+         {"Add",  "Sub",   "Mul",  "Div",      "Max",        "Min",  "Sum",     "PRelu",       "Pow",      "Clip",
+          "Abs",  "Neg",   "Exp",  "Sqrt",     "Reciprocal", "Relu", "Sigmoid", "Tanh",        "Erf",      "Floor",
+          "Ceil", "Round", "Sign", "Softsign", "LeakyRelu",  "Elu",  "Selu",    "HardSigmoid", "HardSwish"})
+      v.emplace_back("", op);
+    return v;
+  }
+
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (sig.device.kind != DeviceKind::kCPU || sig.compute != DataType::kFloat32) return "not a float32 CPU layer";
+    Compiled c = compile(sig);
+    if (!c.error.empty()) return c.error;
+    for (size_t i = 0; i < sig.inputs.size(); ++i)
+      if (c.float_input[i] && sig.inputs[i].dtype != DataType::kFloat32) return "an input is not float32";
+    if (sig.has_input(0) && sig.inputs[0].dtype != DataType::kFloat32) return "not float32";
+    if (!sig.fully_known()) return "";
+    std::vector<Dims> shapes;
+    for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
+    xf::EltProgram p;
+    Dims out;
+    return plan_rows(shapes, &p, &out);
+  }
+
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto prep = std::make_unique<PreparedProgram>();
+    prep->k = &xf::kernels(cpu_isa());
+    prep->prog = compile(sig).prog;
+    std::vector<Dims> shapes;
+    for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
+    if (auto e = plan_rows(shapes, &prep->prog, &prep->out); !e.empty()) return Unsupported(name(), ": ", e);
+    return std::unique_ptr<PreparedLayer>(std::move(prep));
+  }
+};
+
+class GeluKiln : public Tactic {
+ public:
+  std::string name() const override { return "gelu_kiln"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Gelu"}, {"kiln", "Gelu"}}; }
+
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (auto e = xf_float32_layer(sig); !e.empty()) return e;
+    if (!sig.has_input(0)) return "no input";
+    EltInstr in;
+    return unary_instr(*sig.node, &in);
+  }
+
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto prep = std::make_unique<PreparedProgram>();
+    prep->k = &xf::kernels(cpu_isa());
+    EltInstr in;
+    unary_instr(*sig.node, &in);
+    in.a = 0, in.dst = xf::kEltOut;
+    prep->prog.code = {in};
+    prep->prog.n_inputs = 1;
+    prep->out = sig.inputs[0].shape;
+    plan_rows({prep->out}, &prep->prog, &prep->out);
+    return std::unique_ptr<PreparedLayer>(std::move(prep));
+  }
+};
+
+}  // namespace
+
+const Tactic* fused_elementwise_kiln() {
+  static const FusedElementwiseKiln t;
+  return &t;
+}
+const Tactic* gelu_kiln() {
+  static const GeluKiln t;
+  return &t;
+}
+
+}  // namespace kiln::backends::cpu

@@ -1,0 +1,223 @@
+// LayerNormalization and Softmax/LogSoftmax tactics over rows of a contiguous block
+// (xformer_kernels: one pass for the mean, one for the variance, one to write; max, exp-sum and
+// scale for softmax), rows split over threads.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/xformer_kernels.h"
+#include "backends/cpu/xformer_tactics.h"
+#include "core/parallel.h"
+
+namespace kiln::backends::cpu {
+
+std::string xf_float32_layer(const LayerSignature& sig) {
+  if (sig.device.kind != DeviceKind::kCPU) return "not a CPU layer";
+  if (sig.compute != DataType::kFloat32) return "computes in " + std::string(dtype_name(sig.compute));
+  for (size_t i = 0; i < sig.inputs.size(); ++i)
+    if (sig.inputs[i].present && sig.inputs[i].dtype != DataType::kFloat32)
+      return "input " + std::to_string(i) + " is " + dtype_name(sig.inputs[i].dtype) + ", not float32";
+  return "";
+}
+
+bool xf_broadcast(const Dims& a, const Dims& b, Dims* out) {
+  size_t r = std::max(a.size(), b.size());
+  Dims o(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t x = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t y = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (x != y && x != 1 && y != 1) return false;
+    o[i] = x == 1 ? y : x;
+  }
+  *out = std::move(o);
+  return true;
+}
+
+namespace {
+
+// Elements a thread gets at least (about 12 us of work): below that a parallel region costs more
+// than it saves, and on a busy machine a region can wait milliseconds for a descheduled worker.
+constexpr int64_t kGrainElements = 65536;
+
+int64_t numel(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+// ---- LayerNormalization ----
+
+class PreparedLayerNorm : public PreparedLayer {
+ public:
+  const xf::Kernels* k = nullptr;
+  Dims shape;
+  int64_t rows = 0, len = 0;
+  float epsilon = 1e-5f;
+  bool has_scale = false, has_bias = false;
+  std::vector<float> scale, bias;  // constants (scalars expanded); empty: read at run time
+
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+
+  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+    std::vector<float> tmp_scale, tmp_bias;
+    auto param = [&](size_t i, const std::vector<float>& prepared, std::vector<float>& tmp) -> const float* {
+      if (!prepared.empty()) return prepared.data();
+      const Tensor& t = *in[i];
+      if (t.numel() == len) return t.data<float>();
+      tmp.assign(static_cast<size_t>(len), t.data<float>()[0]);
+      return tmp.data();
+    };
+    const float* s = has_scale ? param(1, scale, tmp_scale) : nullptr;
+    const float* b = has_bias ? param(2, bias, tmp_bias) : nullptr;
+    const float* x = in[0]->data<float>();
+    float* y = out[0]->data<float>();
+    parallel_for(rows, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(len, 1)),
+                 [&](int64_t r0, int64_t r1) { k->layer_norm(x, y, r0, r1, len, s, b, epsilon); });
+    return Status::Ok();
+  }
+};
+
+class LayerNormKiln : public Tactic {
+ public:
+  std::string name() const override { return "layer_norm_kiln"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    return {{"", "LayerNormalization"}, {"kiln", "LayerNormalization"}};
+  }
+
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (auto e = xf_float32_layer(sig); !e.empty()) return e;
+    const ir::Node& n = *sig.node;
+    if (!sig.has_input(0)) return "no X";
+    if (sig.domain().empty() && !sig.has_input(1)) return "no Scale";
+    for (size_t o = 1; o < n.outputs.size(); ++o)
+      if (n.has_output(o)) return "Mean/InvStdDev outputs are asked for";
+    int64_t rank = static_cast<int64_t>(sig.inputs[0].shape.size());
+    int64_t axis = n.attr_int("axis", -1);
+    if (axis < 0) axis += rank;
+    if (rank == 0 || axis < 0 || axis >= rank) return "axis out of range";
+    if (!sig.inputs[0].known()) return "";  // the parameters are checked at prepare time
+    Dims block(sig.inputs[0].shape.begin() + axis, sig.inputs[0].shape.end());
+    for (size_t i = 1; i <= 2; ++i) {
+      if (!sig.has_input(i)) continue;
+      const Dims& p = sig.inputs[i].shape;
+      bool ok = sig.inputs[i].known() && (numel(p) == 1 || p == block);
+      // Leading 1s do not change which element a position reads.
+      if (!ok && sig.inputs[i].known() && p.size() > block.size()) {
+        ok = std::equal(block.begin(), block.end(), p.end() - block.size());
+        for (size_t d = 0; ok && d + block.size() < p.size(); ++d) ok = p[d] == 1;
+      }
+      if (!ok) return "Scale/B is neither a scalar nor of the normalized block's shape";
+    }
+    return "";
+  }
+
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto p = std::make_unique<PreparedLayerNorm>();
+    p->k = &xf::kernels(cpu_isa());
+    p->shape = sig.inputs[0].shape;
+    int64_t rank = static_cast<int64_t>(p->shape.size());
+    int64_t axis = sig.node->attr_int("axis", -1);
+    if (axis < 0) axis += rank;
+    p->len = 1;
+    for (int64_t d = axis; d < rank; ++d) p->len *= p->shape[static_cast<size_t>(d)];
+    p->rows = p->len ? numel(p->shape) / p->len : 0;
+    p->epsilon = sig.node->attr_float("epsilon", 1e-5f);
+    p->has_scale = sig.has_input(1);
+    p->has_bias = sig.has_input(2);
+    for (size_t i = 1; i <= 2; ++i) {
+      if (!sig.has_input(i) || !sig.inputs[i].constant) continue;
+      const Tensor& c = *sig.inputs[i].constant;
+      std::vector<float>& dst = i == 1 ? p->scale : p->bias;
+      if (c.numel() == p->len)
+        dst.assign(c.data<float>(), c.data<float>() + p->len);
+      else
+        dst.assign(static_cast<size_t>(p->len), c.data<float>()[0]);
+    }
+    return std::unique_ptr<PreparedLayer>(std::move(p));
+  }
+};
+
+// ---- Softmax / LogSoftmax ----
+
+class PreparedSoftmax : public PreparedLayer {
+ public:
+  const xf::Kernels* k = nullptr;
+  Dims shape;
+  int64_t rows = 0, len = 0;
+  bool log = false;
+
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+
+  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+    const float* x = in[0]->data<float>();
+    float* y = out[0]->data<float>();
+    parallel_for(rows, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(len, 1)),
+                 [&](int64_t r0, int64_t r1) { k->softmax(x, y, r0, r1, len, log); });
+    return Status::Ok();
+  }
+};
+
+class SoftmaxKiln : public Tactic {
+ public:
+  std::string name() const override { return "softmax_kiln"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    return {{"", "Softmax"}, {"", "LogSoftmax"}};
+  }
+
+  // The first normalized axis; rows are everything before it.
+  static bool split(const LayerSignature& sig, int64_t* axis_out) {
+    const ir::Node& n = *sig.node;
+    const Dims& s = sig.inputs[0].shape;
+    int64_t rank = static_cast<int64_t>(s.size());
+    if (n.opset < 13) {  // coerced to 2-D at axis: the block is contiguous whatever the axis
+      int64_t axis = n.attr_int("axis", 1);
+      if (axis < 0) axis += rank;
+      if (axis < 0 || axis > rank) return false;
+      *axis_out = axis;
+      return true;
+    }
+    int64_t axis = n.attr_int("axis", -1);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return false;
+    for (int64_t d = axis + 1; d < rank; ++d)
+      if (s[static_cast<size_t>(d)] != 1) return false;  // a strided axis: not this kernel
+    *axis_out = axis;
+    return true;
+  }
+
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (auto e = xf_float32_layer(sig); !e.empty()) return e;
+    if (!sig.has_input(0)) return "no input";
+    if (sig.inputs[0].shape.empty()) return "a scalar input";
+    int64_t axis;
+    if (!split(sig, &axis)) return "the normalized axis is not the innermost one (or out of range)";
+    return "";
+  }
+
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto p = std::make_unique<PreparedSoftmax>();
+    p->k = &xf::kernels(cpu_isa());
+    p->shape = sig.inputs[0].shape;
+    int64_t axis = 0;
+    split(sig, &axis);
+    p->len = 1;
+    for (size_t d = static_cast<size_t>(axis); d < p->shape.size(); ++d) p->len *= p->shape[d];
+    p->rows = p->len ? numel(p->shape) / p->len : 0;
+    p->log = sig.op() == "LogSoftmax";
+    return std::unique_ptr<PreparedLayer>(std::move(p));
+  }
+};
+
+}  // namespace
+
+const Tactic* layer_norm_kiln() {
+  static const LayerNormKiln t;
+  return &t;
+}
+const Tactic* softmax_kiln() {
+  static const SoftmaxKiln t;
+  return &t;
+}
+
+}  // namespace kiln::backends::cpu

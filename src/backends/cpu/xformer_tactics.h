@@ -1,0 +1,29 @@
+// kiln's own tactics for the transformer path (kernels in xformer_kernels.{h,inc,cc}; AVX-512,
+// AVX2 or portable C++ chosen by cpu_isa() when a layer is prepared). Compiled with or without
+// oneDNN.
+#pragma once
+
+#include <string>
+
+#include "backends/tactic.h"
+
+namespace kiln::backends::cpu {
+
+// LayerNormalization (ONNX, kiln): any axis (the normalized block is contiguous), Scale/B of the
+// block's size or scalars, Y only.
+const Tactic* layer_norm_kiln();
+// Softmax / LogSoftmax over a contiguous block (opset < 13: any axis; 13+: the innermost axis).
+const Tactic* softmax_kiln();
+// kiln.Attention: scaled dot-product attention fused per (batch, head, query-row block).
+const Tactic* attention_kiln_fused();
+// kiln.FusedElementwise: the body compiled into a vectorized program at prepare time.
+const Tactic* fused_elementwise_kiln();
+// Gelu (ONNX 20, kiln): erf or tanh form.
+const Tactic* gelu_kiln();
+
+// "" when every present input is float32 and the layer computes in float32 on the CPU.
+std::string xf_float32_layer(const LayerSignature& sig);
+// Multidirectional (numpy) broadcast of two shapes; false when they do not broadcast.
+bool xf_broadcast(const Dims& a, const Dims& b, Dims* out);
+
+}  // namespace kiln::backends::cpu
