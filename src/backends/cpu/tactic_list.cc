@@ -6,6 +6,7 @@
 
 #include "backends/tactic.h"
 
+#include "backends/cpu/kiln_tactics.h"
 #if defined(KILN_HAVE_ONEDNN)
 #include "backends/cpu/onednn_tactics.h"
 #endif
@@ -30,6 +31,8 @@ const std::vector<const Tactic*>& all_tactics() {
     // MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool
     v.push_back(dnn::pool2d_onednn_nchw());
 #endif
+    // kiln's own kernels (after oneDNN's until the auto-tuner times them)
+    v.push_back(cpu::gemm_kiln_packed());
     return v;
   }();
   return list;
