@@ -9,8 +9,7 @@
 namespace kiln::backends::cpu {
 
 AlignedFloats::AlignedFloats(size_t n)
-    : p_(static_cast<float*>(::operator new[](std::max<size_t>(n, 16) * sizeof(float), std::align_val_t(64)))),
-      n_(n) {}
+    : p_(static_cast<float*>(::operator new[](std::max<size_t>(n, 16) * sizeof(float), std::align_val_t(64)))), n_(n) {}
 
 float* thread_scratch(int slot, size_t floats) {
   thread_local AlignedFloats bufs[4];
@@ -44,8 +43,8 @@ KILN_TARGET_AVX512 KILN_INLINE __m512 load16(const float* p, __mmask16 m) {
 }
 
 template <int MR, bool kTail>
-KILN_TARGET_AVX512 void ukernel_avx512(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b,
-                                       int64_t ldb, float* c, int64_t ldc, int nv, const TileEpi& e) {
+KILN_TARGET_AVX512 void ukernel_avx512(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b, int64_t ldb,
+                                       float* c, int64_t ldc, int nv, const TileEpi& e) {
   const __mmask16 m0 = kTail ? static_cast<__mmask16>(nv >= 16 ? 0xFFFF : (1u << nv) - 1) : 0xFFFF;
   const __mmask16 m1 = kTail ? static_cast<__mmask16>(nv <= 16 ? 0 : (1u << (nv - 16)) - 1) : 0xFFFF;
   __m512 c0[MR], c1[MR];
@@ -139,7 +138,8 @@ KILN_TARGET_AVX2 void ukernel_avx2(int64_t k, const float* a, int64_t rsa, int64
     float* ci = c + i * ldc;
     __m256 x0 = c0[i], x1 = c1[i];
     if (e.accumulate) x0 = _mm256_add_ps(x0, load8<kTail>(ci, m0)), x1 = _mm256_add_ps(x1, load8<kTail>(ci + 8, m1));
-    if (e.col_bias) x0 = _mm256_add_ps(x0, load8<kTail>(e.col_bias, m0)), x1 = _mm256_add_ps(x1, load8<kTail>(e.col_bias + 8, m1));
+    if (e.col_bias)
+      x0 = _mm256_add_ps(x0, load8<kTail>(e.col_bias, m0)), x1 = _mm256_add_ps(x1, load8<kTail>(e.col_bias + 8, m1));
     if (e.row_bias) {
       __m256 r = _mm256_set1_ps(e.row_bias[i]);
       x0 = _mm256_add_ps(x0, r), x1 = _mm256_add_ps(x1, r);
@@ -202,10 +202,9 @@ void activate_scalar_row(float* p, int64_t n, const Activation& act) {
 
 #define KILN_UK(f, mr) \
   { f<mr, false>, f<mr, true> }
-const Ukernel kAvx512Kernels[8][2] = {KILN_UK(ukernel_avx512, 1), KILN_UK(ukernel_avx512, 2),
-                                      KILN_UK(ukernel_avx512, 3), KILN_UK(ukernel_avx512, 4),
-                                      KILN_UK(ukernel_avx512, 5), KILN_UK(ukernel_avx512, 6),
-                                      KILN_UK(ukernel_avx512, 7), KILN_UK(ukernel_avx512, 8)};
+const Ukernel kAvx512Kernels[8][2] = {
+    KILN_UK(ukernel_avx512, 1), KILN_UK(ukernel_avx512, 2), KILN_UK(ukernel_avx512, 3), KILN_UK(ukernel_avx512, 4),
+    KILN_UK(ukernel_avx512, 5), KILN_UK(ukernel_avx512, 6), KILN_UK(ukernel_avx512, 7), KILN_UK(ukernel_avx512, 8)};
 const Ukernel kAvx2Kernels[6][2] = {KILN_UK(ukernel_avx2, 1), KILN_UK(ukernel_avx2, 2), KILN_UK(ukernel_avx2, 3),
                                     KILN_UK(ukernel_avx2, 4), KILN_UK(ukernel_avx2, 5), KILN_UK(ukernel_avx2, 6)};
 const Ukernel kScalarKernels[4][2] = {KILN_UK(ukernel_scalar, 1), KILN_UK(ukernel_scalar, 2),

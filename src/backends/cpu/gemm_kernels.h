@@ -63,10 +63,10 @@ PackedA pack_a(Isa isa, const float* a, int64_t m, int64_t k, int64_t rs, int64_
 
 // Y = act(A·B [+ C] + col_bias[j] + row_bias[i] + residual[i][j]), element by element in this order.
 struct GemmEpilogue {
-  bool accumulate = false;           // C already holds an addend (added before the biases)
-  const float* col_bias = nullptr;   // [N]
-  const float* row_bias = nullptr;   // [M]
-  const float* residual = nullptr;   // residual[i * ld_residual + j]
+  bool accumulate = false;          // C already holds an addend (added before the biases)
+  const float* col_bias = nullptr;  // [N]
+  const float* row_bias = nullptr;  // [M]
+  const float* residual = nullptr;  // residual[i * ld_residual + j]
   int64_t ld_residual = 0;
   Activation act;
 };
@@ -76,10 +76,10 @@ struct GemmArgs {
   const float* a = nullptr;  // unpacked A: A[i][p] = a[i*rsa + p*csa]
   int64_t rsa = 0, csa = 0;
   const PackedA* packed_a = nullptr;  // or packed (then `a` is ignored)
-  const float* b = nullptr;  // unpacked B: B[p][j] = b[p*ldb + j]
+  const float* b = nullptr;           // unpacked B: B[p][j] = b[p*ldb + j]
   int64_t ldb = 0;
   const PackedB* packed_b = nullptr;  // or packed
-  float* c = nullptr;  // C[i][j] = c[i*ldc + j]
+  float* c = nullptr;                 // C[i][j] = c[i*ldc + j]
   int64_t ldc = 0;
   GemmEpilogue epi;
 };

@@ -30,7 +30,7 @@ enum class ActKind { kNone, kRelu, kLeakyRelu, kSigmoid, kTanh, kHardSwish, kCli
 
 struct Activation {
   ActKind kind = ActKind::kNone;
-  float alpha = 0.f;              // LeakyRelu
+  float alpha = 0.f;                  // LeakyRelu
   float lo = -FLT_MAX, hi = FLT_MAX;  // Clip
 };
 
@@ -40,17 +40,26 @@ inline std::string parse_activation(const ir::Node& n, Activation* a) {
   if (n.domain != "kiln") return "";
   std::string act = n.attr_string("activation", "");
   if (act.empty()) return "";
-  if (act == "Relu") a->kind = ActKind::kRelu;
-  else if (act == "LeakyRelu") a->kind = ActKind::kLeakyRelu, a->alpha = n.attr_float("activation_alpha", 0.01f);
-  else if (act == "Sigmoid") a->kind = ActKind::kSigmoid;
-  else if (act == "Tanh") a->kind = ActKind::kTanh;
-  else if (act == "HardSwish") a->kind = ActKind::kHardSwish;
-  else if (act == "SiLU") a->kind = ActKind::kSiLU;
+  if (act == "Relu")
+    a->kind = ActKind::kRelu;
+  else if (act == "LeakyRelu")
+    a->kind = ActKind::kLeakyRelu, a->alpha = n.attr_float("activation_alpha", 0.01f);
+  else if (act == "Sigmoid")
+    a->kind = ActKind::kSigmoid;
+  else if (act == "Tanh")
+    a->kind = ActKind::kTanh;
+  else if (act == "HardSwish")
+    a->kind = ActKind::kHardSwish;
+  else if (act == "SiLU")
+    a->kind = ActKind::kSiLU;
   else if (act == "Gelu") {
     std::string approx = n.attr_string("activation_approximate", "none");
-    if (approx == "none") a->kind = ActKind::kGeluErf;
-    else if (approx == "tanh") a->kind = ActKind::kGeluTanh;
-    else return "Gelu approximation '" + approx + "'";
+    if (approx == "none")
+      a->kind = ActKind::kGeluErf;
+    else if (approx == "tanh")
+      a->kind = ActKind::kGeluTanh;
+    else
+      return "Gelu approximation '" + approx + "'";
   } else if (act == "Clip") {
     a->kind = ActKind::kClip;
     if (n.attr("activation_min")) a->lo = n.attr_float("activation_min", 0.f);
@@ -71,11 +80,13 @@ inline float activate_scalar(float x, const Activation& a) {
     case ActKind::kNone: return x;
     case ActKind::kRelu: return x < 0.f ? 0.f : x;
     case ActKind::kLeakyRelu: return x < 0.f ? a.alpha * x : x;
-    case ActKind::kSigmoid: return static_cast<float>(v >= 0 ? 1 / (1 + std::exp(-v)) : std::exp(v) / (1 + std::exp(v)));
+    case ActKind::kSigmoid:
+      return static_cast<float>(v >= 0 ? 1 / (1 + std::exp(-v)) : std::exp(v) / (1 + std::exp(v)));
     case ActKind::kTanh: return std::tanh(x);
     case ActKind::kHardSwish: return static_cast<float>(v * std::max(0.0, std::min(1.0, v / 6 + 0.5)));
     case ActKind::kClip: return std::min(std::max(x, a.lo), a.hi);
-    case ActKind::kSiLU: return static_cast<float>(v >= 0 ? v / (1 + std::exp(-v)) : v * std::exp(v) / (1 + std::exp(v)));
+    case ActKind::kSiLU:
+      return static_cast<float>(v >= 0 ? v / (1 + std::exp(-v)) : v * std::exp(v) / (1 + std::exp(v)));
     case ActKind::kGeluErf: return static_cast<float>(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
     case ActKind::kGeluTanh:
       return static_cast<float>(0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))));
@@ -112,7 +123,8 @@ KILN_TARGET_AVX512 KILN_INLINE __m512 tanh(__m512 x) {
   __m512 ax = _mm512_abs_ps(x);
   // |x| >= 0.625: 1 - 2 / (exp(2|x|) + 1) with x's sign; below: an odd polynomial (cephes tanhf).
   __m512 e = exp(_mm512_add_ps(ax, ax));
-  __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.f), _mm512_div_ps(_mm512_set1_ps(2.f), _mm512_add_ps(e, _mm512_set1_ps(1.f))));
+  __m512 big =
+      _mm512_sub_ps(_mm512_set1_ps(1.f), _mm512_div_ps(_mm512_set1_ps(2.f), _mm512_add_ps(e, _mm512_set1_ps(1.f))));
   big = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(big),
                                             _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN))));
   __m512 z = _mm512_mul_ps(x, x);
@@ -202,7 +214,8 @@ KILN_TARGET_AVX2 KILN_INLINE __m256 abs(__m256 x) {
 KILN_TARGET_AVX2 KILN_INLINE __m256 tanh(__m256 x) {
   __m256 ax = abs(x);
   __m256 e = exp(_mm256_add_ps(ax, ax));
-  __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.f), _mm256_div_ps(_mm256_set1_ps(2.f), _mm256_add_ps(e, _mm256_set1_ps(1.f))));
+  __m256 big =
+      _mm256_sub_ps(_mm256_set1_ps(1.f), _mm256_div_ps(_mm256_set1_ps(2.f), _mm256_add_ps(e, _mm256_set1_ps(1.f))));
   big = _mm256_or_ps(big, _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN))));
   __m256 z = _mm256_mul_ps(x, x);
   __m256 p = _mm256_set1_ps(-5.70498872745E-3f);
@@ -223,7 +236,8 @@ KILN_TARGET_AVX2 KILN_INLINE __m256 gelu_erf(__m256 x) {
   p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
   p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
   __m256 q = _mm256_mul_ps(_mm256_mul_ps(p, t), exp(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(z, z))));
-  __m256 f = _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(2.f), q), q, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
+  __m256 f =
+      _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(2.f), q), q, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
   return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), f);
 }
 

@@ -33,6 +33,9 @@ const std::vector<const Tactic*>& all_tactics() {
 #endif
     // kiln's own kernels (after oneDNN's until the auto-tuner times them)
     v.push_back(cpu::gemm_kiln_packed());
+    v.push_back(cpu::conv2d_kiln_1x1());
+    v.push_back(cpu::conv2d_kiln_depthwise());
+    v.push_back(cpu::pool2d_kiln_nchw());
     return v;
   }();
   return list;

@@ -1,0 +1,164 @@
+// kiln's own convolution tactics on NCHW activations, for Conv and kiln.FusedConv (bias, residual,
+// activation fused into the store):
+//   conv2d_kiln_1x1        1x1 kernel, stride 1, no padding, one group: per image the GEMM
+//                          Y[M, HW] = W[M, C] · X[C, HW] (W packed once, X read in place).
+//   conv2d_kiln_depthwise  group == C == M (one filter per channel), any kernel, stride, pads and
+//                          dilation (conv_depthwise.h).
+// The window (kernel_shape, strides, pads, auto_pad, dilations) is resolved by the reference
+// kernel's own code (ops/conv_util.h), so the output shape always matches it.
+#include <vector>
+
+#include "backends/cpu/conv_depthwise.h"
+#include "backends/cpu/gemm_kernels.h"
+#include "backends/cpu/kiln_tactics.h"
+#include "ops/conv_util.h"
+
+namespace kiln::backends::cpu {
+namespace {
+
+struct ConvGeometry {
+  int64_t n, c, h, w, m, kh, kw, group, oh, ow;
+  int64_t sh, sw, dh, dw, pt, pl, pb, pr;
+};
+
+// Conv's attributes for concrete input shapes; "" or why not.
+std::string resolve(const ir::Node& node, const Dims& x, const Dims& wt, ConvGeometry& g) {
+  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
+  g.m = wt[0], g.kh = wt[2], g.kw = wt[3];
+  g.group = node.attr_int("group", 1);
+  if (g.group <= 0 || g.c % g.group != 0 || g.m % g.group != 0 || wt[1] * g.group != g.c)
+    return "channels do not match the groups";
+  Dims kernel{g.kh, g.kw};
+  auto win = ops::read_window(node, 2, &kernel, {});
+  if (!win.ok()) return win.status().message();
+  auto oh = ops::window_output(*win, 0, g.h, &g.pt, &g.pb);
+  auto ow = ops::window_output(*win, 1, g.w, &g.pl, &g.pr);
+  if (!oh.ok()) return oh.status().message();
+  if (!ow.ok()) return ow.status().message();
+  g.oh = *oh, g.ow = *ow;
+  g.sh = win->strides[0], g.sw = win->strides[1], g.dh = win->dilations[0], g.dw = win->dilations[1];
+  if (g.n <= 0 || g.c <= 0 || g.h <= 0 || g.w <= 0 || g.m <= 0 || g.oh <= 0 || g.ow <= 0) return "empty tensors";
+  return "";
+}
+
+enum class Kind { k1x1, kDepthwise };
+
+class PreparedConv : public PreparedLayer {
+ public:
+  Kind kind = Kind::k1x1;
+  Isa isa = Isa::kScalar;
+  ConvGeometry g{};
+  bool has_residual = false;
+  std::vector<float> bias, weights;
+  PackedA packed_w;  // 1x1
+  Activation act;
+
+  std::vector<Dims> output_shapes() const override { return {{g.n, g.m, g.oh, g.ow}}; }
+
+  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+    const float* x = in[0]->data<float>();
+    const float* res = has_residual ? in[3]->data<float>() : nullptr;
+    float* y = out[0]->data<float>();
+    if (kind == Kind::kDepthwise) {
+      DepthwiseConv p;
+      p.batch = g.n, p.channels = g.c;
+      p.g = {g.h, g.w, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl};
+      p.weights = weights.data();
+      p.bias = bias.empty() ? nullptr : bias.data();
+      p.act = act;
+      depthwise_conv(isa, p, x, res, y);
+      return Status::Ok();
+    }
+    const int64_t hw = g.h * g.w;
+    for (int64_t i = 0; i < g.n; ++i) {
+      GemmArgs a;
+      a.m = g.m, a.n = hw, a.k = g.c;
+      a.packed_a = &packed_w;
+      a.b = x + i * g.c * hw, a.ldb = hw;
+      a.c = y + i * g.m * hw, a.ldc = hw;
+      a.epi.row_bias = bias.empty() ? nullptr : bias.data();
+      if (res) a.epi.residual = res + i * g.m * hw, a.epi.ld_residual = hw;
+      a.epi.act = act;
+      gemm(isa, a);
+    }
+    return Status::Ok();
+  }
+};
+
+class KilnConv : public Tactic {
+ public:
+  explicit KilnConv(Kind kind) : kind_(kind) {}
+  std::string name() const override { return kind_ == Kind::k1x1 ? "conv2d_kiln_1x1" : "conv2d_kiln_depthwise"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    return {{"", "Conv"}, {"kiln", "FusedConv"}};
+  }
+
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    bool fused = sig.domain() == "kiln";
+    if (!((sig.domain().empty() && sig.op() == "Conv") || (fused && sig.op() == "FusedConv"))) return "not a Conv";
+    if (auto e = float32_cpu_layer(sig); !e.empty()) return e;
+    if (!sig.has_input(0) || sig.inputs[0].shape.size() != 4) return "not a 2-D convolution (X must be 4-D)";
+    if (!sig.has_input(1) || !sig.inputs[1].constant || sig.inputs[1].shape.size() != 4)
+      return "W is not a 4-D constant";
+    const Dims& w = sig.inputs[1].shape;
+    if (sig.has_input(2) && (!sig.inputs[2].constant || sig.inputs[2].constant->numel() != w[0]))
+      return "B is not a constant of M elements";
+    if (sig.has_input(3) && sig.inputs[3].shape.size() != 4) return "the residual is not 4-D";
+    Activation act;
+    if (auto e = parse_activation(*sig.node, &act); !e.empty()) return e;
+    int64_t group = sig.node->attr_int("group", 1);
+    if (kind_ == Kind::k1x1) {
+      if (w[2] != 1 || w[3] != 1) return "not a 1x1 kernel";
+      if (group != 1) return "grouped";
+    } else if (group != w[0] || w[1] != 1) {
+      return "not depthwise (group == C == M)";
+    }
+    if (sig.inputs[0].known()) {
+      ConvGeometry g;
+      if (auto e = resolve(*sig.node, sig.inputs[0].shape, w, g); !e.empty()) return e;
+      if (kind_ == Kind::k1x1 && (g.sh != 1 || g.sw != 1 || g.pt || g.pl || g.pb || g.pr)) return "strided or padded";
+      if (kind_ == Kind::kDepthwise && g.c != g.m) return "not depthwise (group == C == M)";
+      if (sig.has_input(3) && sig.inputs[3].known() && sig.inputs[3].shape != Dims{g.n, g.m, g.oh, g.ow})
+        return "the residual is broadcast (not the output's shape)";
+    }
+    return "";
+  }
+
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto p = std::make_unique<PreparedConv>();
+    p->kind = kind_;
+    p->isa = cpu_isa();
+    resolve(*sig.node, sig.inputs[0].shape, sig.inputs[1].shape, p->g);
+    parse_activation(*sig.node, &p->act);
+    p->has_residual = sig.has_input(3);
+    if (p->has_residual && sig.inputs[3].shape != Dims{p->g.n, p->g.m, p->g.oh, p->g.ow})
+      return Unsupported(name(), ": the residual is broadcast (not the output's shape)");
+    if (sig.has_input(2)) {
+      const Tensor& b = *sig.inputs[2].constant;
+      p->bias.assign(b.data<float>(), b.data<float>() + b.numel());
+    }
+    const Tensor& w = *sig.inputs[1].constant;
+    if (kind_ == Kind::k1x1)
+      p->packed_w = pack_a(p->isa, w.data<float>(), p->g.m, p->g.c, p->g.c, 1, 1.f);
+    else
+      p->weights.assign(w.data<float>(), w.data<float>() + w.numel());
+    return std::unique_ptr<PreparedLayer>(std::move(p));
+  }
+
+ private:
+  Kind kind_;
+};
+
+}  // namespace
+
+const Tactic* conv2d_kiln_1x1() {
+  static const KilnConv t(Kind::k1x1);
+  return &t;
+}
+const Tactic* conv2d_kiln_depthwise() {
+  static const KilnConv t(Kind::kDepthwise);
+  return &t;
+}
+
+}  // namespace kiln::backends::cpu
