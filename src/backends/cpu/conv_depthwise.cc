@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/gemm_kernels.h"
@@ -15,6 +16,7 @@ namespace dw_avx512 {
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
 using V = Vec512;
+using VN = Vec256;
 #include "backends/cpu/conv_depthwise_body.inc"
 #pragma GCC pop_options
 }  // namespace dw_avx512
@@ -23,12 +25,14 @@ namespace dw_avx2 {
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 using V = Vec256;
+using VN = Vec256;
 #include "backends/cpu/conv_depthwise_body.inc"
 #pragma GCC pop_options
 }  // namespace dw_avx2
 
 namespace dw_scalar {
 using V = Vec1;
+using VN = Vec1;
 #include "backends/cpu/conv_depthwise_body.inc"
 }  // namespace dw_scalar
 

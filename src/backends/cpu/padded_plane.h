@@ -26,10 +26,12 @@ struct PlaneLayout {
   std::vector<int64_t> tap;  // kw offsets of the taps of a row
 };
 
-// Outputs are produced in blocks of `block_cols` columns (reads may run past ow up to the block).
-inline PlaneLayout plane_layout(const PlaneGeometry& g, int64_t block_cols) {
+// Outputs are produced in blocks of `block_rows` x `block_cols` (reads may run past oh and ow up to
+// the block; those rows and columns hold the fill value).
+inline PlaneLayout plane_layout(const PlaneGeometry& g, int64_t block_cols, int64_t block_rows) {
   PlaneLayout pl;
-  pl.rows = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+  int64_t oh = (g.oh + block_rows - 1) / block_rows * block_rows;
+  pl.rows = (oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
   int64_t len = (g.ow + block_cols - 1) / block_cols * block_cols + (g.kw - 1) * g.dw / g.sw + 1;
   pl.phase_len = (len + 15) / 16 * 16;
   pl.row_stride = g.sw * pl.phase_len;

@@ -14,6 +14,7 @@ namespace pool_avx512 {
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
 using V = Vec512;
+using VN = Vec256;
 #include "backends/cpu/pool_body.inc"
 #pragma GCC pop_options
 }  // namespace pool_avx512
@@ -22,12 +23,14 @@ namespace pool_avx2 {
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 using V = Vec256;
+using VN = Vec256;
 #include "backends/cpu/pool_body.inc"
 #pragma GCC pop_options
 }  // namespace pool_avx2
 
 namespace pool_scalar {
 using V = Vec1;
+using VN = Vec1;
 #include "backends/cpu/pool_body.inc"
 }  // namespace pool_scalar
 

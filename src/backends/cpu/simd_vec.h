@@ -25,6 +25,11 @@ struct Vec512 {
   }
   KILN_V T maskload(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
   KILN_V void maskstore(float* p, Mask m, T v) { _mm512_mask_storeu_ps(p, m, v); }
+  // p[lo, hi) of the vector at p (0 elsewhere; nothing outside is read): a vector straddling the
+  // edges of a row.
+  KILN_V T load_range(const float* p, int64_t lo, int64_t hi) {
+    return _mm512_maskz_loadu_ps(static_cast<Mask>(mask(hi) & ~mask(lo)), p);
+  }
   KILN_V T add(T a, T b) { return _mm512_add_ps(a, b); }
   KILN_V T mul(T a, T b) { return _mm512_mul_ps(a, b); }
   KILN_V T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
@@ -33,14 +38,19 @@ struct Vec512 {
   KILN_V T activate(T v, const Activation& a) { return avx512::activate(v, a); }
   KILN_V float reduce_add(T v) { return _mm512_reduce_add_ps(v); }
   KILN_V float reduce_max(T v) { return _mm512_reduce_max_ps(v); }
-  // p[0, 2 * kLanes) -> even and odd elements
-  KILN_V void deinterleave(const float* p, T* even, T* odd) {
+  // Lanes [O, 16) of cur then [0, O) of next (0 < O < 16): the vector O floats further along.
+  template <int O>
+  KILN_V T shift(T cur, T next) {
+    return _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(next), _mm512_castps_si512(cur), O));
+  }
+  // (a, b) = 2 * kLanes consecutive floats -> their even and odd elements
+  KILN_V void deinterleave(T a, T b, T* even, T* odd) {
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    T a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
     *even = _mm512_permutex2var_ps(a, ie, b);
     *odd = _mm512_permutex2var_ps(a, io, b);
   }
+  KILN_V void deinterleave(const float* p, T* even, T* odd) { deinterleave(load(p), load(p + 16), even, odd); }
 #undef KILN_V
 };
 
@@ -56,6 +66,9 @@ struct Vec256 {
   KILN_V Mask mask(int64_t n) { return avx2::tail_mask(static_cast<int>(n < 0 ? 0 : n > 8 ? 8 : n)); }
   KILN_V T maskload(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
   KILN_V void maskstore(float* p, Mask m, T v) { _mm256_maskstore_ps(p, m, v); }
+  KILN_V T load_range(const float* p, int64_t lo, int64_t hi) {
+    return _mm256_maskload_ps(p, _mm256_andnot_si256(mask(lo), mask(hi)));
+  }
   KILN_V T add(T a, T b) { return _mm256_add_ps(a, b); }
   KILN_V T mul(T a, T b) { return _mm256_mul_ps(a, b); }
   KILN_V T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
@@ -73,8 +86,17 @@ struct Vec256 {
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
-  KILN_V void deinterleave(const float* p, T* even, T* odd) {
-    T a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+  template <int O>
+  KILN_V T shift(T cur, T next) {
+    if constexpr (O == 4) return _mm256_permute2f128_ps(cur, next, 0x21);
+    const __m256i mid = _mm256_castps_si256(_mm256_permute2f128_ps(cur, next, 0x21));  // cur hi | next lo
+    if constexpr (O < 4)
+      return _mm256_castsi256_ps(_mm256_alignr_epi8(mid, _mm256_castps_si256(cur), 4 * O));
+    else
+      return _mm256_castsi256_ps(_mm256_alignr_epi8(_mm256_castps_si256(next), mid, 4 * (O - 4)));
+  }
+  KILN_V void deinterleave(const float* p, T* even, T* odd) { deinterleave(load(p), load(p + 8), even, odd); }
+  KILN_V void deinterleave(T a, T b, T* even, T* odd) {
     // per 128-bit lane: a0 a2 b0 b2 | a4 a6 b4 b6, then the 64-bit quarters reordered
     *even = _mm256_castpd_ps(
         _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))), 0xD8));
