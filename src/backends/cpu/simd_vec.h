@@ -25,10 +25,10 @@ struct Vec512 {
   }
   KILN_V T maskload(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
   KILN_V void maskstore(float* p, Mask m, T v) { _mm512_mask_storeu_ps(p, m, v); }
-  // p[lo, hi) of the vector at p (0 elsewhere; nothing outside is read): a vector straddling the
-  // edges of a row.
-  KILN_V T load_range(const float* p, int64_t lo, int64_t hi) {
-    return _mm512_maskz_loadu_ps(static_cast<Mask>(mask(hi) & ~mask(lo)), p);
+  // p[lo, hi) of the vector at p, `fill` elsewhere (nothing outside is read): a vector straddling
+  // the edges of a row.
+  KILN_V T load_range(const float* p, int64_t lo, int64_t hi, float fill) {
+    return _mm512_mask_loadu_ps(set1(fill), static_cast<Mask>(mask(hi) & ~mask(lo)), p);
   }
   KILN_V T add(T a, T b) { return _mm512_add_ps(a, b); }
   KILN_V T mul(T a, T b) { return _mm512_mul_ps(a, b); }
@@ -66,8 +66,9 @@ struct Vec256 {
   KILN_V Mask mask(int64_t n) { return avx2::tail_mask(static_cast<int>(n < 0 ? 0 : n > 8 ? 8 : n)); }
   KILN_V T maskload(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
   KILN_V void maskstore(float* p, Mask m, T v) { _mm256_maskstore_ps(p, m, v); }
-  KILN_V T load_range(const float* p, int64_t lo, int64_t hi) {
-    return _mm256_maskload_ps(p, _mm256_andnot_si256(mask(lo), mask(hi)));
+  KILN_V T load_range(const float* p, int64_t lo, int64_t hi, float fill) {
+    __m256i m = _mm256_andnot_si256(mask(lo), mask(hi));
+    return _mm256_blendv_ps(set1(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
   }
   KILN_V T add(T a, T b) { return _mm256_add_ps(a, b); }
   KILN_V T mul(T a, T b) { return _mm256_mul_ps(a, b); }

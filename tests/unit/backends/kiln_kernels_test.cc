@@ -121,6 +121,7 @@ LayerCase conv_case(std::mt19937& rng, uint64_t seed, bool depthwise) {
     kh = kKernels[rng() % 7], kw = rng() % 3 ? kh : kKernels[rng() % 7];
     sh = pick(rng, 1, 3), sw = rng() % 3 == 0 ? 3 : pick(rng, 1, 2);
     if (rng() % 4 == 0) dh = 2, dw = pick(rng, 1, 2);
+    if (rng() % 2) kh = kw = rng() % 3 ? 3 : 5, sh = sw = pick(rng, 1, 2), dh = dw = 1;  // the fast kernels' shapes
     pads = {pick(rng, 0, kh), pick(rng, 0, kw), pick(rng, 0, kh), pick(rng, 0, kw)};
     h = pick(rng, (kh - 1) * dh + 1, 20);
     w = rng() % 3 ? pick(rng, (kw - 1) * dw + 1, 40) : pick(rng, 60, 150);
@@ -171,12 +172,17 @@ LayerCase pool_case(std::mt19937& rng, uint64_t seed) {
   lc.node = make_node("", op, 1);
   lc.node.opset = op == "AveragePool" ? 19 : 12;
   int64_t kh = pick(rng, 1, 5), kw = pick(rng, 1, 4), dh = rng() % 4 ? 1 : 2, dw = rng() % 4 ? 1 : 2;
+  int64_t sh = pick(rng, 1, 3), sw = pick(rng, 1, 3);
+  if (rng() % 2) {  // the fast kernels' shapes: square windows, equal strides 1 or 2, no dilation
+    static const int64_t kSquare[] = {2, 3, 3, 5};
+    kh = kw = kSquare[rng() % 4], sh = sw = pick(rng, 1, 2), dh = dw = 1;
+  }
   int64_t h = pick(rng, (kh - 1) * dh + 1, 24);
   int64_t w = rng() % 3 ? pick(rng, (kw - 1) * dw + 1, 40) : pick(rng, 60, 130);
   if (op == "MaxPool" || op == "AveragePool") {
     auto& nd = lc.node;
     GraphBuilder::set_ints(nd, "kernel_shape", {kh, kw});
-    GraphBuilder::set_ints(nd, "strides", {pick(rng, 1, 3), pick(rng, 1, 3)});
+    GraphBuilder::set_ints(nd, "strides", {sh, sw});
     if (dh > 1 || dw > 1) GraphBuilder::set_ints(nd, "dilations", {dh, dw});
     if (rng() % 4 == 0)
       set_string(nd, "auto_pad", rng() % 2 ? "SAME_UPPER" : "SAME_LOWER");
