@@ -6,7 +6,10 @@
 //                          dilation (conv_depthwise.h).
 // The window (kernel_shape, strides, pads, auto_pad, dilations) is resolved by the reference
 // kernel's own code (ops/conv_util.h), so the output shape always matches it.
+#include <cstdlib>
 #include <vector>
+
+#include "core/parallel.h"
 
 #include "backends/cpu/conv_depthwise.h"
 #include "backends/cpu/gemm_kernels.h"
@@ -50,7 +53,12 @@ class PreparedConv : public PreparedLayer {
   ConvGeometry g{};
   bool has_residual = false;
   std::vector<float> bias, weights;
-  PackedA packed_w;  // 1x1
+  // 1x1: per image Y[M, HW] = W · X (packed_w), or, when HW fills the register tiles' columns
+  // poorly (7x7, 14x14), Y^T[HW, M] = X^T · W^T (packed_wt) into a scratch transposed back with
+  // the epilogue.
+  bool transposed = false;
+  PackedA packed_w;
+  PackedB packed_wt;
   Activation act;
 
   std::vector<Dims> output_shapes() const override { return {{g.n, g.m, g.oh, g.ow}}; }
@@ -70,6 +78,20 @@ class PreparedConv : public PreparedLayer {
       return Status::Ok();
     }
     const int64_t hw = g.h * g.w;
+    if (transposed) {
+      float* t = thread_scratch(2, static_cast<size_t>(hw * g.m));
+      for (int64_t i = 0; i < g.n; ++i) {
+        GemmArgs a;
+        a.m = hw, a.n = g.m, a.k = g.c;
+        a.a = x + i * g.c * hw, a.rsa = 1, a.csa = hw;
+        a.packed_b = &packed_wt;
+        a.c = t, a.ldc = g.m;
+        gemm(isa, a);
+        transpose_epilogue(isa, t, hw, g.m, g.m, y + i * g.m * hw, hw, bias.empty() ? nullptr : bias.data(),
+                           res ? res + i * g.m * hw : nullptr, hw, act);
+      }
+      return Status::Ok();
+    }
     for (int64_t i = 0; i < g.n; ++i) {
       GemmArgs a;
       a.m = g.m, a.n = hw, a.k = g.c;
@@ -139,9 +161,17 @@ class KilnConv : public Tactic {
       p->bias.assign(b.data<float>(), b.data<float>() + b.numel());
     }
     const Tensor& w = *sig.inputs[1].constant;
-    if (kind_ == Kind::k1x1)
-      p->packed_w = pack_a(p->isa, w.data<float>(), p->g.m, p->g.c, p->g.c, 1, 1.f);
-    else
+    if (kind_ == Kind::k1x1) {
+      const int64_t hw = p->g.h * p->g.w, nr = gemm_tile(p->isa).nr;
+      // The columns the tiles of the direct form compute, per useful one.
+      const double waste = static_cast<double>((hw + nr - 1) / nr * nr) / static_cast<double>(hw);
+      p->transposed = waste > 1.12 && p->g.m >= nr;
+      if (const char* e = std::getenv("KILN_CONV1X1_TRANSPOSED"); e && *e) p->transposed = *e == '1';
+      if (p->transposed)
+        p->packed_wt = pack_b(p->isa, w.data<float>(), p->g.c, p->g.m, 1, p->g.c, 1.f);
+      else
+        p->packed_w = pack_a(p->isa, w.data<float>(), p->g.m, p->g.c, p->g.c, 1, 1.f);
+    } else
       p->weights.assign(w.data<float>(), w.data<float>() + w.numel());
     return std::unique_ptr<PreparedLayer>(std::move(p));
   }

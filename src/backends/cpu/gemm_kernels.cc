@@ -167,6 +167,40 @@ KILN_TARGET_AVX2 void activate_avx2(float* p, int64_t n, const Activation& act) 
   }
 }
 
+// 8 x 8 blocks: rows of t become columns of y.
+KILN_TARGET_AVX2 void transpose_epilogue_avx2(const float* t, int64_t rows, int64_t cols, int64_t ldt, float* y,
+                                              int64_t ldy, const float* col_bias, const float* res, int64_t ldr,
+                                              const Activation& act, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; j += 8) {
+    const int64_t nj = std::min<int64_t>(8, j1 - j);
+    for (int64_t i = 0; i < rows; i += 8) {
+      const int64_t ni = std::min<int64_t>(8, rows - i);
+      const __m256i jm = avx2::tail_mask(static_cast<int>(nj)), im = avx2::tail_mask(static_cast<int>(ni));
+      __m256 r[8];
+      for (int k = 0; k < 8; ++k) r[k] = k < ni ? _mm256_maskload_ps(t + (i + k) * ldt + j, jm) : _mm256_setzero_ps();
+      __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
+      __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
+      __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
+      __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
+      __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xEE);
+      __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xEE);
+      __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xEE);
+      __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xEE);
+      __m256 c[8] = {_mm256_permute2f128_ps(b0, b4, 0x20), _mm256_permute2f128_ps(b1, b5, 0x20),
+                     _mm256_permute2f128_ps(b2, b6, 0x20), _mm256_permute2f128_ps(b3, b7, 0x20),
+                     _mm256_permute2f128_ps(b0, b4, 0x31), _mm256_permute2f128_ps(b1, b5, 0x31),
+                     _mm256_permute2f128_ps(b2, b6, 0x31), _mm256_permute2f128_ps(b3, b7, 0x31)};
+      for (int k = 0; k < nj; ++k) {  // c[k]: column j + k of t, rows i .. i + 7
+        __m256 v = c[k];
+        if (col_bias) v = _mm256_add_ps(v, _mm256_set1_ps(col_bias[j + k]));
+        if (res) v = _mm256_add_ps(v, _mm256_maskload_ps(res + (j + k) * ldr + i, im));
+        v = avx2::activate(v, act);
+        _mm256_maskstore_ps(y + (j + k) * ldy + i, im, v);
+      }
+    }
+  }
+}
+
 // ---- scalar: MR x 8 ----
 
 template <int MR, bool kTail>
@@ -256,8 +290,12 @@ void run_block(const GemmArgs& g, const IsaGemm& ig, int64_t m0, int64_t m1, int
             bp = g.b + pc * g.ldb + jr;
             ldb = g.ldb;
           }
-          for (int64_t ir = ic; ir < im; ir += MR) {
-            const int mr = static_cast<int>(std::min<int64_t>(MR, im - ir));
+          // Packed A comes in MR-row panels; unpacked A takes the rows in near-equal tiles (49 rows:
+          // seven tiles of 7, not six of 8 and a slow one of 1).
+          const int64_t tiles = (im - ic + MR - 1) / MR;
+          for (int64_t t = 0, ir = ic; t < tiles; ++t) {
+            const int mr =
+                static_cast<int>(g.packed_a ? std::min<int64_t>(MR, im - ir) : ic + (im - ic) * (t + 1) / tiles - ir);
             const float* ap;
             int64_t rsa, csa;
             if (g.packed_a) {
@@ -275,6 +313,7 @@ void run_block(const GemmArgs& g, const IsaGemm& ig, int64_t m0, int64_t m1, int
             ig.kernels[mr - 1][nv < NR](kc, ap, rsa, csa, bp, ldb, ct, g.ldc, nv, e);
             if (last && act)
               for (int i = 0; i < mr; ++i) ig.activate(ct + i * g.ldc, nv, g.epi.act);
+            ir += mr;
           }
         }
       }
@@ -314,6 +353,23 @@ PackedA pack_a(Isa isa, const float* a, int64_t m, int64_t k, int64_t rs, int64_
         *d++ = row < m ? scale * a[row * rs + kk * cs] : 0.f;
       }
   return p;
+}
+
+void transpose_epilogue(Isa isa, const float* t, int64_t rows, int64_t cols, int64_t ldt, float* y, int64_t ldy,
+                        const float* col_bias, const float* residual, int64_t ldr, const Activation& act) {
+  const int64_t blocks = (cols + 7) / 8;
+  parallel_for(blocks, 4, [&](int64_t begin, int64_t end) {
+    const int64_t j0 = begin * 8, j1 = std::min(cols, end * 8);
+    if (isa != Isa::kScalar) {
+      transpose_epilogue_avx2(t, rows, cols, ldt, y, ldy, col_bias, residual, ldr, act, j0, j1);
+      return;
+    }
+    for (int64_t j = j0; j < j1; ++j)
+      for (int64_t i = 0; i < rows; ++i) {
+        float v = t[i * ldt + j] + (col_bias ? col_bias[j] : 0.f) + (residual ? residual[j * ldr + i] : 0.f);
+        y[j * ldy + i] = activate_scalar(v, act);
+      }
+  });
 }
 
 void activate_inplace(Isa isa, float* p, int64_t n, const Activation& act) {

@@ -88,6 +88,12 @@ struct GemmArgs {
 // m, n, k > 0.
 void gemm(Isa isa, const GemmArgs& g);
 
+// y[j * ldy + i] = act(t[i * ldt + j] + col_bias[j] + residual[j * ldr + i]) for i < rows, j < cols:
+// a GEMM computed transposed (1x1 convolutions of small images), back with its epilogue. col_bias
+// and residual may be null. Runs on the thread team.
+void transpose_epilogue(Isa isa, const float* t, int64_t rows, int64_t cols, int64_t ldt, float* y, int64_t ldy,
+                        const float* col_bias, const float* residual, int64_t ldr, const Activation& act);
+
 // Applies the activation to p[0, n) in place (the epilogue of the other kernels of this directory).
 void activate_inplace(Isa isa, float* p, int64_t n, const Activation& act);
 
