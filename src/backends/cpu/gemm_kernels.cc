@@ -27,7 +27,14 @@ struct TileEpi {
   const float* row_bias;
   const float* res;
   int64_t ldr;
+  const Activation* act;  // applied in registers (cheap kinds only, see in_kernel); null: none
 };
+
+// Activations cheap enough to apply on the accumulators (a few instructions); the others run as a
+// pass over the stored tile, which keeps the micro-kernels small.
+bool in_kernel(ActKind k) {
+  return k == ActKind::kRelu || k == ActKind::kLeakyRelu || k == ActKind::kClip || k == ActKind::kHardSwish;
+}
 
 // C tile [mr x nv] = A micro-panel [mr x k] · B micro-panel [k x nv] (+ TileEpi). nv <= NR; kTail:
 // nv < NR, so B is loaded and C stored under a mask (an unpacked B has nothing past nv).
@@ -82,6 +89,7 @@ KILN_TARGET_AVX512 void ukernel_avx512(int64_t k, const float* a, int64_t rsa, i
       const float* ri = e.res + i * e.ldr;
       x0 = _mm512_add_ps(x0, load16<kTail>(ri, m0)), x1 = _mm512_add_ps(x1, load16<kTail>(ri + 16, m1));
     }
+    if (e.act) x0 = avx512::activate_cheap(x0, *e.act), x1 = avx512::activate_cheap(x1, *e.act);
     if constexpr (kTail) {
       _mm512_mask_storeu_ps(ci, m0, x0);
       _mm512_mask_storeu_ps(ci + 16, m1, x1);
@@ -148,6 +156,7 @@ KILN_TARGET_AVX2 void ukernel_avx2(int64_t k, const float* a, int64_t rsa, int64
       const float* ri = e.res + i * e.ldr;
       x0 = _mm256_add_ps(x0, load8<kTail>(ri, m0)), x1 = _mm256_add_ps(x1, load8<kTail>(ri + 8, m1));
     }
+    if (e.act) x0 = avx2::activate_cheap(x0, *e.act), x1 = avx2::activate_cheap(x1, *e.act);
     if constexpr (kTail) {
       _mm256_maskstore_ps(ci, m0, x0);
       _mm256_maskstore_ps(ci + 8, m1, x1);
@@ -225,7 +234,7 @@ void ukernel_scalar(int64_t k, const float* a, int64_t rsa, int64_t csa, const f
       if (e.col_bias) x += e.col_bias[j];
       if (e.row_bias) x += e.row_bias[i];
       if (e.res) x += e.res[i * e.ldr + j];
-      ci[j] = x;
+      ci[j] = e.act ? activate_scalar(x, *e.act) : x;
     }
   }
 }
@@ -271,7 +280,7 @@ IsaGemm isa_gemm(Isa isa) {
 // C rows [m0, m1) x columns [n0, n1); m0 a multiple of MR, n0 of NR.
 void run_block(const GemmArgs& g, const IsaGemm& ig, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const int MR = ig.tile.mr, NR = ig.tile.nr;
-  const bool act = g.epi.act.kind != ActKind::kNone;
+  const bool act = g.epi.act.kind != ActKind::kNone, cheap_act = in_kernel(g.epi.act.kind);
   for (int64_t jc = n0; jc < n1; jc += ig.nc) {
     const int64_t jn = std::min(n1, jc + ig.nc);
     for (int64_t pc = 0; pc < g.k; pc += ig.kc) {
@@ -305,13 +314,15 @@ void run_block(const GemmArgs& g, const IsaGemm& ig, int64_t m0, int64_t m1, int
               ap = g.a + ir * g.rsa + pc * g.csa;
               rsa = g.rsa, csa = g.csa;
             }
-            TileEpi e{!first || g.epi.accumulate, first && g.epi.col_bias ? g.epi.col_bias + jr : nullptr,
+            TileEpi e{!first || g.epi.accumulate,
+                      first && g.epi.col_bias ? g.epi.col_bias + jr : nullptr,
                       first && g.epi.row_bias ? g.epi.row_bias + ir : nullptr,
                       first && g.epi.residual ? g.epi.residual + ir * g.epi.ld_residual + jr : nullptr,
-                      g.epi.ld_residual};
+                      g.epi.ld_residual,
+                      last && cheap_act ? &g.epi.act : nullptr};
             float* ct = g.c + ir * g.ldc + jr;
             ig.kernels[mr - 1][nv < NR](kc, ap, rsa, csa, bp, ldb, ct, g.ldc, nv, e);
-            if (last && act)
+            if (last && act && !cheap_act)
               for (int i = 0; i < mr; ++i) ig.activate(ct + i * g.ldc, nv, g.epi.act);
             ir += mr;
           }

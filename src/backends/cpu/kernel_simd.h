@@ -159,6 +159,21 @@ KILN_TARGET_AVX512 KILN_INLINE __m512 gelu_erf(__m512 x) {
   return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), f);
 }
 
+// Relu, LeakyRelu, Clip and HardSwish (identity for the others: callers check the kind).
+KILN_TARGET_AVX512 KILN_INLINE __m512 activate_cheap(__m512 x, const Activation& a) {
+  switch (a.kind) {
+    case ActKind::kRelu: return _mm512_max_ps(_mm512_setzero_ps(), x);
+    case ActKind::kLeakyRelu:
+      return _mm512_mask_mul_ps(x, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), x, _mm512_set1_ps(a.alpha));
+    case ActKind::kClip: return _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(a.lo)), _mm512_set1_ps(a.hi));
+    case ActKind::kHardSwish: {
+      __m512 g = _mm512_fmadd_ps(x, _mm512_set1_ps(1.f / 6.f), _mm512_set1_ps(0.5f));
+      return _mm512_mul_ps(x, _mm512_min_ps(_mm512_max_ps(g, _mm512_setzero_ps()), _mm512_set1_ps(1.f)));
+    }
+    default: return x;
+  }
+}
+
 KILN_TARGET_AVX512 KILN_INLINE __m512 activate(__m512 x, const Activation& a) {
   switch (a.kind) {
     case ActKind::kNone: return x;
@@ -245,6 +260,21 @@ KILN_TARGET_AVX2 KILN_INLINE __m256 gelu_erf(__m256 x) {
   __m256 f =
       _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(2.f), q), q, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
   return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), f);
+}
+
+KILN_TARGET_AVX2 KILN_INLINE __m256 activate_cheap(__m256 x, const Activation& a) {
+  switch (a.kind) {
+    case ActKind::kRelu: return _mm256_max_ps(_mm256_setzero_ps(), x);
+    case ActKind::kLeakyRelu:
+      return _mm256_blendv_ps(x, _mm256_mul_ps(x, _mm256_set1_ps(a.alpha)),
+                              _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
+    case ActKind::kClip: return _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(a.lo)), _mm256_set1_ps(a.hi));
+    case ActKind::kHardSwish: {
+      __m256 g = _mm256_fmadd_ps(x, _mm256_set1_ps(1.f / 6.f), _mm256_set1_ps(0.5f));
+      return _mm256_mul_ps(x, _mm256_min_ps(_mm256_max_ps(g, _mm256_setzero_ps()), _mm256_set1_ps(1.f)));
+    }
+    default: return x;
+  }
 }
 
 KILN_TARGET_AVX2 KILN_INLINE __m256 activate(__m256 x, const Activation& a) {
