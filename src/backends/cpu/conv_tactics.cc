@@ -1,7 +1,8 @@
 // kiln's own convolution tactics on NCHW activations, for Conv and kiln.FusedConv (bias, residual,
 // activation fused into the store):
-//   conv2d_kiln_1x1        1x1 kernel, stride 1, no padding, one group: per image the GEMM
-//                          Y[M, HW] = W[M, C] · X[C, HW] (W packed once, X read in place).
+//   conv2d_kiln_1x1        1x1 kernel, no padding, one group: per image the GEMM
+//                          Y[M, HW] = W[M, C] · X[C, HW] (W packed once, X read in place, or
+//                          its sampled pixels gathered first when strided).
 //   conv2d_kiln_depthwise  group == C == M (one filter per channel), any kernel, stride, pads and
 //                          dilation (conv_depthwise.h).
 // The window (kernel_shape, strides, pads, auto_pad, dilations) is resolved by the reference
@@ -77,26 +78,38 @@ class PreparedConv : public PreparedLayer {
       depthwise_conv(isa, p, x, res, y);
       return Status::Ok();
     }
-    const int64_t hw = g.h * g.w;
-    if (transposed) {
-      float* t = thread_scratch(2, static_cast<size_t>(hw * g.m));
-      for (int64_t i = 0; i < g.n; ++i) {
-        GemmArgs a;
+    // Strided: each image's sampled pixels first, gathered into [C, OH * OW].
+    const int64_t hw = g.oh * g.ow, in_hw = g.h * g.w;
+    const bool strided = g.sh != 1 || g.sw != 1;
+    float* sampled = strided ? thread_scratch(3, static_cast<size_t>(g.c * hw)) : nullptr;
+    float* t = transposed ? thread_scratch(2, static_cast<size_t>(hw * g.m)) : nullptr;
+    for (int64_t i = 0; i < g.n; ++i) {
+      const float* xi = x + i * g.c * in_hw;
+      if (strided) {
+        parallel_for(g.c, 16, [&](int64_t begin, int64_t end) {
+          for (int64_t c = begin; c < end; ++c)
+            for (int64_t oh = 0; oh < g.oh; ++oh) {
+              const float* src = xi + c * in_hw + oh * g.sh * g.w;
+              float* dst = sampled + c * hw + oh * g.ow;
+              for (int64_t ow = 0; ow < g.ow; ++ow) dst[ow] = src[ow * g.sw];
+            }
+        });
+        xi = sampled;
+      }
+      GemmArgs a;
+      if (transposed) {
         a.m = hw, a.n = g.m, a.k = g.c;
-        a.a = x + i * g.c * hw, a.rsa = 1, a.csa = hw;
+        a.a = xi, a.rsa = 1, a.csa = hw;
         a.packed_b = &packed_wt;
         a.c = t, a.ldc = g.m;
         gemm(isa, a);
         transpose_epilogue(isa, t, hw, g.m, g.m, y + i * g.m * hw, hw, bias.empty() ? nullptr : bias.data(),
                            res ? res + i * g.m * hw : nullptr, hw, act);
+        continue;
       }
-      return Status::Ok();
-    }
-    for (int64_t i = 0; i < g.n; ++i) {
-      GemmArgs a;
       a.m = g.m, a.n = hw, a.k = g.c;
       a.packed_a = &packed_w;
-      a.b = x + i * g.c * hw, a.ldb = hw;
+      a.b = xi, a.ldb = hw;
       a.c = y + i * g.m * hw, a.ldc = hw;
       a.epi.row_bias = bias.empty() ? nullptr : bias.data();
       if (res) a.epi.residual = res + i * g.m * hw, a.epi.ld_residual = hw;
@@ -138,7 +151,7 @@ class KilnConv : public Tactic {
     if (sig.inputs[0].known()) {
       ConvGeometry g;
       if (auto e = resolve(*sig.node, sig.inputs[0].shape, w, g); !e.empty()) return e;
-      if (kind_ == Kind::k1x1 && (g.sh != 1 || g.sw != 1 || g.pt || g.pl || g.pb || g.pr)) return "strided or padded";
+      if (kind_ == Kind::k1x1 && (g.pt || g.pl || g.pb || g.pr)) return "padded";
       if (kind_ == Kind::kDepthwise && g.c != g.m) return "not depthwise (group == C == M)";
       if (sig.has_input(3) && sig.inputs[3].known() && sig.inputs[3].shape != Dims{g.n, g.m, g.oh, g.ow})
         return "the residual is broadcast (not the output's shape)";
@@ -162,7 +175,7 @@ class KilnConv : public Tactic {
     }
     const Tensor& w = *sig.inputs[1].constant;
     if (kind_ == Kind::k1x1) {
-      const int64_t hw = p->g.h * p->g.w, nr = gemm_tile(p->isa).nr;
+      const int64_t hw = p->g.oh * p->g.ow, nr = gemm_tile(p->isa).nr;
       // The columns the tiles of the direct form compute, per useful one.
       const double waste = static_cast<double>((hw + nr - 1) / nr * nr) / static_cast<double>(hw);
       p->transposed = waste > 1.12 && p->g.m >= nr;

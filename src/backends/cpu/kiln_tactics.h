@@ -10,7 +10,7 @@ namespace kiln::backends::cpu {
 
 // MatMul / Gemm / kiln.FusedMatMul / kiln.FusedGemm with a 2-D constant B (packed once).
 const Tactic* gemm_kiln_packed();
-// Conv / kiln.FusedConv, 1x1 kernel, stride 1, no padding, one group: a GEMM per image.
+// Conv / kiln.FusedConv, 1x1 kernel, any stride, no padding, one group: a GEMM per image.
 const Tactic* conv2d_kiln_1x1();
 // Conv / kiln.FusedConv, depthwise (group == C == M), any kernel, stride, pads, dilation 1.
 const Tactic* conv2d_kiln_depthwise();

@@ -109,7 +109,7 @@ LayerCase gemm_case(std::mt19937& rng, uint64_t seed) {
   return lc;
 }
 
-// Conv / FusedConv: pointwise (1x1, stride 1, unpadded) or depthwise, with bias / residual / epilogue.
+// Conv / FusedConv: pointwise (1x1, unpadded, sometimes strided) or depthwise, with bias / residual / epilogue.
 LayerCase conv_case(std::mt19937& rng, uint64_t seed, bool depthwise) {
   bool fused = rng() % 2;
   int64_t n = pick(rng, 1, 2), c, m, kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, h, w;
@@ -131,6 +131,7 @@ LayerCase conv_case(std::mt19937& rng, uint64_t seed, bool depthwise) {
     m = tile_size(rng, 45);
     h = pick(rng, 1, 12), w = pick(rng, 1, 12);
     if (rng() % 4 == 0) h = pick(rng, 20, 30);
+    if (rng() % 4 == 0) sh = pick(rng, 1, 3), sw = pick(rng, 1, 2);
     auto_pad = std::vector<std::string>{"NOTSET", "VALID", "SAME_UPPER"}[rng() % 3];
   }
   if (auto_pad != "NOTSET") pads = {0, 0, 0, 0};
