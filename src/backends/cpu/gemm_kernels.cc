@@ -186,7 +186,12 @@ KILN_TARGET_AVX2 void transpose_epilogue_avx2(const float* t, int64_t rows, int6
       const int64_t ni = std::min<int64_t>(8, rows - i);
       const __m256i jm = avx2::tail_mask(static_cast<int>(nj)), im = avx2::tail_mask(static_cast<int>(ni));
       __m256 r[8];
-      for (int k = 0; k < 8; ++k) r[k] = k < ni ? _mm256_maskload_ps(t + (i + k) * ldt + j, jm) : _mm256_setzero_ps();
+      // (AMD's masked stores are slow: plain loads and stores for the full blocks)
+      const bool full = ni == 8 && nj == 8;
+      for (int k = 0; k < 8; ++k)
+        r[k] = full     ? _mm256_loadu_ps(t + (i + k) * ldt + j)
+               : k < ni ? _mm256_maskload_ps(t + (i + k) * ldt + j, jm)
+                        : _mm256_setzero_ps();
       __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
       __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
       __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
@@ -202,9 +207,14 @@ KILN_TARGET_AVX2 void transpose_epilogue_avx2(const float* t, int64_t rows, int6
       for (int k = 0; k < nj; ++k) {  // c[k]: column j + k of t, rows i .. i + 7
         __m256 v = c[k];
         if (col_bias) v = _mm256_add_ps(v, _mm256_set1_ps(col_bias[j + k]));
-        if (res) v = _mm256_add_ps(v, _mm256_maskload_ps(res + (j + k) * ldr + i, im));
+        if (res)
+          v = _mm256_add_ps(
+              v, ni == 8 ? _mm256_loadu_ps(res + (j + k) * ldr + i) : _mm256_maskload_ps(res + (j + k) * ldr + i, im));
         v = avx2::activate(v, act);
-        _mm256_maskstore_ps(y + (j + k) * ldy + i, im, v);
+        if (ni == 8)
+          _mm256_storeu_ps(y + (j + k) * ldy + i, v);
+        else
+          _mm256_maskstore_ps(y + (j + k) * ldy + i, im, v);
       }
     }
   }
@@ -267,7 +277,8 @@ int64_t env_or(const char* name, int64_t v) {
 }
 
 IsaGemm isa_gemm(Isa isa) {
-  static const int64_t kc = env_or("KILN_GEMM_KC", 256), mc = env_or("KILN_GEMM_MC", 192),
+  // KC: the B micro-panel (KC x NR) streams from L2; a long K block saves passes over C.
+  static const int64_t kc = env_or("KILN_GEMM_KC", 1024), mc = env_or("KILN_GEMM_MC", 192),
                        nc = env_or("KILN_GEMM_NC", 1024);
   switch (isa) {
     case Isa::kAvx512: return {{8, 32}, kc, mc / 8 * 8, nc / 32 * 32, kAvx512Kernels, activate_avx512};
