@@ -16,7 +16,7 @@ namespace dw_avx512 {
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
 using V = Vec512;
-using VN = Vec256;
+using VN = Vec256VL;
 #include "backends/cpu/conv_depthwise_body.inc"
 #pragma GCC pop_options
 }  // namespace dw_avx512

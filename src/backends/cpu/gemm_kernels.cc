@@ -211,10 +211,13 @@ KILN_TARGET_AVX2 void transpose_epilogue_avx2(const float* t, int64_t rows, int6
           v = _mm256_add_ps(
               v, ni == 8 ? _mm256_loadu_ps(res + (j + k) * ldr + i) : _mm256_maskload_ps(res + (j + k) * ldr + i, im));
         v = avx2::activate(v, act);
-        if (ni == 8)
+        if (ni == 8) {
           _mm256_storeu_ps(y + (j + k) * ldy + i, v);
-        else
-          _mm256_maskstore_ps(y + (j + k) * ldy + i, im, v);
+        } else {
+          alignas(32) float lanes[8];
+          _mm256_store_ps(lanes, v);
+          for (int64_t q = 0; q < ni; ++q) y[(j + k) * ldy + i + q] = lanes[q];
+        }
       }
     }
   }

@@ -107,6 +107,22 @@ struct Vec256 {
 #undef KILN_V
 };
 
+// 8 lanes with AVX-512VL masks (the narrow vector of the AVX-512 path): vmaskmovps stores are slow
+// on AMD, k-masked ones are not.
+struct Vec256VL : Vec256 {
+  using Mask = __mmask8;
+#define KILN_V KILN_TARGET_AVX512 static KILN_INLINE
+  KILN_V Mask mask(int64_t n) {
+    return n >= 8 ? static_cast<Mask>(0xFF) : n <= 0 ? static_cast<Mask>(0) : static_cast<Mask>((1u << n) - 1);
+  }
+  KILN_V T maskload(const float* p, Mask m) { return _mm256_maskz_loadu_ps(m, p); }
+  KILN_V void maskstore(float* p, Mask m, T v) { _mm256_mask_storeu_ps(p, m, v); }
+  KILN_V T load_range(const float* p, int64_t lo, int64_t hi, float fill) {
+    return _mm256_mask_loadu_ps(set1(fill), static_cast<Mask>(mask(hi) & ~mask(lo)), p);
+  }
+#undef KILN_V
+};
+
 struct Vec1 {
   using T = float;
   using Mask = bool;
