@@ -1,8 +1,10 @@
-// Depthwise 2-D convolution on NCHW (one filter per channel), vectorized along the output width
-// over a padded, phase-split copy of each input plane (padded_plane.h), so that every stride,
-// padding and dilation runs the same contiguous loads. Planes are spread over the threads; four
-// accumulators (four vectors of a row, or rows of a narrow plane) hide the FMA latency; bias,
-// residual and activation are applied before the single store.
+// Depthwise 2-D convolution on NCHW (one filter per channel), vectorized along the output width.
+// 3x3 and 5x5 with stride 1 or 2 (mobilenet's) read the input plane in place: each input row of a
+// block of output rows is loaded once (masked at the edges), its taps built in registers by
+// shifting (stride 2: split into even and odd columns) and fed to every output row using it. Other
+// shapes (any kernel, stride, padding, dilation) go through a padded, phase-split copy of the
+// plane (padded_plane.h). Planes are spread over the threads; blocks of output rows x vectors keep
+// eight accumulators in flight; bias, residual and activation are applied before the single store.
 #pragma once
 
 #include <cstdint>

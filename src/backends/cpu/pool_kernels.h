@@ -1,8 +1,11 @@
 // 2-D pooling on NCHW: MaxPool / AveragePool with any kernel, stride, pads, dilation, ceil_mode and
-// count_include_pad (the window resolved by the reference kernel's code, ops/conv_util.h), over a
-// padded, phase-split copy of each plane (padded_plane.h: -inf around max pooling, 0 around
-// average pooling, whose divisors are precomputed per output position); GlobalAveragePool /
-// GlobalMaxPool as vector reductions. Planes are spread over the threads.
+// count_include_pad (the window resolved by the reference kernel's code, ops/conv_util.h);
+// GlobalAveragePool / GlobalMaxPool as vector reductions. Square 2x2, 3x3 and 5x5 windows with
+// stride 1 or 2 read the plane in place (each input row reduced over its taps in registers once,
+// merged into every output row whose window holds it; edges masked with the pad value: -inf for
+// max, 0 for average, whose divisors are precomputed per output position); other windows go
+// through a padded, phase-split copy of the plane (padded_plane.h). Planes are spread over the
+// threads.
 #pragma once
 
 #include <cstdint>
