@@ -131,6 +131,8 @@ std::vector<Layer> layers() {
   v.push_back(conv("pw_resnet_512x7_to2048", 1, 512, 7, 7, 2048, 1, 1, 1, "Relu", true));
   v.push_back(conv("pw_mobilenet_16x112_to96", 1, 16, 112, 112, 96, 1, 1, 1, "Clip", false));
   v.push_back(conv("pw_mobilenet_96x56_to24", 1, 96, 56, 56, 24, 1, 1, 1, "", false));
+  v.push_back(conv("pw_b8_mobilenet_16x112_to96", 8, 16, 112, 112, 96, 1, 1, 1, "Clip", false));
+  v.push_back(conv("pw_b8_resnet_64x56_to256", 8, 64, 56, 56, 256, 1, 1, 1, "", true));
   v.push_back(conv("pw_mobilenet_144x56_to24", 1, 144, 56, 56, 24, 1, 1, 1, "", true));
   v.push_back(conv("pw_mobilenet_32x28_to192", 1, 32, 28, 28, 192, 1, 1, 1, "Clip", false));
   v.push_back(conv("pw_mobilenet_384x14_to64", 1, 384, 14, 14, 64, 1, 1, 1, "", true));
@@ -206,8 +208,9 @@ int main(int argc, char** argv) {
   {
     namespace cpu = kiln::backends::cpu;
     const std::pair<const char*, cpu::ActKind> acts[] = {
-        {"Relu", cpu::ActKind::kRelu},       {"Clip", cpu::ActKind::kClip},     {"Sigmoid", cpu::ActKind::kSigmoid},
-        {"Tanh", cpu::ActKind::kTanh},       {"SiLU", cpu::ActKind::kSiLU},     {"HardSwish", cpu::ActKind::kHardSwish},
+        {"Relu", cpu::ActKind::kRelu},       {"Clip", cpu::ActKind::kClip},
+        {"Sigmoid", cpu::ActKind::kSigmoid}, {"Tanh", cpu::ActKind::kTanh},
+        {"SiLU", cpu::ActKind::kSiLU},       {"HardSwish", cpu::ActKind::kHardSwish},
         {"GeluErf", cpu::ActKind::kGeluErf}, {"GeluTanh", cpu::ActKind::kGeluTanh}};
     for (const auto& [name, kind] : acts)
       benchmark::RegisterBenchmark((std::string("activation_128x3072/") + name).c_str(), run_activation, kind)

@@ -47,6 +47,13 @@ std::string resolve(const ir::Node& node, const Dims& x, const Dims& wt, ConvGeo
 
 enum class Kind { k1x1, kDepthwise };
 
+// Outputs above this size are written with non-temporal stores (half of a 32 MiB L3);
+// KILN_STREAM_BYTES overrides it (tests).
+int64_t stream_threshold() {
+  const char* e = std::getenv("KILN_STREAM_BYTES");
+  return e && *e ? std::atoll(e) : int64_t{16} << 20;
+}
+
 class PreparedConv : public PreparedLayer {
  public:
   Kind kind = Kind::k1x1;
@@ -58,6 +65,7 @@ class PreparedConv : public PreparedLayer {
   // poorly (7x7, 14x14), Y^T[HW, M] = X^T · W^T (packed_wt) into a scratch transposed back with
   // the epilogue.
   bool transposed = false;
+  int64_t stream_bytes = 0;
   PackedA packed_w;
   PackedB packed_wt;
   Activation act;
@@ -81,6 +89,8 @@ class PreparedConv : public PreparedLayer {
     // Strided: each image's sampled pixels first, gathered into [C, OH * OW].
     const int64_t hw = g.oh * g.ow, in_hw = g.h * g.w;
     const bool strided = g.sh != 1 || g.sw != 1;
+    // An output much larger than the last-level cache goes to memory anyway: stream it there.
+    const bool stream_output = g.n * g.m * hw * static_cast<int64_t>(sizeof(float)) > stream_bytes;
     float* sampled = strided ? thread_scratch(3, static_cast<size_t>(g.c * hw)) : nullptr;
     float* t = transposed ? thread_scratch(2, static_cast<size_t>(hw * g.m)) : nullptr;
     for (int64_t i = 0; i < g.n; ++i) {
@@ -114,6 +124,7 @@ class PreparedConv : public PreparedLayer {
       a.epi.row_bias = bias.empty() ? nullptr : bias.data();
       if (res) a.epi.residual = res + i * g.m * hw, a.epi.ld_residual = hw;
       a.epi.act = act;
+      a.epi.stream = stream_output;
       gemm(isa, a);
     }
     return Status::Ok();
@@ -175,6 +186,7 @@ class KilnConv : public Tactic {
     }
     const Tensor& w = *sig.inputs[1].constant;
     if (kind_ == Kind::k1x1) {
+      p->stream_bytes = stream_threshold();
       const int64_t hw = p->g.oh * p->g.ow, nr = gemm_tile(p->isa).nr;
       // The columns the tiles of the direct form compute, per useful one.
       const double waste = static_cast<double>((hw + nr - 1) / nr * nr) / static_cast<double>(hw);

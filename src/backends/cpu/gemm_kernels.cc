@@ -28,6 +28,7 @@ struct TileEpi {
   const float* res;
   int64_t ldr;
   const Activation* act;  // applied in registers (cheap kinds only, see in_kernel); null: none
+  bool stream;            // non-temporal stores (AVX-512: full tiles of 64-byte-aligned rows)
 };
 
 // Activations cheap enough to apply on the accumulators (a few instructions); the others run as a
@@ -93,6 +94,9 @@ KILN_TARGET_AVX512 void ukernel_avx512(int64_t k, const float* a, int64_t rsa, i
     if constexpr (kTail) {
       _mm512_mask_storeu_ps(ci, m0, x0);
       _mm512_mask_storeu_ps(ci + 16, m1, x1);
+    } else if (e.stream && (reinterpret_cast<uintptr_t>(ci) & 63) == 0) {
+      _mm512_stream_ps(ci, x0);
+      _mm512_stream_ps(ci + 16, x1);
     } else {
       _mm512_storeu_ps(ci, x0);
       _mm512_storeu_ps(ci + 16, x1);
@@ -333,7 +337,8 @@ void run_block(const GemmArgs& g, const IsaGemm& ig, int64_t m0, int64_t m1, int
                       first && g.epi.row_bias ? g.epi.row_bias + ir : nullptr,
                       first && g.epi.residual ? g.epi.residual + ir * g.epi.ld_residual + jr : nullptr,
                       g.epi.ld_residual,
-                      last && cheap_act ? &g.epi.act : nullptr};
+                      last && cheap_act ? &g.epi.act : nullptr,
+                      last && g.epi.stream && (!act || cheap_act)};
             float* ct = g.c + ir * g.ldc + jr;
             ig.kernels[mr - 1][nv < NR](kc, ap, rsa, csa, bp, ldb, ct, g.ldc, nv, e);
             if (last && act && !cheap_act)
@@ -424,6 +429,7 @@ void gemm(Isa isa, const GemmArgs& g) {
       int64_t m0 = nm * im / gm * MR, m1 = std::min(g.m, nm * (im + 1) / gm * MR);
       int64_t n0 = np * jn / gn * NR, n1 = std::min(g.n, np * (jn + 1) / gn * NR);
       if (m0 < m1 && n0 < n1) run_block(g, ig, m0, m1, n0, n1);
+      if (g.epi.stream) _mm_sfence();  // the streamed stores are visible before the barrier
     }
   });
 }

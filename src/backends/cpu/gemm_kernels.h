@@ -69,6 +69,9 @@ struct GemmEpilogue {
   const float* residual = nullptr;  // residual[i * ld_residual + j]
   int64_t ld_residual = 0;
   Activation act;
+  // Non-temporal stores for C (AVX-512 path): for outputs far larger than the caches, written
+  // without reading their lines first (halves the memory traffic of a memory-bound layer).
+  bool stream = false;
 };
 
 struct GemmArgs {

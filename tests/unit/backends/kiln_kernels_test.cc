@@ -292,6 +292,15 @@ TEST_P(KilnKernels, PointwiseConvMatchesTheReferenceKernel) {
   EXPECT_GT(n, 40);
 }
 
+TEST_P(KilnKernels, PointwiseConvWithStreamedStoresMatchesTheReferenceKernel) {
+  IsaScope isa(GetParam());
+  setenv("KILN_STREAM_BYTES", "0", 1);  // every output is "large"
+  int n = check(backends::cpu::conv2d_kiln_1x1(), 60, 55,
+                [](std::mt19937& rng, uint64_t seed) { return conv_case(rng, seed, false); });
+  unsetenv("KILN_STREAM_BYTES");
+  EXPECT_GT(n, 30);
+}
+
 TEST_P(KilnKernels, DepthwiseConvMatchesTheReferenceKernel) {
   IsaScope isa(GetParam());
   int n = check(backends::cpu::conv2d_kiln_depthwise(), 150, 33,
