@@ -76,6 +76,8 @@ KILN_TARGET_AVX512 void ukernel_avx512(int64_t k, const float* a, int64_t rsa, i
     a += csa;
     b += ldb;
   }
+  // unrolled: the accumulators stay in registers (a rolled loop would index them in memory)
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
     float* ci = c + i * ldc;
     __m512 x0 = c0[i], x1 = c1[i];
@@ -146,6 +148,8 @@ KILN_TARGET_AVX2 void ukernel_avx2(int64_t k, const float* a, int64_t rsa, int64
     a += csa;
     b += ldb;
   }
+  // unrolled: the accumulators stay in registers (a rolled loop would index them in memory)
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
     float* ci = c + i * ldc;
     __m256 x0 = c0[i], x1 = c1[i];
@@ -243,6 +247,8 @@ void ukernel_scalar(int64_t k, const float* a, int64_t rsa, int64_t csa, const f
     a += csa;
     b += ldb;
   }
+  // unrolled: the accumulators stay in registers (a rolled loop would index them in memory)
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
     float* ci = c + i * ldc;
     for (int j = 0; j < n; ++j) {
