@@ -65,8 +65,8 @@ for m in resnet50 mobilenet_v2 bert_encoder; do
 done
 
 if [ "$QUICK" = 1 ]; then
-  set -- --batches 1 --warmup 2 --iterations 10 --kiln-warmup 1 --kiln-iterations 3
+  set -- --batches 1 --warmup 2 --iterations 10
 else
-  set -- --warmup 5 --iterations 30 --kiln-warmup 1 --kiln-iterations 5
+  set -- --warmup 5 --iterations 30
 fi
 exec $PY "$HERE/bench.py" --kiln "$KILN" --models-dir "$MODELS" --out "$OUT" --blas-dir "$BLAS_DIR" "$@" ${ARGS[@]+"${ARGS[@]}"}

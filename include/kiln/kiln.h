@@ -89,6 +89,12 @@ struct BuilderConfig {
   /// {"reference"}: none, every layer runs its reference kernel. The environment variable
   /// KILN_TACTICS (comma-separated) overrides it.
   std::vector<std::string> tactics;
+  /// Timing cache file: the auto-tuner's timings of tactics (per layer shape, thread count, machine and
+  /// kiln version), reused by later builds of any model and shared safely by concurrent builds. A
+  /// stale, foreign or corrupt file is ignored with a warning and moved aside when the build saves.
+  /// Empty: no file (identical layers of one build still share their timings). Tuning happens at the
+  /// current thread count (set_threads) and at the first profile's opt shapes.
+  std::string timing_cache;
   bool verbose = false;
   std::function<void(const std::string&)> log;  ///< progress lines; default prints to stderr when verbose
 };

@@ -89,8 +89,8 @@ class Tactic {
   virtual Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const = 0;
 };
 
-// Every tactic of every backend compiled in, in priority order (the first supporting one wins
-// until the auto-tuner times them). The list lives in src/backends/cpu/tactic_list.cc.
+// Every tactic of every backend compiled in, in priority order (the auto-tuner, src/tune, times the
+// supporting ones; the order breaks ties). The list lives in src/backends/cpu/tactic_list.cc.
 const std::vector<const Tactic*>& all_tactics();
 const Tactic* find_tactic(const std::string& name);
 // The tactics implementing this layer's op, supporting its signature, in priority order.

@@ -30,14 +30,15 @@ void parallel_for(int64_t n, int64_t grain, F&& fn) {
   if (n <= 0) return;
   int64_t nt = 1;
 #if defined(_OPENMP)
-  if (!omp_in_parallel()) nt = std::min<int64_t>(max_threads(), (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1));
+  if (!omp_in_parallel())
+    nt = std::min<int64_t>(max_threads(), (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1));
 #endif
   if (nt <= 1) {
     fn(int64_t{0}, n);
     return;
   }
 #if defined(_OPENMP)
-#pragma omp parallel num_threads(static_cast<int>(nt))
+#pragma omp parallel num_threads(static_cast <int>(nt))
   {
     int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
     int64_t begin = n * t / T, end = n * (t + 1) / T;

@@ -65,9 +65,31 @@ std::shared_ptr<engine::TacticRuntime> EngineImpl::tactic_runtime() const {
   return runtime_;
 }
 
-// Picks each layer's kernel at the opt shapes (engine/tactics.h); the auto-tuner's entry point.
-Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& opt_shapes, const BuilderConfig& cfg,
-                      const std::function<void(const std::string&)>& log) {
+namespace {
+
+// What timings are valid for: this kiln, this CPU (model and ISA flags). The thread count is part of
+// every key (tune/tuner.h), the device of every layer key.
+tune::CacheIdentity cache_identity(const engine::TargetInfo& t) {
+  std::string machine = t.cpu_model.empty() ? std::string("unknown cpu") : t.cpu_model;
+  machine += " |";
+  for (const auto& f : t.isa) machine += " " + f;
+  return {KILN_VERSION, machine};
+}
+
+void warn(const std::string& message) { std::fprintf(stderr, "kiln: warning: %s\n", message.c_str()); }
+
+std::string fixed_ms(double ms) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f", ms);
+  return b;
+}
+
+}  // namespace
+
+// Picks each layer's kernel by timing its candidate tactics at `tune_shapes` (the first profile's opt
+// shapes; engine/tactics.h, tune/tuner.h), through the timing cache of `cfg`.
+Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_shapes, const std::string& tuned_at,
+                      const BuilderConfig& cfg, const std::function<void(const std::string&)>& log) {
   engine::TacticFilter filter = engine::tactic_filter(cfg.tactics);
   for (const auto& name : filter.allowed)
     if (name != "reference" && !backends::find_tactic(name)) {
@@ -79,17 +101,63 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& opt_shap
     log("[kiln build] kernels: reference only");
     return Status::Ok();
   }
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> typed, infer_at(*e.model.graph, opt_shapes));
+  auto t0 = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> typed, infer_at(*e.model.graph, tune_shapes));
+  tune::CacheIdentity id = cache_identity(e.target);
+  tune::TimingCache cache =
+      cfg.timing_cache.empty() ? tune::TimingCache(id) : tune::TimingCache::open(cfg.timing_cache, id, warn);
+  tune::Tuner tuner(cache);
   std::map<std::string, int> counts;
+  int tuned = 0, timed = 0, prepared = 0, hits = 0, unproven = 0;
   for (size_t i = 0; i < e.layers.size() && i < typed->nodes.size(); ++i) {
-    std::string why;
-    e.layers[i].kernel = engine::choose_tactic(*typed, typed->nodes[i], filter, &why);
-    counts[e.layers[i].kernel]++;
-    if (!why.empty()) log("[kiln build] layer '" + e.layers[i].name + "': " + why);
+    LayerInfo& l = e.layers[i];
+    tune::LayerTuning t = engine::choose_tactic(*typed, typed->nodes[i], filter, tuner);
+    l.kernel = t.kernel;
+    l.candidates = t.candidates;
+    counts[l.kernel]++;
+    tuned += !t.candidates.empty();
+    timed += t.timed, prepared += t.prepared, hits += t.cache_hits;
+    // Every candidate with --verbose; otherwise the ones that cannot run this layer, with the reason.
+    std::string detail, failures;
+    for (const auto& c : t.candidates) {
+      unproven += c.state == tune::CandidateResult::State::kUnproven;
+      detail += " " + c.tactic + (c.tactic == l.kernel ? "*" : "") + " " + tune::state_name(c.state) +
+                (c.state == tune::CandidateResult::State::kTimed ? " " + fixed_ms(c.ms) + " ms" : "") +
+                (c.from_cache ? " (cached)" : "") + (c.error.empty() ? "" : " (" + c.error + ")") + ";";
+      if (!c.error.empty()) failures += " " + c.tactic + ": " + c.error + ";";
+    }
+    if (cfg.verbose && !detail.empty())
+      log("[kiln build] layer '" + l.name + "':" + detail);
+    else if (!failures.empty())
+      log("[kiln build] layer '" + l.name + "' runs " + l.kernel + ";" + failures);
   }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  size_t added = cache.added();
+  if (Status s = cache.save(warn); !s.ok()) warn(s.message());
   std::string summary;
   for (const auto& [k, c] : counts) summary += " " + k + " x" + std::to_string(c);
   log("[kiln build] kernels:" + summary);
+  int threads = tuner.threads();
+  e.build["tuning"] = {{"threads", threads},
+                       {"at", tuned_at},
+                       {"shapes", tune_shapes},
+                       {"layers", tuned},
+                       {"timed", timed},
+                       {"prepared", prepared},
+                       {"cache_hits", hits},
+                       {"unproven", unproven},
+                       {"seconds", seconds},
+                       {"timing_cache", cfg.timing_cache},
+                       {"cache_entries_added", added}};
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "[kiln build] tuned %d layers for %d thread%s at %s: %d candidates timed, %d cache hits, %d "
+                "prepared, %.2f s",
+                tuned, threads, threads == 1 ? "" : "s", tuned_at.c_str(), timed, hits, prepared, seconds);
+  std::string msg = line;
+  if (unproven) msg += "; " + std::to_string(unproven) + " candidates unproven (shapes unknown before run time)";
+  if (!cfg.timing_cache.empty()) msg += " (timing cache " + cfg.timing_cache + ": " + std::to_string(added) + " new)";
+  log(msg);
   return Status::Ok();
 }
 
@@ -163,9 +231,15 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
 
   // Profiles: checked against the model's inputs (and completed), stored with the memory they plan.
   KILN_ASSIGN_OR_RETURN(std::vector<Profile> profiles, validate_profiles(*model.graph, cfg.profiles));
-  std::map<std::string, Dims> opt_shapes;  // kernels are tuned and memory planned at profile 0's opt
-  if (!profiles.empty())
+  // Kernels are tuned and memory planned at profile 0's opt shapes. The engine holds one kernel per
+  // layer for every profile, so tuning at each profile's opt shapes would only choose between them by
+  // some average; the first profile is the one the user names first (put the common case there).
+  std::map<std::string, Dims> opt_shapes;
+  std::string tuned_at = "the model's declared shapes (no profile)";
+  if (!profiles.empty()) {
     for (const auto& [name, r] : profiles[0].inputs) opt_shapes[name] = r.opt;
+    tuned_at = "profile 0 '" + profiles[0].name + "' opt shapes";
+  }
   e->build["config"] = {
       {"precision", "fp32"}, {"workspace_bytes", cfg.workspace_bytes}, {"disabled_passes", cfg.disabled_passes}};
 
@@ -212,7 +286,7 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   e->target = engine::detect_host();
   e->model = std::move(model);
   e->describe_layers();
-  KILN_RETURN_IF_ERROR(choose_kernels(*e, opt_shapes, cfg, log));
+  KILN_RETURN_IF_ERROR(choose_kernels(*e, opt_shapes, tuned_at, cfg, log));
   e->build["build_seconds"] = elapsed();
   log("[kiln build] done in " + std::to_string(elapsed()) + " s");
   return e;

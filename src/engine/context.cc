@@ -204,10 +204,7 @@ std::string Engine::serialize() const {
 }
 
 void Engine::save(const std::string& path) const {
-  std::string bytes = serialize();
-  std::ofstream f(path, std::ios::binary);
-  if (!f.write(bytes.data(), static_cast<std::streamsize>(bytes.size())))
-    detail::throw_error(IOError("cannot write engine file '", path, "'"));
+  if (Status s = detail::write_engine(*impl_, path); !s.ok()) detail::throw_error(s);
 }
 
 namespace {

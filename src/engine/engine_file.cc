@@ -7,7 +7,8 @@
 //   16      8     body length B (u64)
 //   24      4     CRC-32 of the header
 //   28      4     CRC-32 of the body
-//   32      H     header: JSON (kiln version, target, build config and profiles, layers, memory plan)
+//   32      H     header: JSON (kiln version, target, build config and profiles, how kernels were
+//                 tuned, layers with their kernel and every candidate's time, memory plan)
 //   ...           zero padding to a multiple of 64
 //   P       B     body: the optimized graph as ONNX protobuf (graph_offset/graph_length in the header),
 //                 then the weights, each 64-byte aligned (weights_offset in the header); the graph's
@@ -16,9 +17,14 @@
 // Loading checks, in order: size, magic, format version, lengths, both checksums, the kiln version,
 // and whether this machine has the CPU features the kernels need. Each failure says what differs
 // and to rebuild from the ONNX model.
+//
+// Versions: 2 added the auto-tuner's per-layer candidates ("candidates") and build.tuning; files of
+// version 1 are refused like any other version (rebuild: they were never tuned).
 #include <zlib.h>
 
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include "backends/tactic.h"
 #include "engine/engine_impl.h"
@@ -71,20 +77,95 @@ engine::TargetInfo target_from(const nlohmann::json& j) {
   return t;
 }
 
+using tune::CandidateResult;
+
+nlohmann::json candidates_json(const std::vector<CandidateResult>& cs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& c : cs) {
+    nlohmann::json j = {{"tactic", c.tactic}, {"state", tune::state_name(c.state)}, {"cached", c.from_cache}};
+    if (c.state == CandidateResult::State::kTimed) j["ms"] = c.ms, j["min_ms"] = c.min_ms, j["runs"] = c.runs;
+    if (!c.error.empty()) j["error"] = c.error;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::vector<CandidateResult> candidates_from(const nlohmann::json& j) {
+  std::vector<CandidateResult> out;
+  for (const auto& jc : j) {
+    CandidateResult c;
+    c.tactic = jc.at("tactic").get<std::string>();
+    std::string state = jc.at("state").get<std::string>();
+    bool known = false;
+    for (auto s : {CandidateResult::State::kTimed, CandidateResult::State::kPrepared, CandidateResult::State::kFailed,
+                   CandidateResult::State::kUnproven})
+      if (state == tune::state_name(s)) c.state = s, known = true;
+    if (!known) throw std::runtime_error("unknown candidate state '" + state + "'");
+    c.from_cache = jc.value("cached", false);
+    c.ms = jc.value("ms", 0.0);
+    c.runs = jc.value("runs", 0);
+    c.min_ms = jc.value("min_ms", c.ms);
+    c.error = jc.value("error", "");
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 }  // namespace
 
-Result<std::string> serialize_engine(const EngineImpl& e) {
-  std::string weights;
+namespace {
+
+// An engine file laid out but not assembled: the weights stay where they are (the model's tensors)
+// and are visited piece by piece, so that saving copies them once (into the file), never into a
+// buffer first: engines of large models are hundreds of MB, and each copy showed in kiln build's time.
+struct Layout {
+  std::string header;                              // JSON
+  std::string graph;                               // ONNX protobuf with external weights
+  std::vector<std::pair<size_t, Tensor>> weights;  // offset in the weights blob, tensor
+  size_t weights_offset = 0, weights_length = 0, body_start = 0, body_length = 0;
+  uint32_t header_crc = 0, body_crc = 0;
+
+  // Calls emit(ptr, n) for every byte after the header, in order: padding, graph, weights (nullptr
+  // for runs of zeros).
+  template <typename Emit>
+  void body(Emit&& emit) const {
+    size_t after_header = kFixedHeader + header.size();
+    emit(nullptr, body_start - after_header);
+    emit(graph.data(), graph.size());
+    size_t at = graph.size();  // within the body
+    for (const auto& [off, t] : weights) {
+      emit(nullptr, weights_offset + off - at);
+      emit(t.raw(), t.nbytes());
+      at = weights_offset + off + t.nbytes();
+    }
+    emit(nullptr, body_length - at);  // the graph's padding when there are no weights
+  }
+  // The 32 fixed bytes and the header.
+  std::string head() const {
+    std::string h(kFixedHeader, '\0');
+    std::memcpy(h.data(), kMagic, 8);
+    put<uint32_t>(h, 8, kEngineFormatVersion);
+    put<uint32_t>(h, 12, static_cast<uint32_t>(header.size()));
+    put<uint64_t>(h, 16, static_cast<uint64_t>(body_length));
+    put<uint32_t>(h, 24, header_crc);
+    put<uint32_t>(h, 28, body_crc);
+    return h + header;
+  }
+};
+
+Result<Layout> lay_out(const EngineImpl& e) {
+  Layout L;
   onnx_import::ExportOptions opts;
   opts.external_location = "kiln-engine-weights";
   opts.store_external = [&](const Tensor& t) -> std::pair<int64_t, int64_t> {
-    weights.resize(align64(weights.size()), '\0');
-    int64_t off = static_cast<int64_t>(weights.size());
-    weights.append(static_cast<const char*>(t.raw()), t.nbytes());
-    return {off, static_cast<int64_t>(t.nbytes())};
+    size_t off = align64(L.weights_length);
+    L.weights.emplace_back(off, t);
+    L.weights_length = off + t.nbytes();
+    return {static_cast<int64_t>(off), static_cast<int64_t>(t.nbytes())};
   };
-  KILN_ASSIGN_OR_RETURN(std::string graph, onnx_import::serialize_model(e.model, opts));
-  size_t graph_offset = 0, weights_offset = align64(graph.size());
+  KILN_ASSIGN_OR_RETURN(L.graph, onnx_import::serialize_model(e.model, opts));
+  size_t graph_offset = 0;
+  L.weights_offset = align64(L.graph.size());
   nlohmann::json h;
   h["kiln_version"] = KILN_VERSION;
   h["format_version"] = kEngineFormatVersion;
@@ -92,32 +173,67 @@ Result<std::string> serialize_engine(const EngineImpl& e) {
   h["required_isa"] = e.required_isa;
   h["build"] = e.build;
   h["graph_offset"] = graph_offset;
-  h["graph_length"] = graph.size();
-  h["weights_offset"] = weights_offset;
-  h["weights_length"] = weights.size();
+  h["graph_length"] = L.graph.size();
+  h["weights_offset"] = L.weights_offset;
+  h["weights_length"] = L.weights_length;
   nlohmann::json layers = nlohmann::json::array();
-  for (const auto& l : e.layers) layers.push_back({{"name", l.name}, {"kernel", l.kernel}});
+  for (const auto& l : e.layers)
+    layers.push_back({{"name", l.name}, {"kernel", l.kernel}, {"candidates", candidates_json(l.candidates)}});
   h["layers"] = layers;
   h["memory"] = {
       {"arena_bytes", e.plan.arena_bytes}, {"naive_bytes", e.plan.naive_bytes}, {"in_place", e.plan.in_place}};
-  std::string header = h.dump();
-  std::string body(weights_offset + weights.size(), '\0');
-  std::memcpy(body.data(), graph.data(), graph.size());
-  if (!weights.empty()) std::memcpy(body.data() + weights_offset, weights.data(), weights.size());
-  size_t body_start = align64(kFixedHeader + header.size());
-  std::string file(body_start + body.size(), '\0');
-  std::memcpy(file.data(), kMagic, 8);
-  put<uint32_t>(file, 8, kEngineFormatVersion);
-  put<uint32_t>(file, 12, static_cast<uint32_t>(header.size()));
-  put<uint64_t>(file, 16, static_cast<uint64_t>(body.size()));
-  std::memcpy(file.data() + kFixedHeader, header.data(), header.size());
-  std::memcpy(file.data() + body_start, body.data(), body.size());
-  put<uint32_t>(file, 24, crc(reinterpret_cast<const uint8_t*>(file.data()) + kFixedHeader, header.size()));
+  L.header = h.dump();
+  L.body_length = L.weights_offset + L.weights_length;
+  L.body_start = align64(kFixedHeader + L.header.size());
+  L.header_crc = crc(reinterpret_cast<const uint8_t*>(L.header.data()), L.header.size());
   // The body checksum covers the padding too: every byte after the header is checked.
-  size_t after_header = kFixedHeader + header.size();
-  put<uint32_t>(file, 28,
-                crc(reinterpret_cast<const uint8_t*>(file.data()) + after_header, file.size() - after_header));
+  static const uint8_t kZeros[4096] = {};
+  uLong c = crc32(0L, Z_NULL, 0);
+  L.body([&](const void* p, size_t n) {
+    while (n > 0) {
+      size_t chunk = p ? std::min<size_t>(n, 1u << 30) : std::min(n, sizeof kZeros);
+      c = crc32(c, p ? static_cast<const Bytef*>(p) : kZeros, static_cast<uInt>(chunk));
+      if (p) p = static_cast<const uint8_t*>(p) + chunk;
+      n -= chunk;
+    }
+  });
+  L.body_crc = static_cast<uint32_t>(c);
+  return L;
+}
+
+}  // namespace
+
+Result<std::string> serialize_engine(const EngineImpl& e) {
+  KILN_ASSIGN_OR_RETURN(Layout L, lay_out(e));
+  std::string file = L.head();
+  file.reserve(L.body_start + L.body_length);
+  L.body([&](const void* p, size_t n) {
+    if (p)
+      file.append(static_cast<const char*>(p), n);
+    else
+      file.append(n, '\0');
+  });
   return file;
+}
+
+Status write_engine(const EngineImpl& e, const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(Layout L, lay_out(e));
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return IOError("cannot write engine file '", path, "' (", std::strerror(errno), ")");
+  std::string head = L.head();
+  f.write(head.data(), static_cast<std::streamsize>(head.size()));
+  static const char kZeros[4096] = {};
+  L.body([&](const void* p, size_t n) {
+    if (p) {
+      f.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
+      return;
+    }
+    for (; n > 0; n -= std::min(n, sizeof kZeros))
+      f.write(kZeros, static_cast<std::streamsize>(std::min(n, sizeof kZeros)));
+  });
+  f.close();
+  if (!f) return IOError("cannot write engine file '", path, "' (", std::strerror(errno), ")");
+  return Status::Ok();
 }
 
 Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes) {
@@ -215,7 +331,10 @@ Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes)
     const auto& jl = h.at("layers");
     if (jl.size() != e->layers.size())
       return InvalidModel("engine lists ", jl.size(), " layers but its graph has ", e->layers.size(), kRebuild);
-    for (size_t i = 0; i < jl.size(); ++i) e->layers[i].kernel = jl[i].at("kernel").get<std::string>();
+    for (size_t i = 0; i < jl.size(); ++i) {
+      e->layers[i].kernel = jl[i].at("kernel").get<std::string>();
+      e->layers[i].candidates = candidates_from(jl[i].at("candidates"));
+    }
   } catch (const std::exception& ex) {
     return InvalidModel("engine header is malformed (", ex.what(), ")", kRebuild);
   }
@@ -247,6 +366,7 @@ nlohmann::json inspect(const EngineImpl& e) {
     layers.push_back({{"name", l.name},
                       {"op", op},
                       {"kernel", l.kernel},
+                      {"candidates", candidates_json(l.candidates)},
                       {"sources", l.sources},
                       {"inputs", ins},
                       {"outputs", outs}});

@@ -20,12 +20,14 @@
 
 namespace kiln::detail {
 
-constexpr uint32_t kEngineFormatVersion = 1;
+// 2: layers carry the auto-tuner's candidates and times, build.tuning says how tuning was done.
+constexpr uint32_t kEngineFormatVersion = 2;
 
 struct LayerInfo {
   std::string name, op_type, domain, kernel;
   std::vector<std::string> sources;  // the ONNX nodes this layer came from
   std::vector<std::string> inputs, outputs;
+  std::vector<tune::CandidateResult> candidates;  // the auto-tuner's results (empty: no tactic applied)
 };
 
 struct EngineImpl {
@@ -63,6 +65,7 @@ Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph
 
 // The engine file (format in engine_file.cc).
 Result<std::string> serialize_engine(const EngineImpl& e);
+Status write_engine(const EngineImpl& e, const std::string& path);  // the same bytes, into a file
 Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes);
 
 nlohmann::json inspect(const EngineImpl& e);

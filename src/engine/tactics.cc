@@ -61,23 +61,19 @@ backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n) {
   return sig;
 }
 
-std::string choose_tactic(const ir::Graph& g, const ir::Node& n, const TacticFilter& filter, std::string* why) {
-  if (filter.none) return "reference";
+std::vector<const backends::Tactic*> allowed_candidates(const backends::LayerSignature& sig,
+                                                        const TacticFilter& filter) {
+  std::vector<const backends::Tactic*> out;
+  if (filter.none) return out;
+  for (const backends::Tactic* t : backends::candidate_tactics(sig))
+    if (filter.allows(t->name())) out.push_back(t);
+  return out;
+}
+
+tune::LayerTuning choose_tactic(const ir::Graph& g, const ir::Node& n, const TacticFilter& filter, tune::Tuner& tuner) {
+  if (filter.none) return {};
   backends::LayerSignature sig = signature_of(g, n);
-  for (const backends::Tactic* t : backends::candidate_tactics(sig)) {
-    if (!filter.allows(t->name())) continue;
-    // Prove the tactic can prepare at the build's shapes (oneDNN may lack an implementation).
-    // The auto-tuner will time the candidates here instead of taking the first.
-    if (sig.fully_known()) {
-      auto p = t->prepare(sig);
-      if (!p.ok()) {
-        if (why) *why += t->name() + ": " + p.status().message() + "; ";
-        continue;
-      }
-    }
-    return t->name();
-  }
-  return "reference";
+  return tuner.tune(sig, allowed_candidates(sig, filter));
 }
 
 TacticRuntime::TacticRuntime(std::shared_ptr<const ir::Graph> g, const std::vector<std::string>& kernels)

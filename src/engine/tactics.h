@@ -1,9 +1,9 @@
 // Tactic selection (build time) and the prepared tactics of an engine (run time).
 //
-// Build: every layer whose op has tactics gets the first tactic that supports its signature at the
-// opt shapes and prepares successfully; its name becomes the layer's kernel (the engine file stores
-// it, kiln inspect shows it). Layers without one keep "reference". choose_tactic() is the seam for
-// the auto-tuner: it will time the candidates instead of taking the first.
+// Build: every layer whose op has tactics gets the fastest of the tactics that support its signature at
+// the opt shapes, as the auto-tuner (src/tune) times them (or its timing cache remembers); its name
+// becomes the layer's kernel (the engine file stores it with every candidate's time, kiln inspect
+// shows them). Layers without a tactic that prepares keep "reference".
 //
 // Run: TacticRuntime prepares a layer's tactic lazily, once per input-shape signature, shared by
 // every context of the engine (a mutex per layer guards the cache; prepared layers run const).
@@ -18,6 +18,7 @@
 #include "backends/tactic.h"
 #include "ir/graph.h"
 #include "ops/value.h"
+#include "tune/tuner.h"
 
 namespace kiln::engine {
 
@@ -33,11 +34,18 @@ struct TacticFilter {
 TacticFilter tactic_filter(const std::vector<std::string>& configured);
 bool reference_kernels_forced();
 
-// The signature of node `n` given its input types (shapes may be partly unknown) and constants.
+// The signature of node `n` given its input types (shapes may be partly unknown) and constants. The
+// builder passes a copy of the graph inferred at the first profile's opt shapes (infer_at), so the
+// shapes of models with symbolic dims (batch, seq) are concrete there and tactics can be timed.
 backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n);
 
-// Build time: the chosen tactic's name, or "reference". `why` collects the reasons (verbose log).
-std::string choose_tactic(const ir::Graph& g, const ir::Node& n, const TacticFilter& filter, std::string* why);
+// The tactics that support `sig` and that the filter allows, in priority order.
+std::vector<const backends::Tactic*> allowed_candidates(const backends::LayerSignature& sig,
+                                                        const TacticFilter& filter);
+
+// Build time: the layer's kernel (a tactic's name, or "reference") and every candidate's result, chosen
+// by `tuner` among the allowed candidates. `g` carries concrete shapes (inferred at the opt shapes).
+tune::LayerTuning choose_tactic(const ir::Graph& g, const ir::Node& n, const TacticFilter& filter, tune::Tuner& tuner);
 
 class TacticRuntime {
  public:

@@ -23,6 +23,15 @@ Result<std::string> read_file(const std::string& path) {
   if (!fs::exists(path, ec)) return NotFound("file '", path, "' does not exist");
   std::ifstream f(path, std::ios::binary);
   if (!f) return IOError("cannot open '", path, "'");
+  // A regular file: one read into a buffer of its size (models are hundreds of MB; the stream copy
+  // below grows and copies its buffer several times). Anything else (a pipe) is read to its end.
+  uintmax_t size = fs::is_regular_file(path, ec) ? fs::file_size(path, ec) : 0;
+  if (!ec && size > 0) {
+    std::string bytes(static_cast<size_t>(size), '\0');
+    if (f.read(bytes.data(), static_cast<std::streamsize>(size)) && f.peek() == EOF) return bytes;
+    f.clear();
+    f.seekg(0);
+  }
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();

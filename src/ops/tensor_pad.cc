@@ -84,7 +84,8 @@ Status pad_infer(InferContext& ctx) {
 }
 
 // Source coordinate of output coordinate o along one axis (-1: the fill value).
-Result<std::vector<int64_t>> pad_axis_map(int64_t d, int64_t b, int64_t e, const std::string& mode) {
+// Size of one padded axis (negative pads crop), or why it cannot be padded.
+Result<int64_t> pad_axis_size(int64_t d, int64_t b, int64_t e, const std::string& mode) {
   int64_t crop_lo = std::max<int64_t>(-b, 0), crop_hi = std::max<int64_t>(-e, 0);
   int64_t dd = d - crop_lo - crop_hi, pb = std::max<int64_t>(b, 0), pe = std::max<int64_t>(e, 0);
   if (dd < 0) return InvalidArgument("negative pads (", b, ", ", e, ") crop more than the axis size ", d);
@@ -92,6 +93,13 @@ Result<std::vector<int64_t>> pad_axis_map(int64_t d, int64_t b, int64_t e, const
   if (__builtin_add_overflow(dd, pb, &n) || __builtin_add_overflow(n, pe, &n) || n > (int64_t{1} << 31))
     return InvalidArgument("pads (", b, ", ", e, ") make axis of size ", d, " larger than 2^31");
   if (mode != "constant" && dd == 0 && n > 0) return InvalidArgument("cannot pad an empty axis in '", mode, "' mode");
+  return n;
+}
+
+Result<std::vector<int64_t>> pad_axis_map(int64_t d, int64_t b, int64_t e, const std::string& mode) {
+  KILN_ASSIGN_OR_RETURN(int64_t n, pad_axis_size(d, b, e, mode));
+  int64_t crop_lo = std::max<int64_t>(-b, 0), crop_hi = std::max<int64_t>(-e, 0);
+  int64_t dd = d - crop_lo - crop_hi, pb = std::max<int64_t>(b, 0);
   std::vector<int64_t> map(static_cast<size_t>(n));
   for (int64_t o = 0; o < n; ++o) {
     int64_t i = o - pb;
@@ -170,15 +178,25 @@ Status pad_kernel(KernelContext& ctx) {
     }
   }
   KILN_ASSIGN_OR_RETURN(PadSpec spec, expand_pads(pads, has_axes, axes, x.rank()));
-  std::vector<std::vector<int64_t>> maps;
+  // Output sizes first: the per-axis index tables are only built once the whole output is known to
+  // be allocatable (an axis padded to 2^31 beside an empty axis would otherwise build a 16 GB table).
   Dims out_shape;
+  for (int64_t k = 0; k < x.rank(); ++k) {
+    auto n = pad_axis_size(x.dim(k), spec.begin[static_cast<size_t>(k)], spec.end[static_cast<size_t>(k)], mode);
+    if (!n.ok()) return ctx.error(str_cat("dim ", k, " of ", x.describe(), ": ", n.status().message()));
+    out_shape.push_back(*n);
+  }
+  KILN_RETURN_IF_ERROR(check_dims(out_shape, "output shape"));
+  if (dims_numel(out_shape) == 0) {
+    ctx.set_output(0, Tensor(x.dtype(), out_shape));
+    return Status::Ok();
+  }
+  std::vector<std::vector<int64_t>> maps;
   for (int64_t k = 0; k < x.rank(); ++k) {
     auto m = pad_axis_map(x.dim(k), spec.begin[static_cast<size_t>(k)], spec.end[static_cast<size_t>(k)], mode);
     if (!m.ok()) return ctx.error(str_cat("dim ", k, " of ", x.describe(), ": ", m.status().message()));
-    out_shape.push_back(static_cast<int64_t>(m->size()));
     maps.push_back(std::move(m).value());
   }
-  KILN_RETURN_IF_ERROR(check_dims(out_shape, "output shape"));
   ctx.set_output(0, take_by_axis_maps(x, maps, fill.defined() ? &fill : nullptr));
   return Status::Ok();
 }

@@ -51,7 +51,6 @@ struct LayerEvent {
   double start_us = 0, dur_us = 0;
 };
 
-
 double percentile(const std::vector<double>& sorted, double q) {
   if (sorted.empty()) return 0;
   // Nearest-rank percentile, as trtexec reports it.

@@ -1,4 +1,5 @@
 // kiln build: ONNX model -> optimized engine file (trtexec-like options).
+#include <chrono>
 #include <cstdio>
 
 #include "kiln/kiln.h"
@@ -15,6 +16,7 @@ struct BuildOptions {
   bool verbose = false;
   std::vector<std::string> disabled_passes;
   std::vector<std::string> tactics;
+  std::string timing_cache;
   std::vector<std::string> profiles;  // --profile, repeatable
 };
 }  // namespace
@@ -122,7 +124,11 @@ void add_build_command(CLI::App& app, int& exit_code) {
                   "only these kernels (names as kiln inspect shows them, comma-separated); 'reference': "
                   "reference kernels only")
       ->delimiter(',');
-  cmd->add_flag("--verbose", o->verbose, "more detail");
+  cmd->add_option("--timing-cache", o->timing_cache,
+                  "file of tactic timings reused across builds and models on this machine (created if missing; "
+                  "safe to share between concurrent builds; a stale, foreign or corrupt one is ignored with a "
+                  "warning and moved aside)");
+  cmd->add_flag("--verbose", o->verbose, "more detail (each layer's candidates and times)");
   cmd->callback([o, &exit_code]() {
     auto profiles = profiles_from_flags(o->min_shapes, o->opt_shapes, o->max_shapes, o->shapes);
     if (!profiles.ok()) {
@@ -146,12 +152,21 @@ void add_build_command(CLI::App& app, int& exit_code) {
     cfg.workspace_bytes = static_cast<size_t>(o->workspace_mb * 1024 * 1024);
     cfg.disabled_passes = o->disabled_passes;
     cfg.tactics = o->tactics;
+    cfg.timing_cache = o->timing_cache;
     cfg.verbose = o->verbose;
     cfg.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
     try {
+      using Clock = std::chrono::steady_clock;
+      auto seconds = [](Clock::time_point a, Clock::time_point b) {
+        return std::chrono::duration<double>(b - a).count();
+      };
+      auto t0 = Clock::now();
       auto engine = Builder(cfg).build_from_file(o->model);
+      auto t1 = Clock::now();
       engine->save(o->output);
-      std::printf("[kiln build] wrote %s\n", o->output.c_str());
+      auto t2 = Clock::now();
+      std::printf("[kiln build] wrote %s: %.2f s in all (loading and building %.2f s, writing %.2f s)\n",
+                  o->output.c_str(), seconds(t0, t2), seconds(t0, t1), seconds(t1, t2));
       exit_code = kExitOk;
     } catch (const Error& e) {
       exit_code = report_error(detail_status(e));

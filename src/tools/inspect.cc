@@ -25,6 +25,23 @@ std::string mib(double bytes) {
   return b;
 }
 
+// The auto-tuner's candidates of a layer: times (the winner marked), the ones that could not prepare
+// or run with the reason. Nothing for layers without tactics.
+void print_candidates(const nlohmann::json& l) {
+  if (!l.contains("candidates") || l["candidates"].empty()) return;
+  std::string line;
+  for (const auto& c : l["candidates"]) {
+    std::string tactic = c["tactic"].get<std::string>(), state = c["state"].get<std::string>();
+    bool won = tactic == l["kernel"].get<std::string>();
+    char b[64] = "";
+    if (state == "timed") std::snprintf(b, sizeof b, " %.3f ms", c["ms"].get<double>());
+    line += (line.empty() ? "" : ", ") + tactic + (state == "timed" ? std::string(b) : " " + state) +
+            (won ? " (won)" : "") + (c.value("cached", false) ? " [cache]" : "");
+    if (c.contains("error")) line += ": " + c["error"].get<std::string>();
+  }
+  std::printf("         candidates: %s\n", line.c_str());
+}
+
 void print_text(const nlohmann::json& j, bool passes_only) {
   const auto& b = j["build"];
   if (!passes_only) {
@@ -48,6 +65,17 @@ void print_text(const nlohmann::json& j, bool passes_only) {
   std::printf("layers   %zu:", j["layers"].size());
   for (const auto& [op, n] : j["layer_counts"].items()) std::printf(" %s %d,", op.c_str(), n.get<int>());
   std::printf("\n");
+  if (b.contains("tuning")) {
+    const auto& t = b["tuning"];
+    int threads = t.value("threads", 0);
+    std::printf(
+        "tuning   tuned for %d thread%s at %s: %d layers with tactics, %d candidates timed, %d cache hits, %.2f s%s\n",
+        threads, threads == 1 ? "" : "s", t.value("at", std::string("?")).c_str(), t.value("layers", 0),
+        t.value("timed", 0), t.value("cache_hits", 0), t.value("seconds", 0.0),
+        t.value("timing_cache", std::string()).empty()
+            ? ""
+            : (" (timing cache " + t["timing_cache"].get<std::string>() + ")").c_str());
+  }
   int i = 0;
   for (const auto& l : j["layers"]) {
     std::string out = l["outputs"].empty() ? "" : l["outputs"][0]["type"].get<std::string>();
@@ -55,6 +83,7 @@ void print_text(const nlohmann::json& j, bool passes_only) {
     for (const auto& s : l["sources"]) src += (src.empty() ? "" : ",") + s.get<std::string>();
     std::printf("  %4d %-32s %-24s %-10s %-26s <- %s\n", i++, l["name"].get<std::string>().c_str(),
                 l["op"].get<std::string>().c_str(), l["kernel"].get<std::string>().c_str(), out.c_str(), src.c_str());
+    print_candidates(l);
   }
   if (j.contains("profiles"))
     for (size_t i = 0; i < j["profiles"].size(); ++i) {

@@ -1,0 +1,211 @@
+#include "tune/tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <random>
+
+#include "core/parallel.h"
+#include "tune/layer_key.h"
+
+namespace kiln::tune {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// Activations for timing: floats uniform in [-1, 1]; integers and booleans zero (valid as indices and
+// as masks whatever the shapes). Constants are the real ones.
+Tensor random_input(const backends::TensorSig& t, std::mt19937_64& rng) {
+  Tensor x(t.dtype, t.shape);
+  if (t.dtype == DataType::kFloat32) {
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    float* p = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) p[i] = u(rng);
+  } else if (dtype_is_float(t.dtype) && dtype_is_builtin(t.dtype)) {
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    for (int64_t i = 0; i < x.numel(); ++i) x.set_f64(i, u(rng));
+  }
+  return x;
+}
+
+std::string what_of(const std::exception& e) { return std::string("exception: ") + e.what(); }
+
+}  // namespace
+
+const char* state_name(CandidateResult::State s) {
+  switch (s) {
+    case CandidateResult::State::kTimed: return "timed";
+    case CandidateResult::State::kPrepared: return "prepared";
+    case CandidateResult::State::kFailed: return "failed";
+    case CandidateResult::State::kUnproven: return "unproven";
+  }
+  return "?";
+}
+
+Tuner::Tuner(TimingCache& cache, TuneOptions opts) : cache_(cache), opts_(opts), threads_(kiln::max_threads()) {}
+
+std::string Tuner::key(const backends::LayerSignature& sig) const {
+  return "threads=" + std::to_string(threads_) + "|" + layer_key(sig);
+}
+
+LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<const backends::Tactic*>& candidates) {
+  using State = CandidateResult::State;
+  LayerTuning r;
+  if (candidates.empty()) return r;
+  if (!sig.fully_known()) {  // data-dependent shapes: nothing can be prepared before run time
+    for (const backends::Tactic* t : candidates) {
+      CandidateResult c;
+      c.tactic = t->name();
+      c.state = State::kUnproven;
+      r.candidates.push_back(std::move(c));
+    }
+    r.kernel = candidates[0]->name();
+    return r;
+  }
+  const std::string k = key(sig);
+  const bool timing = candidates.size() > 1;
+  std::vector<Tensor> inputs;  // made on first use, shared by the candidates
+  std::vector<const Tensor*> in_ptrs;
+  auto make_inputs = [&] {
+    if (!in_ptrs.empty() || sig.inputs.empty()) return;
+    std::mt19937_64 rng(opts_.seed);
+    inputs.resize(sig.inputs.size());
+    for (size_t i = 0; i < sig.inputs.size(); ++i) {
+      const backends::TensorSig& t = sig.inputs[i];
+      if (!t.present)
+        in_ptrs.push_back(nullptr);
+      else if (t.constant)
+        in_ptrs.push_back(t.constant);
+      else {
+        inputs[i] = random_input(t, rng);
+        in_ptrs.push_back(&inputs[i]);
+      }
+    }
+  };
+
+  // Prepared candidates being timed: their runs are interleaved (A B A B ...), so that a change in
+  // the machine's load while the layer is timed (other processes, frequency) hits every candidate alike.
+  struct Timing {
+    size_t result;  // index into r.candidates
+    std::shared_ptr<const backends::PreparedLayer> prepared;
+    std::vector<Tensor> outs;
+    std::vector<Tensor*> out_ptrs;
+    std::vector<double> times;
+    double total_ms = 0;
+    bool done = false;
+    std::string error;
+  };
+  std::vector<Timing> timings;
+  auto fail = [&](CandidateResult& c, std::string why) {
+    c.state = State::kFailed;
+    c.error = std::move(why);
+    cache_.put(k, c.tactic, {CacheEntry::State::kFailed, 0, 0, 0, c.error});
+  };
+
+  for (const backends::Tactic* t : candidates) {
+    r.candidates.emplace_back();
+    CandidateResult& c = r.candidates.back();
+    c.tactic = t->name();
+    if (const CacheEntry* e = cache_.find(k, c.tactic);
+        e && (e->state != CacheEntry::State::kPrepared || !timing)) {  // a prepared-only entry lacks a time
+      c.from_cache = true;
+      c.state = e->state == CacheEntry::State::kTimed    ? State::kTimed
+                : e->state == CacheEntry::State::kFailed ? State::kFailed
+                                                         : State::kPrepared;
+      c.ms = e->ms, c.runs = e->runs, c.min_ms = e->min_ms, c.error = e->error;
+      ++r.cache_hits;
+      continue;
+    }
+    std::shared_ptr<const backends::PreparedLayer> p;
+    try {
+      auto prepared = t->prepare(sig);
+      ++r.prepared;
+      if (!prepared.ok()) {
+        fail(c, "cannot prepare: " + prepared.status().message());
+        continue;
+      }
+      p = std::move(prepared).value();
+    } catch (const std::exception& e) {
+      fail(c, "cannot prepare: " + what_of(e));
+      continue;
+    }
+    if (!timing) {
+      c.state = State::kPrepared;
+      cache_.put(k, c.tactic, {CacheEntry::State::kPrepared, 0, 0, 0, ""});
+      continue;
+    }
+    Timing tm;
+    tm.result = r.candidates.size() - 1;
+    tm.prepared = std::move(p);
+    timings.push_back(std::move(tm));
+  }
+
+  if (!timings.empty()) make_inputs();
+  // One run of a candidate; false (with its error set) when it failed.
+  auto run_once = [&](Timing& tm, bool measured) {
+    try {
+      auto t0 = Clock::now();
+      Status s = tm.prepared->run(in_ptrs, tm.out_ptrs);
+      double ms = ms_since(t0);
+      if (!s.ok()) tm.error = s.message();
+      if (measured && tm.error.empty()) tm.times.push_back(ms), tm.total_ms += ms;
+    } catch (const std::exception& e) {
+      tm.error = what_of(e);
+    }
+    if (!tm.error.empty()) tm.done = true;
+  };
+  for (Timing& tm : timings) {
+    try {
+      std::vector<Dims> shapes = tm.prepared->output_shapes();
+      std::vector<DataType> dtypes = tm.prepared->output_dtypes();
+      for (size_t o = 0; o < shapes.size(); ++o)
+        tm.outs.emplace_back(o < dtypes.size() ? dtypes[o] : DataType::kFloat32, shapes[o]);
+      for (auto& o : tm.outs) tm.out_ptrs.push_back(&o);
+    } catch (const std::exception& e) {
+      tm.error = what_of(e);
+      tm.done = true;
+    }
+    for (int w = 0; w < opts_.warmup_runs && !tm.done; ++w) run_once(tm, false);
+  }
+  for (bool any = true; any;) {
+    any = false;
+    for (Timing& tm : timings) {
+      if (tm.done) continue;
+      run_once(tm, true);
+      int n = static_cast<int>(tm.times.size());
+      tm.done |= n >= opts_.max_runs || tm.total_ms >= opts_.hard_limit_ms ||
+                 (n >= opts_.min_runs && tm.total_ms >= opts_.max_ms_per_candidate);
+      any |= !tm.done;
+    }
+  }
+  for (Timing& tm : timings) {
+    CandidateResult& c = r.candidates[tm.result];
+    if (!tm.error.empty() || tm.times.empty()) {
+      fail(c, "cannot run: " + (tm.error.empty() ? std::string("no run measured") : tm.error));
+      continue;
+    }
+    std::sort(tm.times.begin(), tm.times.end());
+    c.ms = tm.times[tm.times.size() / 2];
+    c.min_ms = tm.times.front();
+    c.runs = static_cast<int>(tm.times.size());
+    c.state = State::kTimed;
+    ++r.timed;
+    cache_.put(k, c.tactic, {CacheEntry::State::kTimed, c.ms, c.runs, c.min_ms, ""});
+  }
+  timings.clear();  // the prepared layers and their outputs go now, not with the inputs
+
+  // The lowest median wins (ties: the earlier in priority order).
+  const CandidateResult* best = nullptr;
+  for (const auto& c : r.candidates)
+    if (c.state == State::kTimed && (!best || best->state != State::kTimed || c.ms < best->ms))
+      best = &c;
+    else if (c.state == State::kPrepared && !best)
+      best = &c;
+  if (best) r.kernel = best->tactic;
+  return r;
+}
+
+}  // namespace kiln::tune

@@ -1,0 +1,77 @@
+// The auto-tuner: picks one layer's kernel by timing its candidate tactics on the layer's actual
+// shapes (TensorRT's tactic selection), with a timing cache so that later builds time nothing.
+//
+// For each candidate, in priority order: a cached result is taken as is (no prepare, no timing);
+// otherwise the tactic is prepared (weights reordered/packed) on the signature's concrete shapes and,
+// when the layer has more than one viable candidate, run on random inputs of the right dtypes (the
+// weights are the real constants): warm-up, then runs until `max_runs` or `max_ms_per_candidate`,
+// the median kept. A layer with one viable candidate is only prepared (that proves it can run).
+// Failures to prepare or run are recorded with their reason, in the result and in the cache.
+// The fastest viable candidate wins; the reference kernel only when none is viable.
+//
+// Timing happens at the current thread count (kiln::max_threads()), part of every cache key.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backends/tactic.h"
+#include "tune/timing_cache.h"
+
+namespace kiln::tune {
+
+struct TuneOptions {
+  int warmup_runs = 1;
+  int min_runs = 3;                  // measured runs before the time budget may stop the timing
+  int max_runs = 20;                 // measured runs at most
+  double max_ms_per_candidate = 50;  // measured time after which timing stops (once min_runs ran)
+  double hard_limit_ms = 200;        // ... and after which it stops even before min_runs (slow layers)
+  uint64_t seed = 0x6b696c6e;        // random inputs
+};
+
+struct CandidateResult {
+  enum class State {
+    kTimed,     // prepared and timed now (or, with from_cache, earlier)
+    kPrepared,  // prepared, not timed: the layer's only viable candidate
+    kFailed,    // cannot prepare or run: `error` says why
+    kUnproven,  // shapes unknown at build time: neither prepared nor timed (taken on trust)
+  };
+  std::string tactic;
+  State state = State::kFailed;
+  double ms = 0;      // kTimed: median
+  int runs = 0;       // kTimed: runs measured
+  double min_ms = 0;  // kTimed: fastest run
+  bool from_cache = false;
+  std::string error;
+};
+
+struct LayerTuning {
+  std::string kernel = "reference";  // the winner
+  std::vector<CandidateResult> candidates;
+  int timed = 0;       // candidates timed now
+  int prepared = 0;    // tactics prepared now (timed ones included)
+  int cache_hits = 0;  // candidates answered by the cache
+};
+
+const char* state_name(CandidateResult::State s);  // "timed", "prepared", "failed", "unproven"
+
+class Tuner {
+ public:
+  // `cache` receives what is learned and answers what is known; it outlives the tuner.
+  Tuner(TimingCache& cache, TuneOptions opts = {});
+
+  // Chooses among `candidates` (tactics supporting `sig`, in priority order). Shapes of `sig` may be
+  // partly unknown (data-dependent): then nothing can run and the first candidate is taken unproven.
+  LayerTuning tune(const backends::LayerSignature& sig, const std::vector<const backends::Tactic*>& candidates);
+
+  int threads() const { return threads_; }
+  // The cache key of a layer at this tuner's thread count.
+  std::string key(const backends::LayerSignature& sig) const;
+
+ private:
+  TimingCache& cache_;
+  TuneOptions opts_;
+  int threads_;
+};
+
+}  // namespace kiln::tune

@@ -1,0 +1,237 @@
+// The timing cache file: round trip, what it refuses to trust (stale, foreign, corrupt) and how it says
+// so, and concurrent builds writing one file.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tune/timing_cache.h"
+
+namespace kiln::tune {
+namespace {
+
+namespace fs = std::filesystem;
+
+const CacheIdentity kHere{"0.1.0", "Test CPU 9000 | avx2 avx512f"};
+
+// A fresh directory per test.
+std::string temp_dir(const std::string& name) {
+  fs::path d = fs::path(::testing::TempDir()) / ("kiln_tc_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+std::string read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct Warnings {
+  std::vector<std::string> lines;
+  TimingCache::Warn fn() {
+    return [this](const std::string& s) { lines.push_back(s); };
+  }
+  bool any(const std::string& needle) const {
+    for (const auto& l : lines)
+      if (l.find(needle) != std::string::npos) return true;
+    return false;
+  }
+};
+
+CacheEntry timed(double ms) { return {CacheEntry::State::kTimed, ms, 7, ms * 0.9, ""}; }
+
+// A cache file holding one timed, one prepared-only and one failed entry.
+std::string make_cache(const std::string& dir, const CacheIdentity& id = kHere) {
+  std::string path = dir + "/tc.json";
+  TimingCache c = TimingCache::open(path, id, nullptr);
+  c.put("threads=1|Conv{}", "conv_a", timed(1.5));
+  c.put("threads=1|Conv{}", "conv_b", {CacheEntry::State::kFailed, 0, 0, 0, "no implementation"});
+  c.put("threads=2|Gemm{}", "gemm_a", {CacheEntry::State::kPrepared, 0, 0, 0, ""});
+  EXPECT_TRUE(c.save(nullptr).ok());
+  return path;
+}
+
+TEST(TimingCache, RoundTrip) {
+  std::string dir = temp_dir("roundtrip");
+  std::string path = make_cache(dir);
+  Warnings w;
+  TimingCache c = TimingCache::open(path, kHere, w.fn());
+  EXPECT_TRUE(w.lines.empty());
+  EXPECT_EQ(c.size(), 3u);
+  EXPECT_EQ(c.added(), 0u);
+  const CacheEntry* a = c.find("threads=1|Conv{}", "conv_a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->state, CacheEntry::State::kTimed);
+  EXPECT_DOUBLE_EQ(a->ms, 1.5);
+  EXPECT_EQ(a->runs, 7);
+  EXPECT_DOUBLE_EQ(a->min_ms, 1.5 * 0.9);
+  const CacheEntry* b = c.find("threads=1|Conv{}", "conv_b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->state, CacheEntry::State::kFailed);
+  EXPECT_EQ(b->error, "no implementation");
+  const CacheEntry* g = c.find("threads=2|Gemm{}", "gemm_a");
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->state, CacheEntry::State::kPrepared);
+  EXPECT_EQ(c.find("threads=2|Conv{}", "conv_a"), nullptr);  // the thread count is part of the key
+  EXPECT_EQ(c.find("threads=1|Conv{}", "conv_c"), nullptr);
+}
+
+TEST(TimingCache, NothingNewWritesNothing) {
+  std::string dir = temp_dir("nothing");
+  TimingCache c = TimingCache::open(dir + "/tc.json", kHere, nullptr);
+  EXPECT_TRUE(c.save(nullptr).ok());
+  EXPECT_FALSE(fs::exists(dir + "/tc.json"));
+}
+
+TEST(TimingCache, StaleVersionIgnoredWithAWarningAndMovedAsideOnSave) {
+  std::string dir = temp_dir("stale");
+  std::string path = make_cache(dir, {"0.0.9", kHere.machine});
+  Warnings w;
+  TimingCache c = TimingCache::open(path, kHere, w.fn());
+  EXPECT_EQ(c.size(), 0u);
+  ASSERT_EQ(w.lines.size(), 1u);
+  EXPECT_TRUE(w.any("stale")) << w.lines[0];
+  EXPECT_TRUE(w.any("kiln 0.0.9")) << w.lines[0];
+  EXPECT_TRUE(w.any(path + ".stale")) << w.lines[0];
+  std::string old = read(path);
+  c.put("threads=1|Relu{}", "relu_a", timed(0.1));
+  ASSERT_TRUE(c.save(w.fn()).ok());
+  EXPECT_TRUE(w.any("moved the unusable file to " + path + ".stale"));
+  EXPECT_EQ(read(path + ".stale"), old);  // kept, not destroyed
+  TimingCache again = TimingCache::open(path, kHere, nullptr);
+  EXPECT_EQ(again.size(), 1u);
+  EXPECT_NE(again.find("threads=1|Relu{}", "relu_a"), nullptr);
+}
+
+TEST(TimingCache, OtherFormatVersionIsStale) {
+  std::string dir = temp_dir("format");
+  std::string path = make_cache(dir);
+  std::string text = read(path);
+  size_t at = text.find("\"format_version\": 1");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 19, "\"format_version\": 99");
+  std::ofstream(path) << text;
+  Warnings w;
+  TimingCache c = TimingCache::open(path, kHere, w.fn());
+  EXPECT_EQ(c.size(), 0u);
+  EXPECT_TRUE(w.any("stale") && w.any("cache format 99")) << (w.lines.empty() ? "" : w.lines[0]);
+}
+
+TEST(TimingCache, ForeignMachineIgnoredWithAWarning) {
+  std::string dir = temp_dir("foreign");
+  std::string path = make_cache(dir, {kHere.kiln_version, "Other CPU | avx2"});
+  Warnings w;
+  TimingCache c = TimingCache::open(path, kHere, w.fn());
+  EXPECT_EQ(c.size(), 0u);
+  EXPECT_EQ(c.find("threads=1|Conv{}", "conv_a"), nullptr);
+  ASSERT_EQ(w.lines.size(), 1u);
+  EXPECT_TRUE(w.any("foreign") && w.any("Other CPU")) << w.lines[0];
+  c.put("threads=1|Relu{}", "relu_a", timed(0.1));
+  ASSERT_TRUE(c.save(w.fn()).ok());
+  EXPECT_TRUE(fs::exists(path + ".foreign"));
+}
+
+TEST(TimingCache, CorruptOrTruncatedIgnoredWithoutCrashing) {
+  std::string dir = temp_dir("corrupt");
+  std::string path = make_cache(dir);
+  std::string good = read(path);
+  const std::vector<std::string> bad = {
+      good.substr(0, good.size() / 2),  // truncated
+      "",                               // empty
+      "\x7f\x45\x4c\x46 binary junk",
+      "[1, 2, 3]",
+      "{\"format\": \"kiln-timing-cache\"}",
+      // An entry of the wrong type: the whole file is distrusted, not partly used.
+      "{\"format\": \"kiln-timing-cache\", \"format_version\": 1, \"kiln_version\": \"0.1.0\", \"machine\": \"" +
+          kHere.machine + "\", \"layers\": {\"k\": {\"t\": {\"ms\": \"fast\"}}, \"k2\": {\"t\": {\"ms\": 1}}}}",
+      "{\"format\": \"kiln-timing-cache\", \"format_version\": 1, \"kiln_version\": \"0.1.0\", \"machine\": \"" +
+          kHere.machine + "\", \"layers\": {\"k\": {\"t\": {\"ms\": -1}}}}",
+  };
+  for (const auto& text : bad) {
+    std::ofstream(path, std::ios::trunc | std::ios::binary) << text;
+    Warnings w;
+    TimingCache c = TimingCache::open(path, kHere, w.fn());
+    EXPECT_EQ(c.size(), 0u) << text;
+    EXPECT_TRUE(w.any("corrupt")) << text;
+  }
+  TimingCache c = TimingCache::open(path, kHere, nullptr);
+  c.put("threads=1|Relu{}", "relu_a", timed(0.1));
+  ASSERT_TRUE(c.save(nullptr).ok());
+  EXPECT_TRUE(fs::exists(path + ".corrupt"));
+  EXPECT_EQ(TimingCache::open(path, kHere, nullptr).size(), 1u);
+}
+
+TEST(TimingCache, SaveMergesWhatAnotherBuildSavedMeanwhile) {
+  std::string dir = temp_dir("merge");
+  std::string path = dir + "/tc.json";
+  TimingCache a = TimingCache::open(path, kHere, nullptr);
+  TimingCache b = TimingCache::open(path, kHere, nullptr);
+  a.put("threads=1|A{}", "t", timed(1));
+  b.put("threads=1|B{}", "t", timed(2));
+  b.put("threads=1|A{}", "u", timed(3));
+  ASSERT_TRUE(a.save(nullptr).ok());
+  ASSERT_TRUE(b.save(nullptr).ok());
+  TimingCache c = TimingCache::open(path, kHere, nullptr);
+  EXPECT_EQ(c.size(), 3u);
+  EXPECT_NE(c.find("threads=1|A{}", "t"), nullptr);
+  EXPECT_NE(c.find("threads=1|A{}", "u"), nullptr);
+  EXPECT_NE(c.find("threads=1|B{}", "t"), nullptr);
+}
+
+TEST(TimingCache, UnwritableDirectoryIsAnErrorNotACrash) {
+  TimingCache c = TimingCache::open("/nonexistent_dir_for_kiln/tc.json", kHere, nullptr);
+  c.put("k", "t", timed(1));
+  Status s = c.save(nullptr);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("/nonexistent_dir_for_kiln/tc.json"), std::string::npos) << s.message();
+}
+
+// Two processes saving into one file over and over: the file stays valid and ends up holding every
+// entry of both (flock + re-read + merge + atomic rename).
+TEST(TimingCache, ConcurrentProcessesKeepEveryEntry) {
+  std::string dir = temp_dir("concurrent");
+  std::string path = dir + "/tc.json";
+  constexpr int kRounds = 15, kPerRound = 20;
+  pid_t kids[2];
+  for (int p = 0; p < 2; ++p) {
+    kids[p] = ::fork();
+    ASSERT_GE(kids[p], 0);
+    if (kids[p] == 0) {
+      int bad = 0;
+      for (int r = 0; r < kRounds; ++r) {
+        Warnings w;
+        TimingCache c = TimingCache::open(path, kHere, w.fn());
+        bad += !w.lines.empty();  // a reader must never see a half-written file
+        for (int i = 0; i < kPerRound; ++i)
+          c.put("threads=1|P" + std::to_string(p) + "R" + std::to_string(r) + "{}", "t" + std::to_string(i),
+                timed(p + r + i));
+        bad += !c.save(nullptr).ok();
+      }
+      ::_exit(bad == 0 ? 0 : 1);
+    }
+  }
+  for (pid_t k : kids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(k, &status, 0), k);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child " << k << " status " << status;
+  }
+  Warnings w;
+  TimingCache c = TimingCache::open(path, kHere, w.fn());
+  EXPECT_TRUE(w.lines.empty());
+  EXPECT_EQ(c.size(), static_cast<size_t>(2 * kRounds * kPerRound));
+  for (int p = 0; p < 2; ++p)
+    for (int r = 0; r < kRounds; ++r)
+      EXPECT_NE(c.find("threads=1|P" + std::to_string(p) + "R" + std::to_string(r) + "{}", "t0"), nullptr) << p << r;
+  for (const auto& e : fs::directory_iterator(dir))  // no temporaries left behind
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+}  // namespace
+}  // namespace kiln::tune
