@@ -1,5 +1,6 @@
-// One float vector interface over the three paths (AVX-512: 16 lanes, AVX2: 8, scalar: 1), so a
-// kernel written once as a template over V runs on each. A kernel body using V's functions must
+// One float vector interface over the three paths (AVX-512: 16 lanes, AVX2: 8, scalar: 1) for the
+// plane kernels (depthwise convolution, pooling), so a kernel written once as a template over V runs
+// on each. A kernel body using V's functions must
 // itself be compiled for V's target: define it inside a `#pragma GCC target` region of the same
 // target (see conv_depthwise.cc, which includes its body once per path).
 //
