@@ -1,12 +1,12 @@
-// The variant list: every CPU tactic, per op, in priority order. It drives the builder's choice
-// (first supporting tactic until the auto-tuner times them), the tactic unit tests (each listed
-// tactic is checked against the reference kernel) and, later, the benchmarks. A new kernel is one
-// line here.
+// The variant list: every CPU tactic, per op. The auto-tuner (src/tune) times every supporting
+// tactic of a layer and keeps the fastest (list order breaks ties and decides when shapes are unknown
+// at build time); the tactic unit tests check each listed tactic against the reference kernel;
+// bench/kiln_kernel_bench times them layer by layer. A new kernel is one line here.
 #include <algorithm>
 
+#include "backends/cpu/kiln_tactics.h"
 #include "backends/cpu/xformer_tactics.h"
 #include "backends/tactic.h"
-
 #if defined(KILN_HAVE_ONEDNN)
 #include "backends/cpu/onednn_tactics.h"
 #endif
@@ -46,6 +46,11 @@ const std::vector<const Tactic*>& all_tactics() {
     v.push_back(cpu::attention_kiln_fused());
     v.push_back(cpu::fused_elementwise_kiln());
     v.push_back(cpu::gelu_kiln());
+    // kiln's own GEMM, 1x1 and depthwise convolution, pooling (the auto-tuner times them against oneDNN's)
+    v.push_back(cpu::gemm_kiln_packed());
+    v.push_back(cpu::conv2d_kiln_1x1());
+    v.push_back(cpu::conv2d_kiln_depthwise());
+    v.push_back(cpu::pool2d_kiln_nchw());
     return v;
   }();
   return list;

@@ -73,6 +73,7 @@ LayerCase conv_case(std::mt19937& rng, uint64_t seed) {
   int64_t h = pick(rng, (kh - 1) * dh + 1, 19), w = pick(rng, (kw - 1) * dw + 1, 23);
   std::string auto_pad = std::vector<std::string>{"NOTSET", "NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"}[rng() % 5];
   if (auto_pad != "NOTSET") pads = {0, 0, 0, 0};
+  if (group == 1 && rng() % 4 == 0) kh = kw = sh = sw = 1, pads = {0, 0, 0, 0};  // pointwise (1x1 GEMM tactics)
   bool bias = rng() % 2, residual = fused && rng() % 2;
   LayerCase lc;
   lc.node = make_node(fused ? "kiln" : "", fused ? "FusedConv" : "Conv", residual ? 4 : (bias ? 3 : 2));

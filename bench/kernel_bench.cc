@@ -1,0 +1,235 @@
+// kiln_kernel_bench: kiln's own CPU tactics against the oneDNN ones on the layers of the benchmark
+// models (BERT-base seq 128, resnet50, mobilenet_v2), at 1 and 2 threads. Each benchmark prepares
+// one tactic for one layer and times PreparedLayer::run.
+//
+//   ninja -C build kiln_kernel_bench
+//   build/bench/kiln_kernel_bench --benchmark_filter='dw_' --benchmark_min_time=0.2
+//
+// Names: <layer>/<tactic>/threads:<n>. KILN_ISA=avx2|scalar forces kiln's kernels onto a path.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/gemm_kernels.h"
+#include "backends/tactic.h"
+#include "core/parallel.h"
+#include "ir/attribute_builders.h"
+
+namespace {
+
+using kiln::DataType;
+using kiln::Dims;
+using kiln::Tensor;
+namespace ir = kiln::ir;
+namespace be = kiln::backends;
+
+Tensor random_tensor(const Dims& d, uint64_t seed) {
+  Tensor t(DataType::kFloat32, d);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+// One layer: node, inputs (undefined tensor = missing optional), which inputs are constants.
+struct Layer {
+  std::string name;
+  ir::Node node;
+  std::vector<Tensor> inputs;
+  std::vector<bool> constant;
+};
+
+ir::Node make_node(const std::string& domain, const std::string& op, size_t n_inputs) {
+  ir::Node n;
+  n.name = op;
+  n.op_type = op;
+  n.domain = domain;
+  n.opset = domain.empty() ? 17 : 1;
+  for (size_t i = 0; i < n_inputs; ++i) n.inputs.push_back("in" + std::to_string(i));
+  n.outputs = {"y"};
+  return n;
+}
+
+// FusedMatMul [m, k] x [k, n] + bias (+ residual) (activation).
+Layer matmul(const std::string& name, int64_t m, int64_t k, int64_t n, const std::string& act, bool residual) {
+  Layer l{name, make_node("kiln", "FusedMatMul", residual ? 4 : 3), {}, {}};
+  if (!act.empty()) l.node.attrs["activation"] = ir::attr_string(act);
+  l.inputs = {random_tensor({m, k}, 1), random_tensor({k, n}, 2), random_tensor({n}, 3)};
+  l.constant = {false, true, true, false};
+  if (residual) l.inputs.push_back(random_tensor({m, n}, 4));
+  return l;
+}
+
+// Gemm [m, k] x [n, k]^T + C[n] (a classifier).
+Layer gemm_t(const std::string& name, int64_t m, int64_t k, int64_t n) {
+  Layer l{name, make_node("", "Gemm", 3), {}, {}};
+  l.node.attrs["transB"] = ir::attr_int(1);
+  l.inputs = {random_tensor({m, k}, 1), random_tensor({n, k}, 2), random_tensor({n}, 3)};
+  l.constant = {false, true, true};
+  return l;
+}
+
+// FusedConv NCHW, bias, optional residual, activation.
+Layer conv(const std::string& name, int64_t batch, int64_t c, int64_t h, int64_t w, int64_t m, int64_t kernel,
+           int64_t stride, int64_t group, const std::string& act, bool residual) {
+  Layer l{name, make_node("kiln", "FusedConv", residual ? 4 : 3), {}, {}};
+  int64_t pad = kernel / 2;
+  l.node.attrs["group"] = ir::attr_int(group);
+  l.node.attrs["strides"] = ir::attr_ints({stride, stride});
+  l.node.attrs["pads"] = ir::attr_ints({pad, pad, pad, pad});
+  if (!act.empty()) l.node.attrs["activation"] = ir::attr_string(act);
+  if (act == "Clip") {
+    l.node.attrs["activation_min"] = ir::attr_float(0.f);
+    l.node.attrs["activation_max"] = ir::attr_float(6.f);
+  }
+  int64_t oh = (h + 2 * pad - kernel) / stride + 1, ow = (w + 2 * pad - kernel) / stride + 1;
+  l.inputs = {random_tensor({batch, c, h, w}, 1), random_tensor({m, c / group, kernel, kernel}, 2),
+              random_tensor({m}, 3)};
+  l.constant = {false, true, true, false};
+  if (residual) l.inputs.push_back(random_tensor({batch, m, oh, ow}, 4));
+  return l;
+}
+
+Layer pool(const std::string& name, const std::string& op, int64_t batch, int64_t c, int64_t h, int64_t w,
+           int64_t kernel, int64_t stride, int64_t pad) {
+  Layer l{name, make_node("", op, 1), {}, {}};
+  l.node.opset = 17;
+  if (op == "MaxPool" || op == "AveragePool") {
+    l.node.attrs["kernel_shape"] = ir::attr_ints({kernel, kernel});
+    l.node.attrs["strides"] = ir::attr_ints({stride, stride});
+    l.node.attrs["pads"] = ir::attr_ints({pad, pad, pad, pad});
+  }
+  l.inputs = {random_tensor({batch, c, h, w}, 1)};
+  l.constant = {false};
+  return l;
+}
+
+std::vector<Layer> layers() {
+  std::vector<Layer> v;
+  // BERT-base encoder, seq 128 (batch 1): QKV, attention output, FFN up (Gelu), FFN down.
+  v.push_back(matmul("bert_qkv_128x768x2304", 128, 768, 2304, "", false));
+  v.push_back(matmul("bert_out_128x768x768", 128, 768, 768, "", true));
+  v.push_back(matmul("bert_ffn1_128x768x3072", 128, 768, 3072, "Gelu", false));
+  v.push_back(matmul("bert_ffn2_128x3072x768", 128, 3072, 768, "", true));
+  v.push_back(matmul("bert_ffn1_b8_1024x768x3072", 1024, 768, 3072, "Gelu", false));
+  // Classifiers.
+  v.push_back(gemm_t("resnet_fc_1x2048x1000", 1, 2048, 1000));
+  v.push_back(gemm_t("resnet_fc_8x2048x1000", 8, 2048, 1000));
+  v.push_back(gemm_t("mobilenet_fc_1x1280x1000", 1, 1280, 1000));
+  // 1x1 convolutions (batch 1): resnet50 bottlenecks, mobilenet_v2 expand / project.
+  v.push_back(conv("pw_resnet_64x56_to256", 1, 64, 56, 56, 256, 1, 1, 1, "", true));
+  v.push_back(conv("pw_resnet_256x56_to64", 1, 256, 56, 56, 64, 1, 1, 1, "Relu", false));
+  v.push_back(conv("pw_resnet_512x28_to128", 1, 512, 28, 28, 128, 1, 1, 1, "Relu", false));
+  v.push_back(conv("pw_resnet_1024x14_to256", 1, 1024, 14, 14, 256, 1, 1, 1, "Relu", false));
+  v.push_back(conv("pw_resnet_512x7_to2048", 1, 512, 7, 7, 2048, 1, 1, 1, "Relu", true));
+  v.push_back(conv("pw_mobilenet_16x112_to96", 1, 16, 112, 112, 96, 1, 1, 1, "Clip", false));
+  v.push_back(conv("pw_mobilenet_96x56_to24", 1, 96, 56, 56, 24, 1, 1, 1, "", false));
+  v.push_back(conv("pw_b8_mobilenet_16x112_to96", 8, 16, 112, 112, 96, 1, 1, 1, "Clip", false));
+  v.push_back(conv("pw_b8_resnet_64x56_to256", 8, 64, 56, 56, 256, 1, 1, 1, "", true));
+  v.push_back(conv("pw_mobilenet_144x56_to24", 1, 144, 56, 56, 24, 1, 1, 1, "", true));
+  v.push_back(conv("pw_mobilenet_32x28_to192", 1, 32, 28, 28, 192, 1, 1, 1, "Clip", false));
+  v.push_back(conv("pw_mobilenet_384x14_to64", 1, 384, 14, 14, 64, 1, 1, 1, "", true));
+  v.push_back(conv("pw_mobilenet_576x14_to96", 1, 576, 14, 14, 96, 1, 1, 1, "", true));
+  v.push_back(conv("pw_mobilenet_160x7_to960", 1, 160, 7, 7, 960, 1, 1, 1, "Clip", false));
+  v.push_back(conv("pw_mobilenet_320x7_to1280", 1, 320, 7, 7, 1280, 1, 1, 1, "Clip", false));
+  // Depthwise 3x3 of mobilenet_v2 (batch 1), bias + Relu6.
+  const int64_t dw[][3] = {{32, 112, 1}, {96, 112, 2}, {144, 56, 1}, {144, 56, 2}, {192, 28, 1},
+                           {192, 28, 2}, {384, 14, 1}, {576, 14, 1}, {576, 14, 2}, {960, 7, 1}};
+  for (const auto& d : dw)
+    v.push_back(conv("dw_" + std::to_string(d[0]) + "x" + std::to_string(d[1]) + "_s" + std::to_string(d[2]), 1, d[0],
+                     d[1], d[1], d[0], 3, d[2], d[0], "Clip", false));
+  v.push_back(conv("dw_b8_144x56_s1", 8, 144, 56, 56, 144, 3, 1, 144, "Clip", false));
+  // Pooling.
+  v.push_back(pool("maxpool_resnet_64x112_k3s2", "MaxPool", 1, 64, 112, 112, 3, 2, 1));
+  v.push_back(pool("avgpool_64x56_k3s1", "AveragePool", 1, 64, 56, 56, 3, 1, 1));
+  v.push_back(pool("gap_resnet_2048x7", "GlobalAveragePool", 1, 2048, 7, 7, 1, 1, 0));
+  v.push_back(pool("gap_mobilenet_1280x7", "GlobalAveragePool", 1, 1280, 7, 7, 1, 1, 0));
+  v.push_back(pool("gap_b8_2048x7", "GlobalAveragePool", 8, 2048, 7, 7, 1, 1, 0));
+  return v;
+}
+
+be::LayerSignature signature(const Layer& l) {
+  be::LayerSignature sig;
+  sig.node = &l.node;
+  for (size_t i = 0; i < l.node.inputs.size(); ++i) {
+    be::TensorSig t;
+    if (l.inputs[i].defined()) {
+      t.present = true;
+      t.dtype = l.inputs[i].dtype();
+      t.shape = l.inputs[i].shape();
+      if (l.constant[i]) t.constant = &l.inputs[i];
+    }
+    sig.inputs.push_back(t);
+  }
+  sig.outputs.resize(1);
+  return sig;
+}
+
+void run_layer(benchmark::State& state, const Layer* l, const be::Tactic* t, int threads) {
+  kiln::set_num_threads(threads);
+  auto prepared = t->prepare(signature(*l));
+  if (!prepared.ok()) {
+    state.SkipWithError(prepared.status().to_string().c_str());
+    return;
+  }
+  Tensor out(DataType::kFloat32, prepared.value()->output_shapes()[0]);
+  std::vector<const Tensor*> ins;
+  for (const auto& x : l->inputs) ins.push_back(x.defined() ? &x : nullptr);
+  for (auto _ : state) {
+    auto st = prepared.value()->run(ins, {&out});
+    benchmark::DoNotOptimize(out.raw());
+  }
+}
+
+// The fused epilogue's activations alone: in place over a BERT FFN activation (128 x 3072).
+void run_activation(benchmark::State& state, kiln::backends::cpu::ActKind kind) {
+  namespace cpu = kiln::backends::cpu;
+  cpu::Activation act;
+  act.kind = kind, act.alpha = 0.1f, act.lo = 0.f, act.hi = 6.f;
+  Tensor x = random_tensor({128, 3072}, 7);
+  cpu::Isa isa = cpu::cpu_isa();
+  for (auto _ : state) {
+    cpu::activate_inplace(isa, x.data<float>(), x.numel(), act);
+    benchmark::DoNotOptimize(x.raw());
+  }
+  state.SetItemsProcessed(state.iterations() * x.numel());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  {
+    namespace cpu = kiln::backends::cpu;
+    const std::pair<const char*, cpu::ActKind> acts[] = {
+        {"Relu", cpu::ActKind::kRelu},       {"Clip", cpu::ActKind::kClip},
+        {"Sigmoid", cpu::ActKind::kSigmoid}, {"Tanh", cpu::ActKind::kTanh},
+        {"SiLU", cpu::ActKind::kSiLU},       {"HardSwish", cpu::ActKind::kHardSwish},
+        {"GeluErf", cpu::ActKind::kGeluErf}, {"GeluTanh", cpu::ActKind::kGeluTanh}};
+    for (const auto& [name, kind] : acts)
+      benchmark::RegisterBenchmark((std::string("activation_128x3072/") + name).c_str(), run_activation, kind)
+          ->Unit(benchmark::kMicrosecond);
+  }
+  static std::vector<Layer> all = layers();
+  for (const Layer& l : all) {
+    be::LayerSignature sig = signature(l);
+    for (const be::Tactic* t : be::candidate_tactics(sig))
+      for (int threads : {1, 2})
+        benchmark::RegisterBenchmark((l.name + "/" + t->name() + "/threads:" + std::to_string(threads)).c_str(),
+                                     run_layer, &l, t, threads)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime()
+            ->ComputeStatistics("min",
+                                [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,446 @@
+#include "backends/cpu/gemm_kernels.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/parallel.h"
+
+namespace kiln::backends::cpu {
+
+AlignedFloats::AlignedFloats(size_t n)
+    : p_(static_cast<float*>(::operator new[](std::max<size_t>(n, 16) * sizeof(float), std::align_val_t(64)))), n_(n) {}
+
+float* thread_scratch(int slot, size_t floats) {
+  thread_local AlignedFloats bufs[4];
+  AlignedFloats& b = bufs[slot];
+  if (b.size() < floats) b = AlignedFloats(floats + floats / 4);
+  return b.data();
+}
+
+namespace {
+
+// What a micro-kernel adds before it stores its tile (pointers already offset to the tile).
+struct TileEpi {
+  bool accumulate;
+  const float* col_bias;
+  const float* row_bias;
+  const float* res;
+  int64_t ldr;
+  const Activation* act;  // applied in registers (cheap kinds only, see in_kernel); null: none
+  bool stream;            // non-temporal stores (AVX-512: full tiles of 64-byte-aligned rows)
+};
+
+// Activations cheap enough to apply on the accumulators (a few instructions); the others run as a
+// pass over the stored tile, which keeps the micro-kernels small.
+bool in_kernel(ActKind k) {
+  return k == ActKind::kRelu || k == ActKind::kLeakyRelu || k == ActKind::kClip || k == ActKind::kHardSwish;
+}
+
+// C tile [mr x nv] = A micro-panel [mr x k] · B micro-panel [k x nv] (+ TileEpi). nv <= NR; kTail:
+// nv < NR, so B is loaded and C stored under a mask (an unpacked B has nothing past nv).
+using Ukernel = void (*)(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b, int64_t ldb, float* c,
+                         int64_t ldc, int nv, const TileEpi& e);
+
+// ---- AVX-512: MR x 32 ----
+
+template <bool kTail>
+KILN_TARGET_AVX512 KILN_INLINE __m512 load16(const float* p, __mmask16 m) {
+  if constexpr (kTail) return _mm512_maskz_loadu_ps(m, p);
+  return _mm512_loadu_ps(p);
+}
+
+template <int MR, bool kTail>
+KILN_TARGET_AVX512 void ukernel_avx512(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b, int64_t ldb,
+                                       float* c, int64_t ldc, int nv, const TileEpi& e) {
+  const __mmask16 m0 = kTail ? static_cast<__mmask16>(nv >= 16 ? 0xFFFF : (1u << nv) - 1) : 0xFFFF;
+  const __mmask16 m1 = kTail ? static_cast<__mmask16>(nv <= 16 ? 0 : (1u << (nv - 16)) - 1) : 0xFFFF;
+  __m512 c0[MR], c1[MR];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < k; ++p) {
+    __m512 b0, b1;
+    if constexpr (kTail) {
+      b0 = _mm512_maskz_loadu_ps(m0, b);
+      b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+    } else {
+      b0 = _mm512_loadu_ps(b);
+      b1 = _mm512_loadu_ps(b + 16);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      __m512 av = _mm512_set1_ps(a[i * rsa]);
+      c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
+      c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
+    }
+    a += csa;
+    b += ldb;
+  }
+  // unrolled: the accumulators stay in registers (a rolled loop would index them in memory)
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    float* ci = c + i * ldc;
+    __m512 x0 = c0[i], x1 = c1[i];
+    if (e.accumulate) x0 = _mm512_add_ps(x0, load16<kTail>(ci, m0)), x1 = _mm512_add_ps(x1, load16<kTail>(ci + 16, m1));
+    if (e.col_bias)
+      x0 = _mm512_add_ps(x0, load16<kTail>(e.col_bias, m0)), x1 = _mm512_add_ps(x1, load16<kTail>(e.col_bias + 16, m1));
+    if (e.row_bias) {
+      __m512 r = _mm512_set1_ps(e.row_bias[i]);
+      x0 = _mm512_add_ps(x0, r), x1 = _mm512_add_ps(x1, r);
+    }
+    if (e.res) {
+      const float* ri = e.res + i * e.ldr;
+      x0 = _mm512_add_ps(x0, load16<kTail>(ri, m0)), x1 = _mm512_add_ps(x1, load16<kTail>(ri + 16, m1));
+    }
+    if (e.act) x0 = avx512::activate_cheap(x0, *e.act), x1 = avx512::activate_cheap(x1, *e.act);
+    if constexpr (kTail) {
+      _mm512_mask_storeu_ps(ci, m0, x0);
+      _mm512_mask_storeu_ps(ci + 16, m1, x1);
+    } else if (e.stream && (reinterpret_cast<uintptr_t>(ci) & 63) == 0) {
+      _mm512_stream_ps(ci, x0);
+      _mm512_stream_ps(ci + 16, x1);
+    } else {
+      _mm512_storeu_ps(ci, x0);
+      _mm512_storeu_ps(ci + 16, x1);
+    }
+  }
+}
+
+KILN_TARGET_AVX512 void activate_avx512(float* p, int64_t n, const Activation& act) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(p + i, avx512::activate(_mm512_loadu_ps(p + i), act));
+  if (i < n) {
+    __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(p + i, m, avx512::activate(_mm512_maskz_loadu_ps(m, p + i), act));
+  }
+}
+
+// ---- AVX2: MR x 16 ----
+
+template <bool kTail>
+KILN_TARGET_AVX2 KILN_INLINE __m256 load8(const float* p, __m256i m) {
+  if constexpr (kTail) return _mm256_maskload_ps(p, m);
+  return _mm256_loadu_ps(p);
+}
+
+template <int MR, bool kTail>
+KILN_TARGET_AVX2 void ukernel_avx2(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b, int64_t ldb,
+                                   float* c, int64_t ldc, int nv, const TileEpi& e) {
+  const __m256i m0 = avx2::tail_mask(nv), m1 = avx2::tail_mask(nv - 8);
+  __m256 c0[MR], c1[MR];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < k; ++p) {
+    __m256 b0, b1;
+    if constexpr (kTail) {
+      b0 = _mm256_maskload_ps(b, m0);
+      b1 = _mm256_maskload_ps(b + 8, m1);
+    } else {
+      b0 = _mm256_loadu_ps(b);
+      b1 = _mm256_loadu_ps(b + 8);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      __m256 av = _mm256_broadcast_ss(a + i * rsa);
+      c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
+      c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
+    }
+    a += csa;
+    b += ldb;
+  }
+  // unrolled: the accumulators stay in registers (a rolled loop would index them in memory)
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    float* ci = c + i * ldc;
+    __m256 x0 = c0[i], x1 = c1[i];
+    if (e.accumulate) x0 = _mm256_add_ps(x0, load8<kTail>(ci, m0)), x1 = _mm256_add_ps(x1, load8<kTail>(ci + 8, m1));
+    if (e.col_bias)
+      x0 = _mm256_add_ps(x0, load8<kTail>(e.col_bias, m0)), x1 = _mm256_add_ps(x1, load8<kTail>(e.col_bias + 8, m1));
+    if (e.row_bias) {
+      __m256 r = _mm256_set1_ps(e.row_bias[i]);
+      x0 = _mm256_add_ps(x0, r), x1 = _mm256_add_ps(x1, r);
+    }
+    if (e.res) {
+      const float* ri = e.res + i * e.ldr;
+      x0 = _mm256_add_ps(x0, load8<kTail>(ri, m0)), x1 = _mm256_add_ps(x1, load8<kTail>(ri + 8, m1));
+    }
+    if (e.act) x0 = avx2::activate_cheap(x0, *e.act), x1 = avx2::activate_cheap(x1, *e.act);
+    if constexpr (kTail) {
+      _mm256_maskstore_ps(ci, m0, x0);
+      _mm256_maskstore_ps(ci + 8, m1, x1);
+    } else {
+      _mm256_storeu_ps(ci, x0);
+      _mm256_storeu_ps(ci + 8, x1);
+    }
+  }
+}
+
+KILN_TARGET_AVX2 void activate_avx2(float* p, int64_t n, const Activation& act) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(p + i, avx2::activate(_mm256_loadu_ps(p + i), act));
+  if (i < n) {
+    __m256i m = avx2::tail_mask(static_cast<int>(n - i));
+    _mm256_maskstore_ps(p + i, m, avx2::activate(_mm256_maskload_ps(p + i, m), act));
+  }
+}
+
+// 8 x 8 blocks: rows of t become columns of y.
+KILN_TARGET_AVX2 void transpose_epilogue_avx2(const float* t, int64_t rows, int64_t cols, int64_t ldt, float* y,
+                                              int64_t ldy, const float* col_bias, const float* res, int64_t ldr,
+                                              const Activation& act, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; j += 8) {
+    const int64_t nj = std::min<int64_t>(8, j1 - j);
+    for (int64_t i = 0; i < rows; i += 8) {
+      const int64_t ni = std::min<int64_t>(8, rows - i);
+      const __m256i jm = avx2::tail_mask(static_cast<int>(nj)), im = avx2::tail_mask(static_cast<int>(ni));
+      __m256 r[8];
+      // (AMD's masked stores are slow: plain loads and stores for the full blocks)
+      const bool full = ni == 8 && nj == 8;
+      for (int k = 0; k < 8; ++k)
+        r[k] = full     ? _mm256_loadu_ps(t + (i + k) * ldt + j)
+               : k < ni ? _mm256_maskload_ps(t + (i + k) * ldt + j, jm)
+                        : _mm256_setzero_ps();
+      __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
+      __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
+      __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
+      __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
+      __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xEE);
+      __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xEE);
+      __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xEE);
+      __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xEE);
+      __m256 c[8] = {_mm256_permute2f128_ps(b0, b4, 0x20), _mm256_permute2f128_ps(b1, b5, 0x20),
+                     _mm256_permute2f128_ps(b2, b6, 0x20), _mm256_permute2f128_ps(b3, b7, 0x20),
+                     _mm256_permute2f128_ps(b0, b4, 0x31), _mm256_permute2f128_ps(b1, b5, 0x31),
+                     _mm256_permute2f128_ps(b2, b6, 0x31), _mm256_permute2f128_ps(b3, b7, 0x31)};
+      for (int k = 0; k < nj; ++k) {  // c[k]: column j + k of t, rows i .. i + 7
+        __m256 v = c[k];
+        if (col_bias) v = _mm256_add_ps(v, _mm256_set1_ps(col_bias[j + k]));
+        if (res)
+          v = _mm256_add_ps(
+              v, ni == 8 ? _mm256_loadu_ps(res + (j + k) * ldr + i) : _mm256_maskload_ps(res + (j + k) * ldr + i, im));
+        v = avx2::activate(v, act);
+        if (ni == 8) {
+          _mm256_storeu_ps(y + (j + k) * ldy + i, v);
+        } else {
+          alignas(32) float lanes[8];
+          _mm256_store_ps(lanes, v);
+          for (int64_t q = 0; q < ni; ++q) y[(j + k) * ldy + i + q] = lanes[q];
+        }
+      }
+    }
+  }
+}
+
+// ---- scalar: MR x 8 ----
+
+template <int MR, bool kTail>
+void ukernel_scalar(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b, int64_t ldb, float* c,
+                    int64_t ldc, int nv, const TileEpi& e) {
+  constexpr int NR = 8;
+  const int n = kTail ? nv : NR;
+  float acc[MR][NR] = {};
+  for (int64_t p = 0; p < k; ++p) {
+    for (int i = 0; i < MR; ++i) {
+      float av = a[i * rsa];
+      for (int j = 0; j < n; ++j) acc[i][j] += av * b[j];
+    }
+    a += csa;
+    b += ldb;
+  }
+  // unrolled: the accumulators stay in registers (a rolled loop would index them in memory)
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    float* ci = c + i * ldc;
+    for (int j = 0; j < n; ++j) {
+      float x = acc[i][j];
+      if (e.accumulate) x += ci[j];
+      if (e.col_bias) x += e.col_bias[j];
+      if (e.row_bias) x += e.row_bias[i];
+      if (e.res) x += e.res[i * e.ldr + j];
+      ci[j] = e.act ? activate_scalar(x, *e.act) : x;
+    }
+  }
+}
+
+void activate_scalar_row(float* p, int64_t n, const Activation& act) {
+  for (int64_t i = 0; i < n; ++i) p[i] = activate_scalar(p[i], act);
+}
+
+#define KILN_UK(f, mr) \
+  { f<mr, false>, f<mr, true> }
+const Ukernel kAvx512Kernels[8][2] = {
+    KILN_UK(ukernel_avx512, 1), KILN_UK(ukernel_avx512, 2), KILN_UK(ukernel_avx512, 3), KILN_UK(ukernel_avx512, 4),
+    KILN_UK(ukernel_avx512, 5), KILN_UK(ukernel_avx512, 6), KILN_UK(ukernel_avx512, 7), KILN_UK(ukernel_avx512, 8)};
+const Ukernel kAvx2Kernels[6][2] = {KILN_UK(ukernel_avx2, 1), KILN_UK(ukernel_avx2, 2), KILN_UK(ukernel_avx2, 3),
+                                    KILN_UK(ukernel_avx2, 4), KILN_UK(ukernel_avx2, 5), KILN_UK(ukernel_avx2, 6)};
+const Ukernel kScalarKernels[4][2] = {KILN_UK(ukernel_scalar, 1), KILN_UK(ukernel_scalar, 2),
+                                      KILN_UK(ukernel_scalar, 3), KILN_UK(ukernel_scalar, 4)};
+#undef KILN_UK
+
+struct IsaGemm {
+  GemmTile tile;
+  int64_t kc, mc, nc;  // cache blocks: K, rows of A per B micro-panel pass, columns of B per K block
+  const Ukernel (*kernels)[2];
+  void (*activate)(float*, int64_t, const Activation&);
+};
+
+int64_t env_or(const char* name, int64_t v) {
+  const char* s = std::getenv(name);
+  return s && *s ? std::atoll(s) : v;
+}
+
+// Cache blocks (measured on Zen 4: BERT's and the convolutions' shapes): KC = 1024, the B micro-panel
+// (KC x NR) streams from L2 and a long K block saves passes over C; MC rows of A per pass; NC columns
+// per K block. KILN_GEMM_KC / _MC / _NC override them (experiments).
+IsaGemm isa_gemm(Isa isa) {
+  static const int64_t kc = std::max<int64_t>(1, env_or("KILN_GEMM_KC", 1024)),
+                       mc = std::max<int64_t>(32, env_or("KILN_GEMM_MC", 192)),
+                       nc = std::max<int64_t>(32, env_or("KILN_GEMM_NC", 1024));
+  switch (isa) {
+    case Isa::kAvx512: return {{8, 32}, kc, mc / 8 * 8, nc / 32 * 32, kAvx512Kernels, activate_avx512};
+    case Isa::kAvx2: return {{6, 16}, kc, mc / 6 * 6, nc / 16 * 16, kAvx2Kernels, activate_avx2};
+    case Isa::kScalar: break;
+  }
+  return {{4, 8}, 256, 64, 512, kScalarKernels, activate_scalar_row};
+}
+
+// C rows [m0, m1) x columns [n0, n1); m0 a multiple of MR, n0 of NR.
+void run_block(const GemmArgs& g, const IsaGemm& ig, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const int MR = ig.tile.mr, NR = ig.tile.nr;
+  const bool act = g.epi.act.kind != ActKind::kNone, cheap_act = in_kernel(g.epi.act.kind);
+  for (int64_t jc = n0; jc < n1; jc += ig.nc) {
+    const int64_t jn = std::min(n1, jc + ig.nc);
+    for (int64_t pc = 0; pc < g.k; pc += ig.kc) {
+      const int64_t kc = std::min(ig.kc, g.k - pc);
+      const bool first = pc == 0, last = pc + kc == g.k;
+      for (int64_t ic = m0; ic < m1; ic += ig.mc) {
+        const int64_t im = std::min(m1, ic + ig.mc);
+        for (int64_t jr = jc; jr < jn; jr += NR) {
+          const int nv = static_cast<int>(std::min<int64_t>(NR, jn - jr));
+          const float* bp;
+          int64_t ldb;
+          if (g.packed_b) {
+            bp = g.packed_b->data.data() + (jr / NR) * g.k * NR + pc * NR;
+            ldb = NR;
+          } else {
+            bp = g.b + pc * g.ldb + jr;
+            ldb = g.ldb;
+          }
+          // Packed A comes in MR-row panels; unpacked A takes the rows in near-equal tiles (49 rows:
+          // seven tiles of 7, not six of 8 and a slow one of 1).
+          const int64_t tiles = (im - ic + MR - 1) / MR;
+          for (int64_t t = 0, ir = ic; t < tiles; ++t) {
+            const int mr =
+                static_cast<int>(g.packed_a ? std::min<int64_t>(MR, im - ir) : ic + (im - ic) * (t + 1) / tiles - ir);
+            const float* ap;
+            int64_t rsa, csa;
+            if (g.packed_a) {
+              ap = g.packed_a->data.data() + (ir / MR) * g.k * MR + pc * MR;
+              rsa = 1, csa = MR;
+            } else {
+              ap = g.a + ir * g.rsa + pc * g.csa;
+              rsa = g.rsa, csa = g.csa;
+            }
+            TileEpi e{!first || g.epi.accumulate,
+                      first && g.epi.col_bias ? g.epi.col_bias + jr : nullptr,
+                      first && g.epi.row_bias ? g.epi.row_bias + ir : nullptr,
+                      first && g.epi.residual ? g.epi.residual + ir * g.epi.ld_residual + jr : nullptr,
+                      g.epi.ld_residual,
+                      last && cheap_act ? &g.epi.act : nullptr,
+                      last && g.epi.stream && (!act || cheap_act)};
+            float* ct = g.c + ir * g.ldc + jr;
+            ig.kernels[mr - 1][nv < NR](kc, ap, rsa, csa, bp, ldb, ct, g.ldc, nv, e);
+            if (last && act && !cheap_act)
+              for (int i = 0; i < mr; ++i) ig.activate(ct + i * g.ldc, nv, g.epi.act);
+            ir += mr;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+GemmTile gemm_tile(Isa isa) { return isa_gemm(isa).tile; }
+
+PackedB pack_b(Isa isa, const float* b, int64_t k, int64_t n, int64_t rs, int64_t cs, float scale) {
+  PackedB p;
+  p.isa = isa, p.k = k, p.n = n, p.nr = gemm_tile(isa).nr;
+  const int64_t nr = p.nr, panels = (n + nr - 1) / nr;
+  p.data = AlignedFloats(static_cast<size_t>(panels * k * nr));
+  float* d = p.data.data();
+  for (int64_t q = 0; q < panels; ++q)
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t j = 0; j < nr; ++j) {
+        int64_t col = q * nr + j;
+        *d++ = col < n ? scale * b[kk * rs + col * cs] : 0.f;
+      }
+  return p;
+}
+
+PackedA pack_a(Isa isa, const float* a, int64_t m, int64_t k, int64_t rs, int64_t cs, float scale) {
+  PackedA p;
+  p.isa = isa, p.m = m, p.k = k, p.mr = gemm_tile(isa).mr;
+  const int64_t mr = p.mr, panels = (m + mr - 1) / mr;
+  p.data = AlignedFloats(static_cast<size_t>(panels * k * mr));
+  float* d = p.data.data();
+  for (int64_t q = 0; q < panels; ++q)
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t i = 0; i < mr; ++i) {
+        int64_t row = q * mr + i;
+        *d++ = row < m ? scale * a[row * rs + kk * cs] : 0.f;
+      }
+  return p;
+}
+
+void transpose_epilogue(Isa isa, const float* t, int64_t rows, int64_t cols, int64_t ldt, float* y, int64_t ldy,
+                        const float* col_bias, const float* residual, int64_t ldr, const Activation& act) {
+  const int64_t blocks = (cols + 7) / 8;
+  parallel_for(blocks, 4, [&](int64_t begin, int64_t end) {
+    const int64_t j0 = begin * 8, j1 = std::min(cols, end * 8);
+    if (isa != Isa::kScalar) {
+      transpose_epilogue_avx2(t, rows, cols, ldt, y, ldy, col_bias, residual, ldr, act, j0, j1);
+      return;
+    }
+    for (int64_t j = j0; j < j1; ++j)
+      for (int64_t i = 0; i < rows; ++i) {
+        float v = t[i * ldt + j] + (col_bias ? col_bias[j] : 0.f) + (residual ? residual[j * ldr + i] : 0.f);
+        y[j * ldy + i] = activate_scalar(v, act);
+      }
+  });
+}
+
+void activate_inplace(Isa isa, float* p, int64_t n, const Activation& act) {
+  if (act.kind == ActKind::kNone) return;
+  isa_gemm(isa).activate(p, n, act);
+}
+
+void gemm(Isa isa, const GemmArgs& g) {
+  const IsaGemm ig = isa_gemm(isa);
+  const int64_t MR = ig.tile.mr, NR = ig.tile.nr;
+  const int64_t nm = (g.m + MR - 1) / MR, np = (g.n + NR - 1) / NR;
+  int64_t threads = max_threads();
+  if (g.m * g.n * g.k < (int64_t{1} << 16)) threads = 1;
+  // Split C into gm x gn macro tiles, one per thread: fewest micro-tiles on the busiest thread,
+  // then the least A + B each thread reads.
+  int64_t gm = 1, gn = 1;
+  double best = -1;
+  for (int64_t tm = 1; tm <= std::min(threads, nm); ++tm) {
+    int64_t tn = std::min(np, threads / tm);
+    int64_t rows = (nm + tm - 1) / tm, cols = (np + tn - 1) / tn;
+    double cost = static_cast<double>(rows * cols * MR * NR) + 4.0 * static_cast<double>(rows * MR + cols * NR);
+    if (best < 0 || cost < best) best = cost, gm = tm, gn = tn;
+  }
+  parallel_for(gm * gn, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      int64_t im = t % gm, jn = t / gm;
+      int64_t m0 = nm * im / gm * MR, m1 = std::min(g.m, nm * (im + 1) / gm * MR);
+      int64_t n0 = np * jn / gn * NR, n1 = std::min(g.n, np * (jn + 1) / gn * NR);
+      if (m0 < m1 && n0 < n1) run_block(g, ig, m0, m1, n0, n1);
+      if (g.epi.stream) _mm_sfence();  // the streamed stores are visible before the barrier
+    }
+  });
+}
+
+}  // namespace kiln::backends::cpu
