@@ -65,7 +65,7 @@ std::string graph_text(const ir::Graph& g) {
     for (const auto& in : n.inputs) out += ref(in) + ",";
     out += "){";
     for (const auto& [k, a] : n.attrs) {
-      if (k == "kiln.sources") continue;
+      if (k.rfind("kiln.", 0) == 0) continue;  // kiln's annotations (provenance), not semantics
       out += k + "=";
       append_attr(a, out);
       out += ";";
@@ -139,7 +139,9 @@ std::string layer_key(const backends::LayerSignature& sig) {
   std::string out = n.domain.empty() ? "" : n.domain + "::";
   out += n.op_type + "/" + std::to_string(n.opset) + "{";
   for (const auto& [k, a] : n.attrs) {
-    if (k == "kiln.sources") continue;  // provenance: which ONNX nodes, not what is computed
+    // kiln's annotations ("kiln.*": provenance, the plain value a blocked layer stands for) are
+    // not what is computed
+    if (k.rfind("kiln.", 0) == 0) continue;
     out += k + "=";
     append_attr(a, out);
     out += ";";
