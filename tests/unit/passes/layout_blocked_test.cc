@@ -137,11 +137,13 @@ TEST(LayoutBlocked, ElementwiseOpsStayBlockedOnlyWhenZeroStaysZero) {
     for (const auto& n : g.nodes) {
       bool blocked_in = n.inputs[0].find(".blocked") != std::string::npos;
       if (n.op_type == "Relu" || (n.op_type == "Add" && n.inputs[1] != "one") ||
-          (n.op_type == "Mul" && n.inputs[1] == "half"))
+          (n.op_type == "Mul" && n.inputs[1] == "half")) {
         EXPECT_TRUE(blocked_in) << n.name;
+      }
       if (n.op_type == "Sigmoid" || n.op_type == "Div" || (n.op_type == "Add" && n.inputs[1] == "one") ||
-          (n.op_type == "Mul" && n.inputs[1] == "chan"))
+          (n.op_type == "Mul" && n.inputs[1] == "chan")) {
         EXPECT_FALSE(blocked_in) << n.name;
+      }
     }
     EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 3);  // a, bb (plain readers), s (output)
     EXPECT_LT(max_abs_diff(before, after), 1e-6);
