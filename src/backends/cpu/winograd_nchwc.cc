@@ -108,21 +108,28 @@ class PreparedWinograd : public PreparedLayer {
     const float* x = in[0]->data<float>();
     const float* r = has_residual ? in[3]->data<float>() : nullptr;
     float* y = out[0]->data<float>();
-    // Blocks split evenly over the threads: their count a multiple of the thread count when tiles allow.
+    // Work: tile blocks, split evenly over the threads (their count a multiple of the thread count
+    // when tiles allow). With fewer blocks than twice the threads (small images at batch 1), the
+    // threads split the output channels of each block instead, so that each streams only its share
+    // of the transformed weights (the input transform is then made once per thread).
     const int64_t threads = std::max(1, max_threads());
-    int64_t nblk = (g.tiles + tb_max - 1) / tb_max;
-    nblk = std::min(g.tiles, (nblk + threads - 1) / threads * threads);
+    int64_t nblk = (g.tiles + tb_max - 1) / tb_max, msplit = 1;
+    if (threads > 1 && nblk < 2 * threads && plan.mb64 >= threads) {
+      msplit = threads;
+    } else {
+      nblk = std::min(g.tiles, (nblk + threads - 1) / threads * threads);
+    }
     const int64_t tb = (g.tiles + nblk - 1) / nblk;
     nblk = (g.tiles + tb - 1) / tb;
     // Plane strides padded off multiples of 4 KB (36 planes would alias in L1 sets).
     const size_t vstride = static_cast<size_t>(tb * g.c + 16), mstride = static_cast<size_t>(tb * kNr + 16);
-    parallel_for(nblk, 1, [&](int64_t b0, int64_t b1) {
+    parallel_for(nblk * msplit, 1, [&](int64_t w0, int64_t w1) {
       float* v = scratch(36 * (vstride + mstride));
       float* mo = v + 36 * vstride;
       switch (isa) {
-        case Isa::kAvx512: wino_avx512::run_blocks(plan, x, r, y, tb, b0, b1, v, vstride, mo, mstride); break;
-        case Isa::kAvx2: wino_avx2::run_blocks(plan, x, r, y, tb, b0, b1, v, vstride, mo, mstride); break;
-        case Isa::kScalar: wino_scalar::run_blocks(plan, x, r, y, tb, b0, b1, v, vstride, mo, mstride); break;
+        case Isa::kAvx512: wino_avx512::run_items(plan, x, r, y, tb, msplit, w0, w1, v, vstride, mo, mstride); break;
+        case Isa::kAvx2: wino_avx2::run_items(plan, x, r, y, tb, msplit, w0, w1, v, vstride, mo, mstride); break;
+        case Isa::kScalar: wino_scalar::run_items(plan, x, r, y, tb, msplit, w0, w1, v, vstride, mo, mstride); break;
       }
     });
     return Status::Ok();
