@@ -32,6 +32,9 @@ std::string resolve_pool(const ir::Node& node, const std::string& op, const Dims
   if (st.size() != 2 || dl.size() != 2 || pads.size() != 4) return "strides/dilations/pads are not 2-D";
   g.sh = st[0], g.sw = st[1], g.dh = dl[0], g.dw = dl[1];
   if (g.kh <= 0 || g.kw <= 0 || g.sh <= 0 || g.sw <= 0 || g.dh <= 0 || g.dw <= 0) return "non-positive sizes";
+  // A dilated 1-wide window is the same window; oneDNN 2.6 rejects the dilation there.
+  if (g.kh == 1) g.dh = 1;
+  if (g.kw == 1) g.dw = 1;
   if (node.attr_int("ceil_mode", 0) != 0) return "ceil_mode";
   std::string ap = node.attr_string("auto_pad", "NOTSET");
   int64_t eh = (g.kh - 1) * g.dh + 1, ew = (g.kw - 1) * g.dw + 1;

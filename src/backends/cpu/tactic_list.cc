@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/cpu/kiln_tactics.h"
+#include "backends/cpu/nchwc_tactics.h"
 #include "backends/cpu/xformer_tactics.h"
 #include "backends/tactic.h"
 #if defined(KILN_HAVE_ONEDNN)
@@ -51,6 +52,8 @@ const std::vector<const Tactic*>& all_tactics() {
     v.push_back(cpu::conv2d_kiln_1x1());
     v.push_back(cpu::conv2d_kiln_depthwise());
     v.push_back(cpu::pool2d_kiln_nchw());
+    // kiln.BlockedConv: kiln's own Winograd F(4x4, 3x3) (timed against oneDNN's Winograd and direct)
+    v.push_back(cpu::conv2d_winograd_f4x3_nchw16c());
     return v;
   }();
   return list;
