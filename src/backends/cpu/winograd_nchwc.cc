@@ -121,15 +121,13 @@ class PreparedWinograd : public PreparedLayer {
     }
     const int64_t tb = (g.tiles + nblk - 1) / nblk;
     nblk = (g.tiles + tb - 1) / tb;
-    // Plane strides padded off multiples of 4 KB (36 planes would alias in L1 sets).
-    const size_t vstride = static_cast<size_t>(tb * g.c + 16), mstride = static_cast<size_t>(tb * kNr + 16);
     parallel_for(nblk * msplit, 1, [&](int64_t w0, int64_t w1) {
-      float* v = scratch(36 * (vstride + mstride));
-      float* mo = v + 36 * vstride;
+      float* v = scratch(static_cast<size_t>(36 * tb * (g.c + kNr)));
+      float* mo = v + 36 * tb * g.c;
       switch (isa) {
-        case Isa::kAvx512: wino_avx512::run_items(plan, x, r, y, tb, msplit, w0, w1, v, vstride, mo, mstride); break;
-        case Isa::kAvx2: wino_avx2::run_items(plan, x, r, y, tb, msplit, w0, w1, v, vstride, mo, mstride); break;
-        case Isa::kScalar: wino_scalar::run_items(plan, x, r, y, tb, msplit, w0, w1, v, vstride, mo, mstride); break;
+        case Isa::kAvx512: wino_avx512::run_items(plan, x, r, y, tb, msplit, w0, w1, v, mo); break;
+        case Isa::kAvx2: wino_avx2::run_items(plan, x, r, y, tb, msplit, w0, w1, v, mo); break;
+        case Isa::kScalar: wino_scalar::run_items(plan, x, r, y, tb, msplit, w0, w1, v, mo); break;
       }
     });
     return Status::Ok();
