@@ -90,8 +90,18 @@ TEST(BlockedEngine, MatchesReferenceKernelsAtSeveralBatches) {
   auto plain = Builder(config(2, {}, {"layout_blocked"})).build_from_memory(onnx);
   std::map<std::string, int> kernels;
   for (const auto& l : fast->impl().layers) kernels[l.kernel]++;
-  EXPECT_EQ(kernels["conv2d_onednn_nchwc_winograd"] + kernels["conv2d_winograd_f4x3_nchw16c"], 2);
-  EXPECT_EQ(kernels["conv2d_onednn_nchwc"], 3);
+  // Every conv runs a blocked tactic. Which one wins on the two 3x3 stride-1 layers is the tuner's
+  // timing (Winograd usually, direct on a loaded machine): assert that Winograd was a candidate there.
+  EXPECT_EQ(kernels["conv2d_onednn_nchwc_winograd"] + kernels["conv2d_winograd_f4x3_nchw16c"] +
+                kernels["conv2d_onednn_nchwc"],
+            5);
+  int winograd_timed = 0;
+  for (const auto& l : fast->impl().layers) {
+    bool w = false;
+    for (const auto& c : l.candidates) w |= c.tactic.find("winograd") != std::string::npos;
+    winograd_timed += w;
+  }
+  EXPECT_EQ(winograd_timed, 2);
   EXPECT_EQ(kernels["pool2d_onednn_nchwc"], 2);
   int blocked_adds = 0;
   for (const auto& l : fast->impl().layers)
