@@ -140,16 +140,8 @@ class KilnConv : public Tactic {
   }
 
   std::string why_unsupported(const LayerSignature& sig) const override {
-    bool fused = sig.domain() == "kiln";
-    if (!((sig.domain().empty() && sig.op() == "Conv") || (fused && sig.op() == "FusedConv"))) return "not a Conv";
-    if (auto e = float32_cpu_layer(sig); !e.empty()) return e;
-    if (!sig.has_input(0) || sig.inputs[0].shape.size() != 4) return "not a 2-D convolution (X must be 4-D)";
-    if (!sig.has_input(1) || !sig.inputs[1].constant || sig.inputs[1].shape.size() != 4)
-      return "W is not a 4-D constant";
+    if (auto e = conv2d_layer_unsupported(sig); !e.empty()) return e;
     const Dims& w = sig.inputs[1].shape;
-    if (sig.has_input(2) && (!sig.inputs[2].constant || sig.inputs[2].constant->numel() != w[0]))
-      return "B is not a constant of M elements";
-    if (sig.has_input(3) && sig.inputs[3].shape.size() != 4) return "the residual is not 4-D";
     Activation act;
     if (auto e = parse_activation(*sig.node, &act); !e.empty()) return e;
     int64_t group = sig.node->attr_int("group", 1);

@@ -19,5 +19,8 @@ const Tactic* pool2d_kiln_nchw();
 
 // "" when the layer is a float32 CPU layer (every present input float32, computing in float32).
 std::string float32_cpu_layer(const LayerSignature& sig);
+// The checks every 2-D Conv / kiln.FusedConv tactic shares: a float32 CPU layer, X 4-D, W a 4-D
+// constant, B a constant of M elements, the residual 4-D. Empty: those hold; else why not.
+std::string conv2d_layer_unsupported(const LayerSignature& sig);
 
 }  // namespace kiln::backends::cpu

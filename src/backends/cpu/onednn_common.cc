@@ -1,6 +1,8 @@
 #if defined(KILN_HAVE_ONEDNN)
 #include "backends/cpu/onednn_common.h"
 
+#include "backends/cpu/kiln_tactics.h"
+
 #include <cfloat>
 #include <cstring>
 #include <memory>
@@ -19,14 +21,7 @@ dnnl::stream& thread_stream() {
 
 dnnl::memory::dims to_dnnl(const Dims& d) { return dnnl::memory::dims(d.begin(), d.end()); }
 
-std::string check_f32(const LayerSignature& sig) {
-  if (sig.device.kind != DeviceKind::kCPU) return "not a CPU layer";
-  if (sig.compute != DataType::kFloat32) return std::string("computes in ") + dtype_name(sig.compute) + ", not float32";
-  for (size_t i = 0; i < sig.inputs.size(); ++i)
-    if (sig.inputs[i].present && sig.inputs[i].dtype != DataType::kFloat32)
-      return "input #" + std::to_string(i) + " is " + std::string(dtype_name(sig.inputs[i].dtype)) + ", not float32";
-  return "";
-}
+std::string check_f32(const LayerSignature& sig) { return float32_cpu_layer(sig); }
 
 namespace {
 // activation name -> (algorithm, alpha, beta); false when unknown.
