@@ -4,6 +4,7 @@
 usage: test_cli.py KILN WORKDIR
 """
 import os
+import re
 import subprocess
 import sys
 
@@ -117,28 +118,28 @@ conv = save_model(
     [helper.make_node("Conv", ["img", "cw"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
      helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
      helper.make_node("Conv", ["r1", "cw2"], ["out"], name="conv2", pads=[1, 1, 1, 1])],
-    [helper.make_tensor_value_info("img", TensorProto.FLOAT, ["batch", 4, 16, 16])],
-    [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 8, 16, 16])], "convs",
-    [numpy_helper.from_array(rng.standard_normal((8, 4, 3, 3)).astype(np.float32), "cw"),
-     numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "cw2")])
+    [helper.make_tensor_value_info("img", TensorProto.FLOAT, ["batch", 16, 16, 16])],
+    [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 16, 16, 16])], "convs",
+    [numpy_helper.from_array(rng.standard_normal((16, 16, 3, 3)).astype(np.float32), "cw"),
+     numpy_helper.from_array(rng.standard_normal((16, 16, 3, 3)).astype(np.float32), "cw2")])
 cache = os.path.join(WORK, "tc.json")
 engine = os.path.join(WORK, "convs.kiln")
 for f in (cache, cache + ".corrupt"):
     if os.path.exists(f):
         os.remove(f)
-rc, cold = kiln("build", conv, "-o", engine, "--shapes", "img:2x4x16x16", "--timing-cache", cache, "--threads", "1")
+rc, cold = kiln("build", conv, "-o", engine, "--shapes", "img:2x16x16x16", "--timing-cache", cache, "--threads", "1")
 has_tactics = "conv2d_onednn" in cold
-check(rc == 0 and ("tuned 2 layers for 1 thread" in cold or not has_tactics) and "for 1 thread" in cold,
+check(rc == 0 and re.search(r"tuned \d+ layers for 1 thread", cold) is not None,
       "build prints the tuning summary line")
 if has_tactics:
     check(" 0 candidates timed" not in cold and os.path.exists(cache), "cold build times candidates, writes the cache")
-    rc, warm = kiln("build", conv, "-o", engine, "--shapes", "img:2x4x16x16", "--timing-cache", cache, "--threads", "1")
+    rc, warm = kiln("build", conv, "-o", engine, "--shapes", "img:2x16x16x16", "--timing-cache", cache, "--threads", "1")
     check(rc == 0 and " 0 candidates timed" in warm and " 0 prepared" in warm, "warm build times and prepares nothing")
     rc, text = kiln("inspect", engine)
     check(rc == 0 and "tuned for 1 thread" in text and "candidates: conv2d_onednn" in text and "(won)" in text,
           "inspect shows the thread count and each layer's candidates with the winner")
     open(cache, "w").write('{"format": "kiln-timing-cache", "layers": ')
-    rc, log = kiln("build", conv, "-o", engine, "--shapes", "img:2x4x16x16", "--timing-cache", cache, "--threads", "1")
+    rc, log = kiln("build", conv, "-o", engine, "--shapes", "img:2x16x16x16", "--timing-cache", cache, "--threads", "1")
     check(rc == 0 and "kiln: warning: timing cache" in log and "corrupt" in log and os.path.exists(cache + ".corrupt"),
           "a corrupt timing cache is ignored with a warning and moved aside")
 
