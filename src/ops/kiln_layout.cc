@@ -9,6 +9,10 @@
 //   BlockedPool(X)                     attributes pool (MaxPool, AveragePool, GlobalAveragePool,
 //                                      GlobalMaxPool), pool_opset, block and the pool's own
 //                                      attributes; X and the output blocked
+//   BlockedConvDw(X, W, B?, Wdw, Bdw?) a BlockedConv (X, W, B; its attributes) whose output goes
+//                                      straight into a depthwise BlockedConv (Wdw, Bdw; its attributes
+//                                      prefixed "dw.", e.g. dw.strides, dw.activation); output blocked.
+//                                      The intermediate never exists as a tensor (kernels fuse it).
 //
 // Each reference kernel unblocks, runs the plain op's own reference kernel and blocks again, so
 // the blocked graph computes what the plain one did by construction. The padding lanes of every
@@ -315,11 +319,84 @@ Status blocked_pool_kernel(KernelContext& ctx) {
   return Status::Ok();
 }
 
+// ---- BlockedConvDw ----
+
+// The two BlockedConv nodes it chains: the first keeps the unprefixed attributes, the second takes
+// the "dw." ones (and the block).
+ir::Node first_conv_of(const ir::Node& n) {
+  ir::Node a = n;
+  a.op_type = "BlockedConv";
+  a.inputs = {n.inputs[0], n.inputs[1], n.inputs.size() > 2 ? n.inputs[2] : ""};
+  a.attrs.clear();
+  for (const auto& [k, v] : n.attrs)
+    if (k.rfind("dw.", 0) != 0 && k.rfind("kiln.", 0) != 0) a.attrs[k] = v;
+  return a;
+}
+ir::Node dw_conv_of(const ir::Node& n) {
+  ir::Node b = n;
+  b.op_type = "BlockedConv";
+  b.inputs = {"mid", n.inputs.size() > 3 ? n.inputs[3] : "", n.inputs.size() > 4 ? n.inputs[4] : ""};
+  b.attrs.clear();
+  for (const auto& [k, v] : n.attrs)
+    if (k.rfind("dw.", 0) == 0) b.attrs[k.substr(3)] = v;
+  if (const ir::Attribute* blk = n.attr("block")) b.attrs["block"] = *blk;
+  return b;
+}
+
+Result<ir::TypeInfo> infer_node(InferContext& ctx, const ir::Node& node, const std::vector<const ir::TypeInfo*>& in,
+                                const std::vector<const Tensor*>& constants) {
+  KILN_ASSIGN_OR_RETURN(const OpSchema* s, schema_of(ctx.node, "kiln", "BlockedConv", 1));
+  InferContext sub(node);
+  sub.inputs = in;
+  sub.constants = constants;
+  sub.constants.resize(in.size(), nullptr);
+  sub.input_values.assign(in.size(), nullptr);
+  sub.outputs.resize(1);
+  sub.output_values.resize(1);
+  sub.symbol_counter = ctx.symbol_counter;
+  sub.infer_subgraph = ctx.infer_subgraph;
+  KILN_RETURN_IF_ERROR(s->infer(sub));
+  return sub.outputs[0];
+}
+
+Status infer_blocked_conv_dw(InferContext& ctx) {
+  if (!ctx.has_input(3)) return ctx.error("needs the depthwise weights (input 3)");
+  const ir::TypeInfo* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  KILN_ASSIGN_OR_RETURN(ir::TypeInfo mid, infer_node(ctx, first_conv_of(ctx.node), {&ctx.input(0), &ctx.input(1), b},
+                                                     {nullptr, ctx.constant(1), ctx.constant(2)}));
+  const ir::TypeInfo* bdw = ctx.has_input(4) ? &ctx.input(4) : nullptr;
+  KILN_ASSIGN_OR_RETURN(ir::TypeInfo y, infer_node(ctx, dw_conv_of(ctx.node), {&mid, &ctx.input(3), bdw},
+                                                   {nullptr, ctx.constant(3), ctx.constant(4)}));
+  ctx.set_output(0, std::move(y));
+  return Status::Ok();
+}
+
+Status blocked_conv_dw_kernel(KernelContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(const OpSchema* s, schema_of(ctx.node, "kiln", "BlockedConv", 1));
+  auto run = [&](const ir::Node& node, const std::vector<const Tensor*>& in) -> Result<Tensor> {
+    std::vector<Value> vals;
+    vals.reserve(in.size());
+    std::vector<const Value*> ptrs;
+    for (const Tensor* t : in) vals.push_back(t ? Value(*t) : Value());
+    for (size_t i = 0; i < in.size(); ++i) ptrs.push_back(in[i] ? &vals[i] : nullptr);
+    KILN_ASSIGN_OR_RETURN(std::vector<Value> out, run_node(node, *s, ptrs, ctx.subgraphs));
+    if (out.empty() || !out[0].is_tensor()) return Internal(ctx.node.where(), "BlockedConv produced no tensor");
+    return std::move(out[0].tensor);
+  };
+  KILN_ASSIGN_OR_RETURN(Tensor mid, run(first_conv_of(ctx.node),
+                                        {&ctx.input(0), &ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr}));
+  KILN_ASSIGN_OR_RETURN(Tensor y,
+                        run(dw_conv_of(ctx.node), {&mid, &ctx.input(3), ctx.has_input(4) ? &ctx.input(4) : nullptr}));
+  ctx.set_output(0, std::move(y));
+  return Status::Ok();
+}
+
 }  // namespace
 
 KILN_REGISTER_OP_ARITY("kiln", ReorderToBlocked, 1, infer_to_blocked, to_blocked_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("kiln", ReorderFromBlocked, 1, infer_from_blocked, from_blocked_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("kiln", BlockedConv, 1, infer_blocked_conv, blocked_conv_kernel, 2, 4);
 KILN_REGISTER_OP_ARITY("kiln", BlockedPool, 1, infer_blocked_pool, blocked_pool_kernel, 1, 1);
+KILN_REGISTER_OP_ARITY("kiln", BlockedConvDw, 1, infer_blocked_conv_dw, blocked_conv_dw_kernel, 4, 5);
 
 }  // namespace kiln::ops

@@ -53,5 +53,6 @@ Result<int> layout_blocked(ir::Graph& g);
 // uses by default (the build machine's vector width in floats, or KILN_LAYOUT_BLOCK).
 Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block);
 int64_t default_layout_block();
+Result<int> layout_fuse_conv_dw(ir::Graph& g);
 
 }  // namespace kiln::passes

@@ -39,6 +39,9 @@ const std::vector<PassInfo>& pipeline() {
       // must see the final graph to know where blocked values escape to plain readers.
       {"layout_blocked", layout_blocked,
        "keep conv/pool activations channel-blocked (nChw16c/nChw8c) between layers; reorders at the boundaries"},
+      // On the blocked convs the layout pass made.
+      {"layout_fuse_conv_dw", layout_fuse_conv_dw,
+       "blocked 1x1 conv -> depthwise 3x3 conv -> kiln.BlockedConvDw (the wide intermediate stays in cache)"},
       // Last: rewrites leave orphans behind.
       {"remove_dead_nodes", remove_dead_nodes, "drop nodes and initializers nothing reads"},
   };

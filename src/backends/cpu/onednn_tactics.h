@@ -15,5 +15,6 @@ const Tactic* conv2d_onednn_nchwc_winograd();
 const Tactic* conv2d_onednn_nchwc();
 const Tactic* pool2d_onednn_nchwc();
 const Tactic* reorder_onednn_nchwc();
+const Tactic* conv2d_onednn_nchwc_dw();  // kiln.BlockedConvDw
 
 }  // namespace kiln::backends::cpu::onednn

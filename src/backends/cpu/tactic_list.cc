@@ -39,6 +39,8 @@ const std::vector<const Tactic*>& all_tactics() {
     // kiln.BlockedPool, kiln.ReorderToBlocked / ReorderFromBlocked
     v.push_back(dnn::pool2d_onednn_nchwc());
     v.push_back(dnn::reorder_onednn_nchwc());
+    // kiln.BlockedConvDw (src/passes/layout_fuse_dw.cc): 1x1 conv with the depthwise conv as post-op
+    v.push_back(dnn::conv2d_onednn_nchwc_dw());
 #endif
     // kiln's own transformer kernels: LayerNormalization, Softmax / LogSoftmax, kiln.Attention,
     // kiln.FusedElementwise, Gelu

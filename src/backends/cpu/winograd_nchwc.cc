@@ -41,7 +41,7 @@ struct Geometry {
 // What a run needs: geometry, transformed weights, bias, epilogue.
 struct WinoPlan {
   Geometry g;
-  const float* u = nullptr;     // [36][mb64][C][64]
+  const float* u = nullptr;     // [mb64][36][C][64]
   const float* bias = nullptr;  // [M]
   int64_t mb64 = 0;             // 64-channel column blocks of U (M rounded up)
   Activation act;
@@ -134,7 +134,8 @@ class PreparedWinograd : public PreparedLayer {
   }
 };
 
-// U[p][mb][c][j] = (G g G')_p of weights [M][C][3][3], output channel mb * 64 + j (zero past M).
+// U[mb][p][c][j] = (G g G')_p of weights [M][C][3][3], output channel mb * 64 + j (zero past M): a
+// column block's 36 panels adjacent, so each thread streams one contiguous stretch.
 void transform_weights(const float* w, int64_t m, int64_t c, int64_t mb64, float* u) {
   // Toom-Cook with the points 0, +-a, +-b, infinity; a = 5/8, b = 3/2 keep the rounding error of
   // float32 transforms near that of the direct convolution's sums (measured 3-4x below the usual
@@ -157,7 +158,7 @@ void transform_weights(const float* w, int64_t m, int64_t c, int64_t mb64, float
       for (int i = 0; i < 6; ++i)
         for (int j = 0; j < 6; ++j) t[i][j] = gk[i][0] * kG[j][0] + gk[i][1] * kG[j][1] + gk[i][2] * kG[j][2];
       for (int p = 0; p < 36; ++p)
-        u[((static_cast<size_t>(p) * mb64 + om / kNr) * c + ic) * kNr + om % kNr] = static_cast<float>(t[p / 6][p % 6]);
+        u[((static_cast<size_t>(om / kNr) * 36 + p) * c + ic) * kNr + om % kNr] = static_cast<float>(t[p / 6][p % 6]);
     }
 }
 

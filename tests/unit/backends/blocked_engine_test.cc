@@ -11,6 +11,8 @@
 #include "kiln/kiln.h"
 #include "onnx/exporter.h"
 #include "onnx/importer.h"
+#include "ops/interpreter.h"
+#include "ops/kiln_layout.h"
 #include "passes/pass.h"
 
 namespace kiln {
@@ -116,6 +118,80 @@ TEST(BlockedEngine, MatchesReferenceKernelsAtSeveralBatches) {
     expect_close(run(*fast, x), want);
     expect_close(run(*loaded, x), want);
     expect_close(run(*plain, x), want);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// kiln.BlockedConvDw at mobilenet_v2's first expansion shapes, where oneDNN's fused 1x1 + depthwise
+// kernel runs (the random cases of tactic_test.cc are too small for it: there oneDNN chains the two
+// convolutions, as the tactic's own fallback does), against the reference kernel.
+TEST(BlockedEngine, FusedConvDwKernelMatchesReference) {
+  const backends::Tactic* t = backends::find_tactic("conv2d_onednn_nchwc_dw");
+  if (!t) GTEST_SKIP() << "no oneDNN";
+  struct Shape {
+    int64_t c, m, h, stride;
+  };
+  for (Shape s : {Shape{16, 96, 112, 2}, Shape{24, 144, 112, 1}, Shape{32, 192, 56, 2}}) {
+    ir::Node n;
+    n.name = "dw_case";
+    n.op_type = "BlockedConvDw";
+    n.domain = "kiln";
+    n.opset = 1;
+    n.inputs = {"x", "w", "b", "wd", "bd"};
+    n.outputs = {"y"};
+    GraphBuilder::set_int(n, "block", 16);
+    ir::Attribute clip;
+    clip.type = ir::Attribute::Type::kString;
+    clip.s = "Clip";
+    n.attrs["activation"] = clip;
+    n.attrs["dw.activation"] = clip;
+    GraphBuilder::set_float(n, "activation_min", 0.f);
+    GraphBuilder::set_float(n, "activation_max", 6.f);
+    GraphBuilder::set_float(n, "dw.activation_min", 0.f);
+    GraphBuilder::set_float(n, "dw.activation_max", 6.f);
+    GraphBuilder::set_int(n, "dw.group", s.m);
+    GraphBuilder::set_ints(n, "dw.strides", {s.stride, s.stride});
+    GraphBuilder::set_ints(n, "dw.pads", {1, 1, 1, 1});
+    std::vector<Tensor> in = {ops::to_channel_blocked(random_tensor({1, s.c, s.h, s.h}, 1), 16).value(),
+                              random_tensor({s.m, s.c, 1, 1}, 2), random_tensor({s.m}, 3),
+                              random_tensor({s.m, 1, 3, 3}, 4), random_tensor({s.m}, 5)};
+    const ops::OpSchema* schema = ops::OpRegistry::get().find("kiln", "BlockedConvDw", 1);
+    ASSERT_NE(schema, nullptr);
+    std::vector<ops::Value> vals(in.begin(), in.end());
+    std::vector<const ops::Value*> ptrs;
+    for (const auto& v : vals) ptrs.push_back(&v);
+    auto want = ops::run_node(n, *schema, ptrs, nullptr);
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    const Tensor& w = want.value()[0].tensor;
+    backends::LayerSignature sig;
+    sig.node = &n;
+    for (size_t i = 0; i < in.size(); ++i) {
+      backends::TensorSig ts;
+      ts.present = true;
+      ts.dtype = DataType::kFloat32;
+      ts.shape = in[i].shape();
+      if (i > 0) ts.constant = &in[i];
+      sig.inputs.push_back(ts);
+    }
+    sig.outputs.resize(1);
+    auto p = t->prepare(sig);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    ASSERT_EQ(p.value()->output_shapes()[0], w.shape());
+    Tensor got(DataType::kFloat32, w.shape());
+    std::vector<const Tensor*> ins;
+    for (const auto& x : in) ins.push_back(&x);
+    ASSERT_TRUE(p.value()->run(ins, {&got}).ok());
+    int bad = 0;
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      float a = w.data<float>()[i], b = got.data<float>()[i];
+      bad += !(std::fabs(a - b) <= 1e-4f * std::max(1.f, std::fabs(a)));
+    }
+    EXPECT_EQ(bad, 0) << "c" << s.c << " m" << s.m << " h" << s.h << " stride " << s.stride;
   }
 }
 

@@ -215,9 +215,37 @@ LayerCase winograd_conv_case(std::mt19937& rng, uint64_t seed) {
   return lc;
 }
 
+// kiln.BlockedConvDw: 1x1 conv (C -> M) into a 3x3 depthwise conv (stride 1 or 2, pads 1) of its M
+// channels, each with its own bias and activation (the depthwise one's attributes prefixed "dw.").
+LayerCase conv_dw_case(std::mt19937& rng, uint64_t seed, int64_t block) {
+  int64_t n = pick(rng, 1, 2), c = pick(rng, 1, 40), m = rng() % 2 ? 16 * pick(rng, 1, 4) : pick(rng, 1, 40);
+  int64_t h = pick(rng, 1, 15), w = pick(rng, 1, 17), s = pick(rng, 1, 2);
+  bool b1 = rng() % 2, b2 = rng() % 2;
+  LayerCase lc;
+  lc.node = make_node("kiln", "BlockedConvDw", b2 ? 5 : 4);
+  if (!b1) lc.node.inputs[2] = "";
+  auto& nd = lc.node;
+  testing::GraphBuilder::set_int(nd, "block", block);
+  if (rng() % 2) testing::GraphBuilder::set_ints(nd, "kernel_shape", {1, 1});
+  add_epilogue(rng, nd);
+  ir::Node dw = make_node("kiln", "FusedConv", 2);
+  testing::GraphBuilder::set_int(dw, "group", m);
+  testing::GraphBuilder::set_ints(dw, "strides", {s, s});
+  testing::GraphBuilder::set_ints(dw, "pads", {1, 1, 1, 1});
+  add_epilogue(rng, dw);
+  for (const auto& [k, a] : dw.attrs) nd.attrs["dw." + k] = a;
+  lc.inputs = {blocked(testing::random_tensor({n, c, h, w}, seed), block),
+               testing::random_tensor({m, c, 1, 1}, seed + 1), b1 ? testing::random_tensor({m}, seed + 2) : Tensor(),
+               testing::random_tensor({m, 1, 3, 3}, seed + 3)};
+  if (b2) lc.inputs.push_back(testing::random_tensor({m}, seed + 4));
+  lc.constant = {false, true, true, true, true};
+  return lc;
+}
+
 LayerCase blocked_case(std::mt19937& rng, uint64_t seed) {
   int64_t block = rng() % 4 ? 16 : 8;
-  const int kind = static_cast<int>(rng() % 10);
+  const int kind = static_cast<int>(rng() % 12);
+  if (kind >= 10) return conv_dw_case(rng, seed, block);
   LayerCase lc;
   if (kind < 6) {  // BlockedConv
     bool winograd = rng() % 3 == 0;

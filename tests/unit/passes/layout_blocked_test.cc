@@ -237,3 +237,62 @@ TEST(LayoutBlocked, InThePipelineAndSwitchable) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+using namespace testing;  // NOLINT
+
+// Expansion 1x1 conv + ReLU6 -> depthwise 3x3 (stride s) + ReLU6 -> projection 1x1 conv, blocked.
+ir::Model inverted_residual(int64_t stride, bool share_expansion) {
+  GraphBuilder b(13);
+  b.input("x", {1, 16, 9, 11}).output("y");
+  if (share_expansion) b.output("e");
+  b.init("w1", random_tensor({40, 16, 1, 1}, 1)).init("b1", random_tensor({40}, 2));
+  b.init("wd", random_tensor({40, 1, 3, 3}, 3)).init("bd", random_tensor({40}, 4));
+  b.init("w2", random_tensor({24, 40, 1, 1}, 5)).init("lo", scalar_f(0.f)).init("hi", scalar_f(6.f));
+  b.init("w0", random_tensor({16, 16, 1, 1}, 6));
+  conv(b, "x", "w0", "x0", 0);  // makes the expansion's input blocked
+  b.node("Conv", {"x0", "w1", "b1"}, {"c1"});
+  b.node("Clip", {"c1", "lo", "hi"}, {"e"});
+  auto& dw = b.node("Conv", {"e", "wd", "bd"}, {"c2"});
+  GraphBuilder::set_int(dw, "group", 40);
+  GraphBuilder::set_ints(dw, "pads", {1, 1, 1, 1});
+  GraphBuilder::set_ints(dw, "strides", {stride, stride});
+  b.node("Clip", {"c2", "lo", "hi"}, {"d"});
+  b.node("Conv", {"d", "w2"}, {"y"});
+  ir::Model m = b.finish();
+  int changed = 0;
+  m = apply_pass(m, passes::fuse_activation, &changed);
+  return apply_pass(m, blocked16, &changed);
+}
+
+TEST(LayoutFuseConvDw, ExpansionAndDepthwiseBecomeOneLayer) {
+  for (int64_t stride : {1, 2}) {
+    ir::Model before = inverted_residual(stride, false);
+    ASSERT_EQ(count_kiln(*before.graph, "BlockedConv"), 4);
+    int changed = 0;
+    ir::Model after = apply_pass(before, passes::layout_fuse_conv_dw, &changed);
+    EXPECT_EQ(changed, 1);
+    const ir::Graph& g = *after.graph;
+    EXPECT_EQ(count_kiln(g, "BlockedConvDw"), 1);
+    EXPECT_EQ(count_kiln(g, "BlockedConv"), 2);
+    const ir::Node* f = find_op(g, "BlockedConvDw");
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->attr_string("activation", ""), "Clip");
+    EXPECT_EQ(f->attr_string("dw.activation", ""), "Clip");
+    EXPECT_EQ(f->attr_ints("dw.strides"), (std::vector<int64_t>{stride, stride}));
+    EXPECT_EQ(f->attr_string("kiln.plain_value", ""), "d");
+    EXPECT_EQ(ir::sources_of(*f).size(), 4u);  // two convs, two Clips
+    EXPECT_EQ(max_abs_diff(before, after), 0.0);
+  }
+}
+
+TEST(LayoutFuseConvDw, LeavesSharedExpansionsAlone) {
+  int changed = 0;
+  apply_pass(inverted_residual(1, true), passes::layout_fuse_conv_dw, &changed);
+  EXPECT_EQ(changed, 0);  // the expansion's output is also a graph output
+}
+
+}  // namespace
+}  // namespace kiln
