@@ -8,14 +8,14 @@
 namespace kiln {
 
 namespace {
-std::shared_ptr<uint8_t[]> alloc_aligned(size_t bytes) {
+std::shared_ptr<uint8_t[]> alloc_aligned(size_t bytes, bool zero = true) {
   size_t n = (bytes + 63) / 64 * 64;
   if (n == 0) n = 64;
   // nothrow + explicit throw: under ASan a failing throwing new aborts instead of throwing, and
   // the interpreter turns bad_alloc into an error.
   auto* p = static_cast<uint8_t*>(::operator new[](n, std::align_val_t(64), std::nothrow));
   if (!p) throw std::bad_alloc();
-  std::memset(p, 0, n);
+  if (zero) std::memset(p, 0, n);
   return std::shared_ptr<uint8_t[]>(p, [](uint8_t* q) { ::operator delete[](q, std::align_val_t(64)); });
 }
 
@@ -78,6 +78,16 @@ Tensor::Tensor(DataType dtype, Dims shape) : dtype_(dtype), shape_(std::move(sha
   }
 }
 
+Tensor Tensor::uninitialized(DataType dtype, Dims shape) {
+  if (dtype == DataType::kString) return Tensor(dtype, std::move(shape));
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  for (int64_t d : t.shape_) KILN_CHECK(d >= 0);
+  t.buffer_ = alloc_aligned(t.nbytes(), /*zero=*/false);
+  return t;
+}
+
 Tensor Tensor::alias(DataType dtype, Dims shape, std::shared_ptr<uint8_t[]> buffer, size_t offset) {
   KILN_CHECK(dtype != DataType::kString);
   Tensor t;
@@ -97,7 +107,7 @@ Tensor Tensor::reshaped(Dims shape) const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t(dtype_, shape_);
+  Tensor t = uninitialized(dtype_, shape_);
   if (dtype_ == DataType::kString) {
     *t.strings_ = *strings_;
   } else if (nbytes()) {

@@ -19,6 +19,9 @@ class Tensor {
   Tensor() = default;
   // Zero-initialized tensor (empty strings for kString).
   Tensor(DataType dtype, Dims shape);
+  // A tensor whose bytes are left as they come (not zeroed): for callers that write every byte next
+  // (importing weights: zeroing hundreds of MB first costs as much as the copy). kString: empty strings.
+  static Tensor uninitialized(DataType dtype, Dims shape);
 
   template <typename T>
   static Tensor scalar(DataType dtype, T value) {

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/mapped_file.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
 #include "engine/profiles.h"
@@ -193,11 +194,10 @@ std::shared_ptr<Engine> Engine::deserialize(const std::string& bytes) {
 }
 
 std::shared_ptr<Engine> Engine::load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) detail::throw_error(NotFound("cannot open engine file '", path, "'"));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  auto e = detail::deserialize_engine(ss.str());
+  // Mapped, not read: deserialize_engine copies the bytes once, into the storage the weights alias.
+  auto file = MappedFile::open(path);
+  if (!file.ok()) detail::throw_error(file.status().with_context("cannot open engine file: "));
+  auto e = detail::deserialize_engine(file.value()->view());
   if (!e.ok()) detail::throw_error(e.status().with_context("'" + path + "': "));
   return std::make_shared<Engine>(std::move(e).value());
 }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/memory_planner.h"
@@ -21,7 +22,7 @@
 namespace kiln::detail {
 
 // 2: layers carry the auto-tuner's candidates and times, build.tuning says how tuning was done.
-constexpr uint32_t kEngineFormatVersion = 2;
+constexpr uint32_t kEngineFormatVersion = 3;
 
 struct LayerInfo {
   std::string name, op_type, domain, kernel;
@@ -66,7 +67,7 @@ Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph
 // The engine file (format in engine_file.cc).
 Result<std::string> serialize_engine(const EngineImpl& e);
 Status write_engine(const EngineImpl& e, const std::string& path);  // the same bytes, into a file
-Result<std::shared_ptr<EngineImpl>> deserialize_engine(const std::string& bytes);
+Result<std::shared_ptr<EngineImpl>> deserialize_engine(std::string_view bytes);
 
 nlohmann::json inspect(const EngineImpl& e);
 

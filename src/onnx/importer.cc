@@ -5,11 +5,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "core/mapped_file.h"
 #include "onnx/onnx.pb.h"
 #include "onnx/onnx_data.pb.h"
+#include "onnx/raw_data_split.h"
 #include "ops/shape_inference.h"
 
 namespace kiln::onnx_import {
@@ -18,27 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Result<std::string> read_file(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return NotFound("file '", path, "' does not exist");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return IOError("cannot open '", path, "'");
-  // A regular file: one read into a buffer of its size (models are hundreds of MB; the stream copy
-  // below grows and copies its buffer several times). Anything else (a pipe) is read to its end.
-  uintmax_t size = fs::is_regular_file(path, ec) ? fs::file_size(path, ec) : 0;
-  if (!ec && size > 0) {
-    std::string bytes(static_cast<size_t>(size), '\0');
-    if (f.read(bytes.data(), static_cast<std::streamsize>(size)) && f.peek() == EOF) return bytes;
-    f.clear();
-    f.seekg(0);
-  }
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 template <typename Msg>
-bool parse_message(const std::string& bytes, Msg* msg) {
+bool parse_message(std::string_view bytes, Msg* msg) {
   google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
                                             static_cast<int>(std::min<size_t>(bytes.size(), INT32_MAX)));
   in.SetTotalBytesLimit(INT32_MAX);
@@ -65,7 +49,7 @@ size_t packed_bytes(const Tensor& t) {
   return static_cast<size_t>((t.numel() * bits + 7) / 8);
 }
 
-Status fill_from_raw(const std::string& raw, Tensor& t, const std::string& what) {
+Status fill_from_raw(std::string_view raw, Tensor& t, const std::string& what) {
   if (t.dtype() == DataType::kString) return InvalidModel(what, ": string tensors cannot use raw_data");
   size_t need = dtype_packed_bits(t.dtype()) < 8 ? packed_bytes(t) : t.nbytes();
   if (raw.size() != need)
@@ -84,31 +68,41 @@ Status check_count(const Field& f, int64_t expected, const std::string& what, co
   return Status::Ok();
 }
 
-Result<std::string> read_external(const onnx::TensorProto& p, const std::string& base_dir, const std::string& what) {
+struct ExternalRef {
   std::string location;
-  int64_t offset = 0, length = -1;
+  int64_t offset = 0, length = -1;  // -1: to the end of the file
+};
+
+Result<ExternalRef> external_ref(const onnx::TensorProto& p, const std::string& what) {
+  ExternalRef r;
   for (const auto& kv : p.external_data()) {
     try {
       if (kv.key() == "location")
-        location = kv.value();
+        r.location = kv.value();
       else if (kv.key() == "offset")
-        offset = std::stoll(kv.value());
+        r.offset = std::stoll(kv.value());
       else if (kv.key() == "length")
-        length = std::stoll(kv.value());
+        r.length = std::stoll(kv.value());
     } catch (...) {
       return InvalidModel(what, ": external_data '", kv.key(), "' has a non-numeric value '", kv.value(), "'");
     }
   }
-  if (location.empty()) return InvalidModel(what, ": external data without a 'location'");
-  fs::path rel(location);
-  if (rel.is_absolute() || location.find("..") != std::string::npos)
-    return InvalidModel(what, ": external data location '", location, "' must be a path inside the model's folder");
+  if (r.location.empty()) return InvalidModel(what, ": external data without a 'location'");
+  return r;
+}
+
+// Reads a tensor's external data from its file beside the model, straight into the tensor.
+Status read_external(const ExternalRef& ref, const std::string& base_dir, const std::string& what, Tensor& t) {
+  fs::path rel(ref.location);
+  if (rel.is_absolute() || ref.location.find("..") != std::string::npos)
+    return InvalidModel(what, ": external data location '", ref.location, "' must be a path inside the model's folder");
   if (base_dir.empty()) return InvalidModel(what, ": uses external data but the model was not loaded from a file");
   fs::path full = fs::path(base_dir) / rel;
   std::ifstream f(full, std::ios::binary);
   if (!f) return NotFound(what, ": external data file '", full.string(), "' is missing");
   f.seekg(0, std::ios::end);
   int64_t size = f.tellg();
+  int64_t offset = ref.offset, length = ref.length;
   if (offset < 0 || offset > size)
     return InvalidModel(what, ": external data offset ", offset, " is outside '", full.string(), "' (", size,
                         " bytes)");
@@ -116,11 +110,17 @@ Result<std::string> read_external(const onnx::TensorProto& p, const std::string&
   if (offset + length > size)
     return InvalidModel(what, ": external data [", offset, ", ", offset + length, ") runs past the end of '",
                         full.string(), "' (", size, " bytes)");
-  std::string buf(static_cast<size_t>(length), '\0');
   f.seekg(offset);
+  if (t.dtype() != DataType::kString && dtype_packed_bits(t.dtype()) >= 8 &&
+      static_cast<size_t>(length) == t.nbytes()) {  // the common case: one read into the tensor
+    f.read(static_cast<char*>(t.raw()), length);
+    if (!f) return IOError(what, ": cannot read external data from '", full.string(), "'");
+    return Status::Ok();
+  }
+  std::string buf(static_cast<size_t>(length), '\0');
   f.read(buf.data(), length);
   if (!f) return IOError(what, ": cannot read external data from '", full.string(), "'");
-  return buf;
+  return fill_from_raw(buf, t, what);
 }
 
 Result<ir::TypeInfo> convert_type(const onnx::TypeProto& tp, const std::string& what) {
@@ -167,30 +167,26 @@ Result<ir::TypeInfo> convert_type(const onnx::TypeProto& tp, const std::string& 
   }
 }
 
+Result<Tensor> convert_tensor(const onnx::TensorProto& p, const std::string& base_dir, std::string_view detached);
+
 struct Importer {
   std::string base_dir;
   ExternalResolver resolver;
+  std::string_view detached;  // the original model bytes when detach_raw_data() rewrote them
 
   Result<Tensor> load_tensor(const onnx::TensorProto& p) {
     if (resolver && p.data_location() == onnx::TensorProto::EXTERNAL) {
-      std::string location;
-      int64_t offset = 0, length = -1;
-      for (const auto& kv : p.external_data()) {
-        if (kv.key() == "location")
-          location = kv.value();
-        else if (kv.key() == "offset")
-          offset = std::strtoll(kv.value().c_str(), nullptr, 10);
-        else if (kv.key() == "length")
-          length = std::strtoll(kv.value().c_str(), nullptr, 10);
+      std::string what = "tensor '" + p.name() + "'";
+      KILN_ASSIGN_OR_RETURN(ExternalRef ref, external_ref(p, what));
+      if (ref.location != kDetachedLocation || detached.empty()) {
+        if (!dtype_is_known(p.data_type())) return Unsupported(what, ": unknown data type code ", p.data_type());
+        Dims dims(p.dims().begin(), p.dims().end());
+        for (int64_t d : dims)
+          if (d < 0) return InvalidModel(what, ": negative dimension ", d);
+        return resolver(ref.location, ref.offset, ref.length, static_cast<DataType>(p.data_type()), dims);
       }
-      if (!dtype_is_known(p.data_type()))
-        return Unsupported("tensor '", p.name(), "': unknown data type code ", p.data_type());
-      Dims dims(p.dims().begin(), p.dims().end());
-      for (int64_t d : dims)
-        if (d < 0) return InvalidModel("tensor '", p.name(), "': negative dimension ", d);
-      return resolver(location, offset, length, static_cast<DataType>(p.data_type()), dims);
     }
-    return tensor_from_proto(p, base_dir);
+    return convert_tensor(p, base_dir, detached);
   }
   std::map<std::string, int> opsets;
   int node_counter = 0;
@@ -404,7 +400,9 @@ Status sort_all(ir::Graph& g) {
 
 }  // namespace
 
-Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir) {
+namespace {
+// `detached`: the model bytes that detach_raw_data() references (empty when it was not used).
+Result<Tensor> convert_tensor(const onnx::TensorProto& p, const std::string& base_dir, std::string_view detached) {
   std::string what = "tensor '" + p.name() + "'";
   if (p.has_segment()) return Unsupported(what, ": segmented tensors are not supported");
   if (!dtype_is_known(p.data_type())) return Unsupported(what, ": unknown data type code ", p.data_type());
@@ -441,10 +439,18 @@ Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& 
       return InvalidModel(what, ": holds data for ", stored, " elements but its dims ", dims_str(dims), " need ",
                           numel);
   }
-  Tensor t(dt, dims);
+  Tensor t = Tensor::uninitialized(dt, dims);  // every path below writes each element or fails
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
-    KILN_ASSIGN_OR_RETURN(std::string raw, read_external(p, base_dir, what));
-    KILN_RETURN_IF_ERROR(fill_from_raw(raw, t, what));
+    KILN_ASSIGN_OR_RETURN(ExternalRef ref, external_ref(p, what));
+    if (ref.location == kDetachedLocation && !detached.empty()) {
+      if (ref.offset < 0 || ref.length < 0 || static_cast<uint64_t>(ref.offset) > detached.size() ||
+          static_cast<uint64_t>(ref.length) > detached.size() - static_cast<uint64_t>(ref.offset))
+        return Internal(what, ": detached raw_data [", ref.offset, ", +", ref.length, ") is outside the model");
+      KILN_RETURN_IF_ERROR(
+          fill_from_raw(detached.substr(static_cast<size_t>(ref.offset), static_cast<size_t>(ref.length)), t, what));
+      return t;
+    }
+    KILN_RETURN_IF_ERROR(read_external(ref, base_dir, what, t));
     return t;
   }
   if (p.has_raw_data()) {
@@ -508,6 +514,11 @@ Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& 
   }
   return t;
 }
+}  // namespace
+
+Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir) {
+  return convert_tensor(p, base_dir, {});
+}
 
 void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p) {
   p->set_name(name);
@@ -532,9 +543,12 @@ void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto
 }
 
 namespace {
-Result<ir::Model> parse_model_impl(const std::string& bytes, const std::string& base_dir, const ImportOptions& opts) {
+Result<ir::Model> parse_model_impl(std::string_view bytes, const std::string& base_dir, const ImportOptions& opts) {
   onnx::ModelProto mp;
-  if (!parse_message(bytes, &mp))
+  // Large raw_data fields become references into `bytes` (see raw_data_split.h): protobuf does not
+  // copy them, the importer copies them once, into the tensors.
+  std::optional<std::string> detached = detach_raw_data(bytes);
+  if (!parse_message(detached ? std::string_view(*detached) : bytes, &mp))
     return InvalidModel("not a valid ONNX model: the protobuf could not be parsed (truncated or corrupted file?)");
   if (!mp.has_graph()) return InvalidModel("the ONNX model has no graph");
   if (mp.ir_version() < kMinIrVersion || mp.ir_version() > kMaxIrVersion)
@@ -563,6 +577,7 @@ Result<ir::Model> parse_model_impl(const std::string& bytes, const std::string& 
   Importer imp;
   imp.base_dir = base_dir;
   imp.resolver = opts.external_resolver;
+  if (detached) imp.detached = bytes;
   imp.opsets = m.opset_imports;
   m.graph = std::make_shared<ir::Graph>();
   KILN_RETURN_IF_ERROR(imp.convert_graph(mp.graph(), *m.graph, nullptr));
@@ -573,7 +588,7 @@ Result<ir::Model> parse_model_impl(const std::string& bytes, const std::string& 
 }
 }  // namespace
 
-Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_dir, const ImportOptions& opts) {
+Result<ir::Model> parse_model(std::string_view bytes, const std::string& base_dir, const ImportOptions& opts) {
   try {
     return parse_model_impl(bytes, base_dir, opts);
   } catch (const std::bad_alloc&) {
@@ -584,10 +599,10 @@ Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_
 }
 
 Result<ir::Model> load_model(const std::string& path, const ImportOptions& opts) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  KILN_ASSIGN_OR_RETURN(auto file, MappedFile::open(path));
   std::string dir = fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
-  auto m = parse_model(bytes, dir, opts);
+  auto m = parse_model(file->view(), dir, opts);
   if (!m.ok()) return m.status().with_context("'" + path + "': ");
   m.value().path = path;
   return m;
@@ -609,7 +624,8 @@ Result<ops::Value> value_from_sequence(const onnx::SequenceProto& sp, const std:
 }  // namespace
 
 Result<ops::Value> read_value_pb(const std::string& path, const ir::TypeInfo* expected) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  KILN_ASSIGN_OR_RETURN(auto file, MappedFile::open(path));
+  std::string_view bytes = file->view();
   std::string dir = fs::path(path).parent_path().string();
   using K = ir::TypeInfo::Kind;
   K kind = expected ? expected->kind : K::kTensor;

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -32,7 +33,7 @@ constexpr int kMaxDefaultOpset = 28;
 
 Result<ir::Model> load_model(const std::string& path, const ImportOptions& opts = {});
 // `base_dir` resolves external data; empty means external data is an error.
-Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_dir, const ImportOptions& opts = {});
+Result<ir::Model> parse_model(std::string_view bytes, const std::string& base_dir, const ImportOptions& opts = {});
 
 // TensorProto conversion. `base_dir` resolves external data.
 Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir);
