@@ -180,18 +180,28 @@ Result<Layout> lay_out(const EngineImpl& e) {
   L.body_length = L.weights_offset + L.weights_length;
   L.body_start = align64(kFixedHeader + L.header.size());
   L.header_crc = crc(reinterpret_cast<const uint8_t*>(L.header.data()), L.header.size());
-  // The body checksum covers the padding too: every byte after the header is checked.
-  static const uint8_t kZeros[4096] = {};
+  return L;  // body_crc: computed by whoever writes the body, in the same pass
+}
+
+// Calls emit(ptr, n) for the body in pieces of at most 1 MiB (zeros from a static buffer) while
+// checksumming them: the checksum reads a piece just before emit copies it, so the bytes come from
+// memory once. Returns the body's CRC-32C (it covers the padding too: every byte after the header).
+template <typename Emit>
+uint32_t emit_body(const Layout& L, Emit&& emit) {
+  static const char kZeros[1 << 16] = {};
   uint32_t c = 0;
   L.body([&](const void* p, size_t n) {
-    if (p) {
-      c = crc32c(c, p, n);
-      return;
+    const auto* b = static_cast<const char*>(p);
+    while (n > 0) {
+      size_t k = std::min(n, b ? size_t{1} << 20 : sizeof kZeros);
+      const char* piece = b ? b : kZeros;
+      c = crc32c(c, piece, k);
+      emit(piece, k);
+      if (b) b += k;
+      n -= k;
     }
-    for (; n > 0; n -= std::min(n, sizeof kZeros)) c = crc32c(c, kZeros, std::min(n, sizeof kZeros));
   });
-  L.body_crc = c;
-  return L;
+  return c;
 }
 
 }  // namespace
@@ -200,12 +210,8 @@ Result<std::string> serialize_engine(const EngineImpl& e) {
   KILN_ASSIGN_OR_RETURN(Layout L, lay_out(e));
   std::string file = L.head();
   file.reserve(L.body_start + L.body_length);
-  L.body([&](const void* p, size_t n) {
-    if (p)
-      file.append(static_cast<const char*>(p), n);
-    else
-      file.append(n, '\0');
-  });
+  L.body_crc = emit_body(L, [&](const char* p, size_t n) { file.append(p, n); });
+  put<uint32_t>(file, 28, L.body_crc);
   return file;
 }
 
@@ -230,13 +236,12 @@ Status write_engine(const EngineImpl& e, const std::string& path) {
       n -= static_cast<size_t>(w);
     }
   };
-  std::string head = L.head();
+  std::string head = L.head();  // its body checksum is filled in at the end
   put_bytes(head.data(), head.size());
-  static const char kZeros[4096] = {};
-  L.body([&](const void* p, size_t n) {
-    if (p) return put_bytes(static_cast<const char*>(p), n);
-    for (; n > 0; n -= std::min(n, sizeof kZeros)) put_bytes(kZeros, std::min(n, sizeof kZeros));
-  });
+  L.body_crc = emit_body(L, put_bytes);
+  head = L.head();
+  if (!err && ::pwrite(fd, head.data(), kFixedHeader, 0) != static_cast<ssize_t>(kFixedHeader))
+    err = errno ? errno : EIO;
   if (::close(fd) != 0 && !err) err = errno;
   if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
   if (err) {
