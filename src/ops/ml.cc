@@ -243,7 +243,8 @@ Result<Forest> read_forest(const ir::Node& node) {
   f.splits = tensor_attr_f64(node, "nodes_splits");
   f.leaf_weights = tensor_attr_f64(node, "leaf_weights");
   for (double m : tensor_attr_f64(node, "nodes_modes"))
-    f.modes.push_back(m >= kLeq && m <= kMember ? static_cast<int>(m) : -1);  // -1: reported below
+    f.modes.push_back(m >= static_cast<double>(kLeq) && m <= static_cast<double>(kMember) ? static_cast<int>(m)
+                                                                                          : -1);  // -1: reported below
   f.n_targets = node.attr_int("n_targets", 0);
   int64_t aggregate = node.attr_int("aggregate_function", kSum), post = node.attr_int("post_transform", kNone);
   f.aggregate = aggregate >= kAverage && aggregate <= kMax ? static_cast<int>(aggregate) : -1;

@@ -69,10 +69,6 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CompareOptions, model, ref, test
 constexpr double kDefaultAtol = 1e-4, kDefaultRtol = 1e-3;
 constexpr const char* kPercentiles[] = {"p50", "p90", "p99", "p99.9", "max"};
 
-bool ends_with(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
-
 // "VALUE" applies to every output, "NAME:VALUE" to one (the last colon splits).
 Result<double> tolerance_for(const std::vector<std::string>& specs, const std::string& name, double dflt) {
   double global = dflt, mine = NAN;
