@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "backends/cpu/gemm_kernels.h"
-#include "backends/cpu/plane_vec.h"
+#include "backends/cpu/simd_vec.h"
 #include "core/parallel.h"
 
 namespace kiln::backends::cpu {

@@ -16,7 +16,7 @@
 // oneDNN's own F(4x4, 3x3) and 3-4x below the usual points.
 //
 // Paths: AVX-512 (the one that pays: 6 tiles x 64 channels of accumulators), AVX2 and scalar (the
-// same code over plane_vec.h's vectors; on AVX2 machines the layout pass makes 8-channel blocks, which
+// same code over simd_vec.h's vectors; on AVX2 machines the layout pass makes 8-channel blocks, which
 // this tactic does not take, so those paths serve tests and KILN_ISA runs). Epilogue: bias, residual,
 // every activation of kiln's fused layers.
 #include <algorithm>
@@ -26,7 +26,7 @@
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kiln_tactics.h"
 #include "backends/cpu/nchwc_tactics.h"
-#include "backends/cpu/plane_vec.h"
+#include "backends/cpu/simd_vec.h"
 #include "core/parallel.h"
 
 namespace kiln::backends::cpu {

@@ -11,9 +11,7 @@
 #include <memory>
 #include <type_traits>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include "backends/cpu/simd_vec.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsics (_mm512_max_ps etc. start from
 // _mm512_undefined_ps) once they are inlined: a false positive.
@@ -48,7 +46,7 @@ float* thread_scratch(int slot, size_t floats) {
 namespace kiln::backends::cpu::xf::avx512 {
 constexpr Isa kIsa = Isa::kAvx512;
 #define KILN_VEC_BITS 512
-#include "backends/cpu/simd_vec.h"
+using Vec = Vec512;
 #include "backends/cpu/xformer_kernels.inc"
 #undef KILN_VEC_BITS
 }  // namespace kiln::backends::cpu::xf::avx512
@@ -59,7 +57,7 @@ constexpr Isa kIsa = Isa::kAvx512;
 namespace kiln::backends::cpu::xf::avx2 {
 constexpr Isa kIsa = Isa::kAvx2;
 #define KILN_VEC_BITS 256
-#include "backends/cpu/simd_vec.h"
+using Vec = Vec256;
 #include "backends/cpu/xformer_kernels.inc"
 #undef KILN_VEC_BITS
 }  // namespace kiln::backends::cpu::xf::avx2
@@ -69,7 +67,7 @@ constexpr Isa kIsa = Isa::kAvx2;
 namespace kiln::backends::cpu::xf::scalar {
 constexpr Isa kIsa = Isa::kScalar;
 #define KILN_VEC_BITS 32
-#include "backends/cpu/simd_vec.h"
+using Vec = Vec1;
 #include "backends/cpu/xformer_kernels.inc"
 #undef KILN_VEC_BITS
 }  // namespace kiln::backends::cpu::xf::scalar
