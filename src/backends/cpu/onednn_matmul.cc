@@ -12,10 +12,6 @@
 namespace kiln::backends::cpu::onednn {
 namespace {
 
-using dnnl::memory;
-using tag = memory::format_tag;
-using dt = memory::data_type;
-
 bool op_ok(const LayerSignature& s) {
   if (s.domain().empty()) return s.op() == "MatMul" || s.op() == "Gemm";
   return s.domain() == "kiln" && (s.op() == "FusedMatMul" || s.op() == "FusedGemm");
