@@ -1,0 +1,105 @@
+// One layer to test or time a tactic on: the node, its inputs and which of them are constants, with
+// the pieces every tactic harness needs (tactic_test.cc, kiln_kernels_test.cc and
+// bench/kernel_bench.cc): building the node and its epilogue, the LayerSignature a tactic sees and
+// the reference kernel's output. No gtest here (the benchmark includes it too).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/tactic.h"
+#include "ir/graph.h"
+#include "ops/interpreter.h"
+
+namespace kiln::testing {
+
+struct LayerCase {
+  ir::Node node;
+  std::vector<Tensor> inputs;  // undefined: missing optional input
+  std::vector<bool> constant;  // weights (initializers) vs activations
+};
+
+// A node `op` of `domain` (opset 17 for ONNX, 1 for kiln) reading in0..in{n-1}, writing y.
+inline ir::Node make_node(const std::string& domain, const std::string& op, size_t n_inputs) {
+  ir::Node n;
+  n.name = op + "_case";
+  n.op_type = op;
+  n.domain = domain;
+  n.opset = domain.empty() ? 17 : 1;
+  for (size_t i = 0; i < n_inputs; ++i) n.inputs.push_back("in" + std::to_string(i));
+  n.outputs = {"y"};
+  return n;
+}
+
+inline void set_string(ir::Node& n, const std::string& a, const std::string& v) {
+  ir::Attribute at;
+  at.type = ir::Attribute::Type::kString;
+  at.s = v;
+  n.attrs[a] = at;
+}
+inline void set_float(ir::Node& n, const std::string& a, float v) {
+  ir::Attribute at;
+  at.type = ir::Attribute::Type::kFloat;
+  at.f = v;
+  n.attrs[a] = at;
+}
+
+// A uniform integer in [lo, hi].
+inline int64_t pick(std::mt19937& rng, int64_t lo, int64_t hi) {
+  return lo + static_cast<int64_t>(rng() % (hi - lo + 1));
+}
+
+// A random kiln.Fused* epilogue activation (or none), with its attributes.
+inline void add_epilogue(std::mt19937& rng, ir::Node& n) {
+  static const char* kActs[] = {"", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish", "Clip", "SiLU", "Gelu"};
+  std::string act = kActs[rng() % 9];
+  if (act.empty()) return;
+  set_string(n, "activation", act);
+  if (act == "LeakyRelu") set_float(n, "activation_alpha", 0.1f);
+  if (act == "Gelu" && rng() % 2) set_string(n, "activation_approximate", "tanh");
+  if (act == "Clip") {
+    if (rng() % 3) set_float(n, "activation_min", -0.5f);
+    if (rng() % 3) set_float(n, "activation_max", 0.7f);
+  }
+}
+
+// What a tactic sees of the layer: each present input's dtype, shape and (constants) values.
+inline backends::LayerSignature layer_signature(const LayerCase& lc) {
+  backends::LayerSignature sig;
+  sig.node = &lc.node;
+  for (size_t i = 0; i < lc.node.inputs.size(); ++i) {
+    backends::TensorSig t;
+    if (!lc.node.inputs[i].empty() && lc.inputs[i].defined()) {
+      t.present = true;
+      t.dtype = lc.inputs[i].dtype();
+      t.shape = lc.inputs[i].shape();
+      if (lc.constant[i]) t.constant = &lc.inputs[i];
+    }
+    sig.inputs.push_back(t);
+  }
+  sig.outputs.resize(1);
+  return sig;
+}
+
+// The reference kernel's first output; undefined when the op rejects the case, or (`*known` set
+// false) when no schema has the op.
+inline Tensor reference_output(const LayerCase& lc, bool* known = nullptr) {
+  const ops::OpSchema* s = ops::OpRegistry::get().find(lc.node.domain, lc.node.op_type, lc.node.opset);
+  if (known) *known = s != nullptr;
+  if (!s) return Tensor();
+  std::vector<ops::Value> vals;
+  vals.reserve(lc.inputs.size());
+  for (const auto& t : lc.inputs) vals.emplace_back(t);
+  std::vector<const ops::Value*> ins;
+  for (size_t i = 0; i < lc.node.inputs.size(); ++i)
+    ins.push_back(lc.node.inputs[i].empty() || !lc.inputs[i].defined() ? nullptr : &vals[i]);
+  ops::Interpreter runner(std::make_shared<ir::Graph>());  // runs kiln.FusedElementwise bodies
+  auto r = ops::run_node(lc.node, *s, ins, &runner);
+  if (!r.ok()) return Tensor();
+  return r.value()[0].tensor;
+}
+
+}  // namespace kiln::testing
