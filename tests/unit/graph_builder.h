@@ -33,6 +33,8 @@ class GraphBuilder {
     model_.graph->initializers[name] = std::move(t);
     return *this;
   }
+  // The node appended to the graph. The reference is valid until the next node is added (the nodes
+  // live in a vector): set its attributes before adding another.
   ir::Node& node(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs) {
     ir::Node n;
     n.name = op + "_" + std::to_string(model_.graph->nodes.size());
@@ -59,7 +61,6 @@ class GraphBuilder {
     set_int(n, "transB", 1);
     return n;
   }
-  // The reference node() returns is valid until the next node is added.
   static void set_int(ir::Node& n, const std::string& a, int64_t v) {
     ir::Attribute at;
     at.type = ir::Attribute::Type::kInt;
