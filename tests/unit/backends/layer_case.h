@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/tactic.h"
+#include "ir/attribute_builders.h"
 #include "ir/graph.h"
 #include "ops/interpreter.h"
 
@@ -34,18 +35,8 @@ inline ir::Node make_node(const std::string& domain, const std::string& op, size
   return n;
 }
 
-inline void set_string(ir::Node& n, const std::string& a, const std::string& v) {
-  ir::Attribute at;
-  at.type = ir::Attribute::Type::kString;
-  at.s = v;
-  n.attrs[a] = at;
-}
-inline void set_float(ir::Node& n, const std::string& a, float v) {
-  ir::Attribute at;
-  at.type = ir::Attribute::Type::kFloat;
-  at.f = v;
-  n.attrs[a] = at;
-}
+inline void set_string(ir::Node& n, const std::string& a, const std::string& v) { n.attrs[a] = ir::attr_string(v); }
+inline void set_float(ir::Node& n, const std::string& a, float v) { n.attrs[a] = ir::attr_float(v); }
 
 // A uniform integer in [lo, hi].
 inline int64_t pick(std::mt19937& rng, int64_t lo, int64_t hi) {
