@@ -26,7 +26,9 @@ struct Vec512 {
   KILN_V T zero() { return _mm512_setzero_ps(); }
   KILN_V T set1(float x) { return _mm512_set1_ps(x); }
   KILN_V T load(const float* p) { return _mm512_loadu_ps(p); }
+  KILN_V T broadcast(const float* p) { return _mm512_set1_ps(*p); }
   KILN_V void store(float* p, T v) { _mm512_storeu_ps(p, v); }
+  KILN_V void stream(float* p, T v) { _mm512_stream_ps(p, v); }  // non-temporal; p 64-byte aligned
   KILN_V Mask mask(int64_t n) {
     return n >= 16 ? static_cast<Mask>(0xFFFF) : n <= 0 ? static_cast<Mask>(0) : static_cast<Mask>((1u << n) - 1);
   }
@@ -68,6 +70,7 @@ struct Vec512 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
   }
   KILN_V T activate(T v, const Activation& a) { return avx512::activate(v, a); }
+  KILN_V T activate_cheap(T v, const Activation& a) { return avx512::activate_cheap(v, a); }
   KILN_V float reduce_add(T v) { return _mm512_reduce_add_ps(v); }
   KILN_V float reduce_max(T v) { return _mm512_reduce_max_ps(v); }
   // r[j][i] <- r[i][j] for a 16 x 16 block held in 16 registers.
@@ -115,7 +118,9 @@ struct Vec256 {
   KILN_V T zero() { return _mm256_setzero_ps(); }
   KILN_V T set1(float x) { return _mm256_set1_ps(x); }
   KILN_V T load(const float* p) { return _mm256_loadu_ps(p); }
+  KILN_V T broadcast(const float* p) { return _mm256_broadcast_ss(p); }
   KILN_V void store(float* p, T v) { _mm256_storeu_ps(p, v); }
+  KILN_V void stream(float* p, T v) { _mm256_stream_ps(p, v); }  // non-temporal; p 32-byte aligned
   KILN_V Mask mask(int64_t n) { return avx2::tail_mask(static_cast<int>(n < 0 ? 0 : n > 8 ? 8 : n)); }
   KILN_V T maskload(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
   KILN_V void maskstore(float* p, Mask m, T v) { _mm256_maskstore_ps(p, m, v); }
@@ -149,6 +154,7 @@ struct Vec256 {
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
   }
   KILN_V T activate(T v, const Activation& a) { return avx2::activate(v, a); }
+  KILN_V T activate_cheap(T v, const Activation& a) { return avx2::activate_cheap(v, a); }
   KILN_V float reduce_add(T v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
