@@ -233,33 +233,37 @@ void run_block(const GemmArgs& g, const IsaGemm& ig, int64_t m0, int64_t m1, int
 
 GemmTile gemm_tile(Isa isa) { return isa_gemm(isa).tile; }
 
+namespace {
+
+// `scale` * x in panels of `width` along an axis of `len`: panel q holds, for each kk < k, the
+// elements i = q * width .. q * width + width - 1 (zero past len) of x[i * stride + kk * k_stride].
+AlignedFloats pack_panels(const float* x, int64_t len, int64_t k, int64_t width, int64_t stride, int64_t k_stride,
+                          float scale) {
+  const int64_t panels = (len + width - 1) / width;
+  AlignedFloats data(static_cast<size_t>(panels * k * width));
+  float* d = data.data();
+  for (int64_t q = 0; q < panels; ++q)
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t j = 0; j < width; ++j) {
+        int64_t i = q * width + j;
+        *d++ = i < len ? scale * x[i * stride + kk * k_stride] : 0.f;
+      }
+  return data;
+}
+
+}  // namespace
+
 PackedB pack_b(Isa isa, const float* b, int64_t k, int64_t n, int64_t rs, int64_t cs, float scale) {
   PackedB p;
   p.isa = isa, p.k = k, p.n = n, p.nr = gemm_tile(isa).nr;
-  const int64_t nr = p.nr, panels = (n + nr - 1) / nr;
-  p.data = AlignedFloats(static_cast<size_t>(panels * k * nr));
-  float* d = p.data.data();
-  for (int64_t q = 0; q < panels; ++q)
-    for (int64_t kk = 0; kk < k; ++kk)
-      for (int64_t j = 0; j < nr; ++j) {
-        int64_t col = q * nr + j;
-        *d++ = col < n ? scale * b[kk * rs + col * cs] : 0.f;
-      }
+  p.data = pack_panels(b, n, k, p.nr, cs, rs, scale);  // panels of columns
   return p;
 }
 
 PackedA pack_a(Isa isa, const float* a, int64_t m, int64_t k, int64_t rs, int64_t cs, float scale) {
   PackedA p;
   p.isa = isa, p.m = m, p.k = k, p.mr = gemm_tile(isa).mr;
-  const int64_t mr = p.mr, panels = (m + mr - 1) / mr;
-  p.data = AlignedFloats(static_cast<size_t>(panels * k * mr));
-  float* d = p.data.data();
-  for (int64_t q = 0; q < panels; ++q)
-    for (int64_t kk = 0; kk < k; ++kk)
-      for (int64_t i = 0; i < mr; ++i) {
-        int64_t row = q * mr + i;
-        *d++ = row < m ? scale * a[row * rs + kk * cs] : 0.f;
-      }
+  p.data = pack_panels(a, m, k, p.mr, rs, cs, scale);  // panels of rows
   return p;
 }
 

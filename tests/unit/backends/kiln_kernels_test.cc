@@ -116,20 +116,7 @@ LayerCase conv_case(std::mt19937& rng, uint64_t seed, bool depthwise) {
   else
     set_string(nd, "auto_pad", auto_pad);
   if (fused) add_epilogue(rng, nd);
-  lc.inputs.push_back(testing::random_tensor({n, c, h, w}, seed));
-  lc.inputs.push_back(testing::random_tensor({m, depthwise ? 1 : c, kh, kw}, seed + 1));
-  lc.inputs.push_back(bias ? testing::random_tensor({m}, seed + 2) : Tensor());
-  lc.constant = {false, true, true, false};
-  if (residual) {
-    int64_t oh, ow;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
-      oh = (h + sh - 1) / sh, ow = (w + sw - 1) / sw;
-    else
-      oh = (h + pads[0] + pads[2] - (kh - 1) * dh - 1) / sh + 1,
-      ow = (w + pads[1] + pads[3] - (kw - 1) * dw - 1) / sw + 1;
-    if (oh <= 0 || ow <= 0) oh = ow = 1;  // the reference rejects the case anyway
-    lc.inputs.push_back(testing::random_tensor({n, m, oh, ow}, seed + 3));
-  }
+  testing::add_conv_inputs(lc, seed, {n, c, h, w}, {m, depthwise ? 1 : c, kh, kw}, bias, residual);
   return lc;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../graph_builder.h"
 #include "backends/tactic.h"
 #include "ir/attribute_builders.h"
 #include "ir/graph.h"
@@ -55,6 +56,30 @@ inline void add_epilogue(std::mt19937& rng, ir::Node& n) {
     if (rng() % 3) set_float(n, "activation_min", -0.5f);
     if (rng() % 3) set_float(n, "activation_max", 0.7f);
   }
+}
+
+// A Conv / kiln.FusedConv case's inputs for its node's attributes (set before): X `x` = [N, C, H,
+// W], W `w` = [M, C / group, kH, kW], B [M] when `bias` (else missing), all but X constant, and with
+// `residual` a residual of the output's shape (1 x 1 where the geometry leaves no output: the
+// reference rejects those cases). Seeds seed .. seed + 3.
+inline void add_conv_inputs(LayerCase& lc, uint64_t seed, const Dims& x, const Dims& w, bool bias, bool residual) {
+  const ir::Node& nd = lc.node;
+  lc.inputs.push_back(random_tensor(x, seed));
+  lc.inputs.push_back(random_tensor(w, seed + 1));
+  lc.inputs.push_back(bias ? random_tensor({w[0]}, seed + 2) : Tensor());
+  lc.constant = {false, true, true, false};
+  if (!residual) return;
+  const std::string auto_pad = nd.attr_string("auto_pad", "NOTSET");
+  const std::vector<int64_t> s = nd.attr_ints("strides", {1, 1}), d = nd.attr_ints("dilations", {1, 1}),
+                             p = nd.attr_ints("pads", {0, 0, 0, 0});
+  int64_t oh, ow;
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
+    oh = (x[2] + s[0] - 1) / s[0], ow = (x[3] + s[1] - 1) / s[1];
+  else
+    oh = (x[2] + p[0] + p[2] - (w[2] - 1) * d[0] - 1) / s[0] + 1,
+    ow = (x[3] + p[1] + p[3] - (w[3] - 1) * d[1] - 1) / s[1] + 1;
+  if (oh <= 0 || ow <= 0) oh = ow = 1;
+  lc.inputs.push_back(random_tensor({x[0], w[0], oh, ow}, seed + 3));
 }
 
 // What a tactic sees of the layer: each present input's dtype, shape and (constants) values.

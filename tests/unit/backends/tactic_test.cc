@@ -26,7 +26,7 @@ using testing::make_node;
 using testing::pick;
 using testing::set_string;
 
-// Output spatial size for the residual shape (NOTSET/VALID pads only; SAME keeps ceil(in/stride)).
+// A random Conv / kiln.FusedConv: plain, depthwise or grouped; strides, dilations, pads or auto_pad; 1x1.
 LayerCase conv_case(std::mt19937& rng, uint64_t seed) {
   bool fused = rng() % 2;
   int64_t n = pick(rng, 1, 2), c, m, group;
@@ -56,19 +56,7 @@ LayerCase conv_case(std::mt19937& rng, uint64_t seed) {
     set_string(nd, "auto_pad", auto_pad);
   if (rng() % 2) testing::GraphBuilder::set_ints(nd, "kernel_shape", {kh, kw});
   if (fused) add_epilogue(rng, nd);
-  lc.inputs.push_back(testing::random_tensor({n, c, h, w}, seed));
-  lc.inputs.push_back(testing::random_tensor({m, c / group, kh, kw}, seed + 1));
-  lc.inputs.push_back(bias ? testing::random_tensor({m}, seed + 2) : Tensor());
-  lc.constant = {false, true, true, false};
-  if (residual) {
-    int64_t oh, ow;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
-      oh = (h + sh - 1) / sh, ow = (w + sw - 1) / sw;
-    else
-      oh = (h + pads[0] + pads[2] - (kh - 1) * dh - 1) / sh + 1,
-      ow = (w + pads[1] + pads[3] - (kw - 1) * dw - 1) / sw + 1;
-    lc.inputs.push_back(testing::random_tensor({n, m, oh, ow}, seed + 3));
-  }
+  testing::add_conv_inputs(lc, seed, {n, c, h, w}, {m, c / group, kh, kw}, bias, residual);
   return lc;
 }
 
