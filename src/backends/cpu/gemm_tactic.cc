@@ -20,6 +20,12 @@ std::string float32_cpu_layer(const LayerSignature& sig) {
   return "";
 }
 
+std::string residual_unsupported(const LayerSignature& sig, const Dims& out) {
+  if (sig.has_input(3) && sig.inputs[3].known() && sig.inputs[3].shape != out)
+    return "the residual is broadcast (not the output's shape)";
+  return "";
+}
+
 std::string conv2d_layer_unsupported(const LayerSignature& sig) {
   bool fused = sig.domain() == "kiln";
   if (!((sig.domain().empty() && sig.op() == "Conv") || (fused && sig.op() == "FusedConv"))) return "not a Conv";
@@ -74,8 +80,7 @@ Result<GemmGeometry> gemm_geometry(const LayerSignature& sig, const std::string&
     g.out_shape = a;
     g.out_shape.back() = g.n;
   }
-  if (sig.has_input(3) && sig.inputs[3].shape != g.out_shape)
-    return Unsupported(tactic, ": the residual is broadcast (not the output's shape)");
+  if (auto e = residual_unsupported(sig, g.out_shape); !e.empty()) return Unsupported(tactic, ": ", e);
   return g;
 }
 

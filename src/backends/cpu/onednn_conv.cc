@@ -124,8 +124,7 @@ class OnednnConv : public Tactic {
     if (sig.inputs[0].known()) {
       ConvGeometry g;
       if (auto e = resolve_conv(*sig.node, sig.inputs[0].shape, w, g); !e.empty()) return e;
-      if (sig.has_input(3) && sig.inputs[3].known() && sig.inputs[3].shape != Dims{g.n, g.m, g.oh, g.ow})
-        return "the residual is broadcast (not the output's shape)";
+      if (auto e = residual_unsupported(sig, {g.n, g.m, g.oh, g.ow}); !e.empty()) return e;
     }
     return "";
   }
