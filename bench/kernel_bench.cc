@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../tests/unit/backends/layer_case.h"
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/gemm_kernels.h"
 #include "backends/tactic.h"
@@ -29,6 +30,8 @@ using kiln::Dims;
 using kiln::Tensor;
 namespace ir = kiln::ir;
 namespace be = kiln::backends;
+using kiln::testing::layer_signature;
+using kiln::testing::make_node;
 
 Tensor random_tensor(const Dims& d, uint64_t seed) {
   Tensor t(DataType::kFloat32, d);
@@ -38,28 +41,14 @@ Tensor random_tensor(const Dims& d, uint64_t seed) {
   return t;
 }
 
-// One layer: node, inputs (undefined tensor = missing optional), which inputs are constants.
-struct Layer {
+// One layer (node, inputs, which are constants) and the benchmark's name for it.
+struct Layer : kiln::testing::LayerCase {
   std::string name;
-  ir::Node node;
-  std::vector<Tensor> inputs;
-  std::vector<bool> constant;
 };
-
-ir::Node make_node(const std::string& domain, const std::string& op, size_t n_inputs) {
-  ir::Node n;
-  n.name = op;
-  n.op_type = op;
-  n.domain = domain;
-  n.opset = domain.empty() ? 17 : 1;
-  for (size_t i = 0; i < n_inputs; ++i) n.inputs.push_back("in" + std::to_string(i));
-  n.outputs = {"y"};
-  return n;
-}
 
 // FusedMatMul [m, k] x [k, n] + bias (+ residual) (activation).
 Layer matmul(const std::string& name, int64_t m, int64_t k, int64_t n, const std::string& act, bool residual) {
-  Layer l{name, make_node("kiln", "FusedMatMul", residual ? 4 : 3), {}, {}};
+  Layer l{{make_node("kiln", "FusedMatMul", residual ? 4 : 3), {}, {}}, name};
   if (!act.empty()) l.node.attrs["activation"] = ir::attr_string(act);
   l.inputs = {random_tensor({m, k}, 1), random_tensor({k, n}, 2), random_tensor({n}, 3)};
   l.constant = {false, true, true, false};
@@ -69,7 +58,7 @@ Layer matmul(const std::string& name, int64_t m, int64_t k, int64_t n, const std
 
 // Gemm [m, k] x [n, k]^T + C[n] (a classifier).
 Layer gemm_t(const std::string& name, int64_t m, int64_t k, int64_t n) {
-  Layer l{name, make_node("", "Gemm", 3), {}, {}};
+  Layer l{{make_node("", "Gemm", 3), {}, {}}, name};
   l.node.attrs["transB"] = ir::attr_int(1);
   l.inputs = {random_tensor({m, k}, 1), random_tensor({n, k}, 2), random_tensor({n}, 3)};
   l.constant = {false, true, true};
@@ -79,7 +68,7 @@ Layer gemm_t(const std::string& name, int64_t m, int64_t k, int64_t n) {
 // FusedConv NCHW, bias, optional residual, activation.
 Layer conv(const std::string& name, int64_t batch, int64_t c, int64_t h, int64_t w, int64_t m, int64_t kernel,
            int64_t stride, int64_t group, const std::string& act, bool residual) {
-  Layer l{name, make_node("kiln", "FusedConv", residual ? 4 : 3), {}, {}};
+  Layer l{{make_node("kiln", "FusedConv", residual ? 4 : 3), {}, {}}, name};
   int64_t pad = kernel / 2;
   l.node.attrs["group"] = ir::attr_int(group);
   l.node.attrs["strides"] = ir::attr_ints({stride, stride});
@@ -99,7 +88,7 @@ Layer conv(const std::string& name, int64_t batch, int64_t c, int64_t h, int64_t
 
 Layer pool(const std::string& name, const std::string& op, int64_t batch, int64_t c, int64_t h, int64_t w,
            int64_t kernel, int64_t stride, int64_t pad) {
-  Layer l{name, make_node("", op, 1), {}, {}};
+  Layer l{{make_node("", op, 1), {}, {}}, name};
   l.node.opset = 17;
   if (op == "MaxPool" || op == "AveragePool") {
     l.node.attrs["kernel_shape"] = ir::attr_ints({kernel, kernel});
@@ -155,26 +144,9 @@ std::vector<Layer> layers() {
   return v;
 }
 
-be::LayerSignature signature(const Layer& l) {
-  be::LayerSignature sig;
-  sig.node = &l.node;
-  for (size_t i = 0; i < l.node.inputs.size(); ++i) {
-    be::TensorSig t;
-    if (l.inputs[i].defined()) {
-      t.present = true;
-      t.dtype = l.inputs[i].dtype();
-      t.shape = l.inputs[i].shape();
-      if (l.constant[i]) t.constant = &l.inputs[i];
-    }
-    sig.inputs.push_back(t);
-  }
-  sig.outputs.resize(1);
-  return sig;
-}
-
 void run_layer(benchmark::State& state, const Layer* l, const be::Tactic* t, int threads) {
   kiln::set_num_threads(threads);
-  auto prepared = t->prepare(signature(*l));
+  auto prepared = t->prepare(layer_signature(*l));
   if (!prepared.ok()) {
     state.SkipWithError(prepared.status().to_string().c_str());
     return;
@@ -218,7 +190,7 @@ int main(int argc, char** argv) {
   }
   static std::vector<Layer> all = layers();
   for (const Layer& l : all) {
-    be::LayerSignature sig = signature(l);
+    be::LayerSignature sig = layer_signature(l);
     for (const be::Tactic* t : be::candidate_tactics(sig))
       for (int threads : {1, 2})
         benchmark::RegisterBenchmark((l.name + "/" + t->name() + "/threads:" + std::to_string(threads)).c_str(),

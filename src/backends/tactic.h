@@ -87,6 +87,11 @@ class Tactic {
   // Binds concrete input shapes and the constant inputs (weights); the signature's shapes are all
   // known. May still fail (e.g. the library has no implementation for these shapes).
   virtual Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const = 0;
+  // The revision of the kernels behind this tactic: bump it whenever they change in a way that can
+  // change their speed or what they accept (a new micro-kernel, blocking, a shape they now take).
+  // The timing cache keys every entry on it: an entry written at another revision is ignored and
+  // the tactic timed again (tune/timing_cache.h), like a TensorRT tactic whose kernel changed.
+  virtual int revision() const { return 1; }
 };
 
 // Every tactic of every backend compiled in, in priority order (the auto-tuner, src/tune, times the

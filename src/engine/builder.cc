@@ -73,7 +73,7 @@ tune::CacheIdentity cache_identity(const engine::TargetInfo& t) {
   std::string machine = t.cpu_model.empty() ? std::string("unknown cpu") : t.cpu_model;
   machine += " |";
   for (const auto& f : t.isa) machine += " " + f;
-  return {KILN_VERSION, machine};
+  return {KILN_VERSION, machine, KILN_BUILD};
 }
 
 void warn(const std::string& message) { std::fprintf(stderr, "kiln: warning: %s\n", message.c_str()); }

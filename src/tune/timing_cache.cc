@@ -38,6 +38,8 @@ const char* aside_suffix(FileState::Kind k) {
 Result<CacheEntry> entry_from(const nlohmann::json& j) {
   CacheEntry e;
   if (!j.is_object()) return InvalidModel("an entry is not an object");
+  if (!j.contains("rev") || !j["rev"].is_number_integer()) return InvalidModel("an entry has no revision");
+  e.revision = j["rev"].get<int>();
   if (j.contains("ms")) {
     if (!j["ms"].is_number() || j["ms"].get<double>() < 0) return InvalidModel("an entry's ms is not a time");
     e.state = CacheEntry::State::kTimed;
@@ -58,9 +60,9 @@ Result<CacheEntry> entry_from(const nlohmann::json& j) {
 
 nlohmann::json entry_json(const CacheEntry& e) {
   switch (e.state) {
-    case CacheEntry::State::kTimed: return {{"ms", e.ms}, {"min_ms", e.min_ms}, {"runs", e.runs}};
-    case CacheEntry::State::kPrepared: return {{"prepared", true}};
-    case CacheEntry::State::kFailed: return {{"error", e.error}};
+    case CacheEntry::State::kTimed: return {{"ms", e.ms}, {"min_ms", e.min_ms}, {"runs", e.runs}, {"rev", e.revision}};
+    case CacheEntry::State::kPrepared: return {{"prepared", true}, {"rev", e.revision}};
+    case CacheEntry::State::kFailed: return {{"error", e.error}, {"rev", e.revision}};
   }
   return {};
 }
@@ -99,9 +101,11 @@ FileState read_file(const std::string& path, const CacheIdentity& id) {
   std::string kv = j["kiln_version"].get<std::string>();
   if (fv != TimingCache::kFormatVersion || kv != id.kiln_version) {
     st.kind = FileState::Kind::kStale;
-    st.detail = "it was written by kiln " + kv + " (cache format " + std::to_string(fv) + "); this is kiln " +
-                id.kiln_version + " (cache format " + std::to_string(TimingCache::kFormatVersion) +
-                "): its timings may not hold for this kiln's kernels";
+    std::string build = j.contains("kiln_build") && j["kiln_build"].is_string() ? j["kiln_build"].get<std::string>()
+                                                                                : std::string("unknown");
+    st.detail = "it was written by kiln " + kv + " (build " + build + ", cache format " + std::to_string(fv) +
+                "); this is kiln " + id.kiln_version + " (build " + id.build + ", cache format " +
+                std::to_string(TimingCache::kFormatVersion) + "): its timings may not hold for this kiln's kernels";
     return st;
   }
   std::string machine = j["machine"].get<std::string>();
@@ -187,11 +191,11 @@ TimingCache TimingCache::open(const std::string& path, CacheIdentity id, const W
   return c;
 }
 
-const CacheEntry* TimingCache::find(const std::string& key, const std::string& tactic) const {
+const CacheEntry* TimingCache::find(const std::string& key, const std::string& tactic, int revision) const {
   auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;
   auto t = it->second.find(tactic);
-  return t == it->second.end() ? nullptr : &t->second;
+  return t == it->second.end() || t->second.revision != revision ? nullptr : &t->second;
 }
 
 void TimingCache::put(const std::string& key, const std::string& tactic, CacheEntry e) {
@@ -229,11 +233,8 @@ Status TimingCache::save(const Warn& warn) {
   nlohmann::json layers = nlohmann::json::object();
   for (const auto& [key, tactics] : st.entries)
     for (const auto& [tactic, e] : tactics) layers[key][tactic] = entry_json(e);
-  nlohmann::json j = {{"format", kFormatName},
-                      {"format_version", kFormatVersion},
-                      {"kiln_version", id_.kiln_version},
-                      {"machine", id_.machine},
-                      {"layers", layers}};
+  nlohmann::json j = {{"format", kFormatName},   {"format_version", kFormatVersion}, {"kiln_version", id_.kiln_version},
+                      {"kiln_build", id_.build}, {"machine", id_.machine},           {"layers", layers}};
   std::string tmp = path_ + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) return IOError("timing cache ", path_, ": cannot create ", tmp, " (", std::strerror(errno), ")");

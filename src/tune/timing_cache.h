@@ -2,14 +2,20 @@
 // reused by later builds (of this model or any other with the same layers).
 //
 // The file is JSON:
-//   {"format": "kiln-timing-cache", "format_version": 1, "kiln_version": "0.1.0",
-//    "machine": "AMD EPYC 9R14 | sse4.2 avx avx2 fma avx512f ...",
+//   {"format": "kiln-timing-cache", "format_version": 2, "kiln_version": "0.1.0",
+//    "kiln_build": "c50bcf3-dirty", "machine": "AMD EPYC 9R14 | sse4.2 avx avx2 fma avx512f ...",
 //    "layers": {"threads=2|Conv/13{...}(...)@cpu:float32": {
-//                  "conv2d_onednn_blocked": {"ms": 0.412, "min_ms": 0.398, "runs": 20},
-//                  "conv2d_onednn_nchw": {"error": "oneDNN has no implementation ..."}}}}
+//                  "conv2d_onednn_blocked": {"ms": 0.412, "min_ms": 0.398, "runs": 20, "rev": 1},
+//                  "conv2d_onednn_nchw": {"error": "oneDNN has no implementation ...", "rev": 1}}}}
 // keyed by layer (layer_key.h, prefixed by the thread count) and tactic. One entry per tactic says
 // it was timed (median ms), prepared but not timed (a layer's only candidate), or failed to prepare
-// or run (so later builds skip it).
+// or run (so later builds skip it), at which revision of the tactic's kernels (Tactic::revision()).
+//
+// Kernels change between builds of one kiln version: an entry counts only for the revision it was
+// written at (find() with another revision misses, the tuner times the tactic again and put()
+// replaces the entry), so a changed kernel is re-timed while the other tactics' timings stay warm
+// (TensorRT's tactic identities do the same). "kiln_build" (git describe of the build that last
+// saved the file) is informational: it is not compared, or every commit would empty the cache.
 //
 // Trust: a file written by another kiln version or cache format (stale), on another machine (CPU
 // model or ISA flags differ: foreign), or that does not parse (corrupt) is ignored with a warning,
@@ -37,18 +43,20 @@ struct CacheEntry {
   int runs = 0;       // kTimed: how many runs the median is of
   double min_ms = 0;  // kTimed: the fastest run
   std::string error;  // kFailed: why the tactic cannot take this layer
+  int revision = 1;   // the tactic's revision() when the entry was written
 };
 
 // What timings are only valid for: written into the file and compared on load.
 struct CacheIdentity {
   std::string kiln_version;
-  std::string machine;  // CPU model and ISA flags; later a GPU's name and driver
+  std::string machine;            // CPU model and ISA flags; later a GPU's name and driver
+  std::string build = "unknown";  // git describe of this build: recorded, not compared
 };
 
 class TimingCache {
  public:
   using Warn = std::function<void(const std::string&)>;
-  static constexpr int kFormatVersion = 1;
+  static constexpr int kFormatVersion = 2;  // 2: entries carry their tactic's revision
 
   // An empty cache held in memory (save() is a no-op): repeated layers of one build reuse timings.
   explicit TimingCache(CacheIdentity id) : id_(std::move(id)) {}
@@ -56,7 +64,8 @@ class TimingCache {
   // unreadable) is ignored with a warning through `warn`.
   static TimingCache open(const std::string& path, CacheIdentity id, const Warn& warn);
 
-  const CacheEntry* find(const std::string& key, const std::string& tactic) const;
+  // The entry of `tactic` on layer `key`, if one was written at `revision` of the tactic.
+  const CacheEntry* find(const std::string& key, const std::string& tactic, int revision = 1) const;
   void put(const std::string& key, const std::string& tactic, CacheEntry e);
 
   size_t size() const;                           // entries (key, tactic)

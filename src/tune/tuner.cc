@@ -102,14 +102,15 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
   auto fail = [&](CandidateResult& c, std::string why) {
     c.state = State::kFailed;
     c.error = std::move(why);
-    cache_.put(k, c.tactic, {CacheEntry::State::kFailed, 0, 0, 0, c.error});
+    cache_.put(k, c.tactic, {CacheEntry::State::kFailed, 0, 0, 0, c.error, c.revision});
   };
 
   for (const backends::Tactic* t : candidates) {
     r.candidates.emplace_back();
     CandidateResult& c = r.candidates.back();
     c.tactic = t->name();
-    if (const CacheEntry* e = cache_.find(k, c.tactic);
+    c.revision = t->revision();
+    if (const CacheEntry* e = cache_.find(k, c.tactic, c.revision);
         e && (e->state != CacheEntry::State::kPrepared || !timing)) {  // a prepared-only entry lacks a time
       c.from_cache = true;
       c.state = e->state == CacheEntry::State::kTimed    ? State::kTimed
@@ -134,7 +135,7 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
     }
     if (!timing) {
       c.state = State::kPrepared;
-      cache_.put(k, c.tactic, {CacheEntry::State::kPrepared, 0, 0, 0, ""});
+      cache_.put(k, c.tactic, {CacheEntry::State::kPrepared, 0, 0, 0, "", c.revision});
       continue;
     }
     Timing tm;
@@ -193,7 +194,7 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
     c.runs = static_cast<int>(tm.times.size());
     c.state = State::kTimed;
     ++r.timed;
-    cache_.put(k, c.tactic, {CacheEntry::State::kTimed, c.ms, c.runs, c.min_ms, ""});
+    cache_.put(k, c.tactic, {CacheEntry::State::kTimed, c.ms, c.runs, c.min_ms, "", c.revision});
   }
   timings.clear();  // the prepared layers and their outputs go now, not with the inputs
 

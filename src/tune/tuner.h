@@ -43,6 +43,7 @@ struct CandidateResult {
   double min_ms = 0;  // kTimed: fastest run
   bool from_cache = false;
   std::string error;
+  int revision = 1;  // the tactic's revision(): the cache entry's
 };
 
 struct LayerTuning {

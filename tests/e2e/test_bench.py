@@ -6,27 +6,15 @@ usage: test_bench.py KILN WORKDIR
 """
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper, TensorProto
 
-KILN, WORK = sys.argv[1], sys.argv[2]
-os.makedirs(WORK, exist_ok=True)
-failures = []
+from e2e_util import WORK, check, finish, make_workdir
+from e2e_util import run_kiln as kiln
 
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def kiln(*args):
-    r = subprocess.run([KILN, *args], capture_output=True, text=True)
-    return r.returncode, r.stdout, r.stderr
+make_workdir()
 
 
 # y = relu(x @ w) * x + x with a dynamic batch dim.
@@ -131,5 +119,4 @@ check(rc != 0 and "--streams" in err, "--streams 0 is rejected with a message")
 rc, out, err = kiln("bench", engine, "--batch", "3", "--iterations", "1", "--duration", "0")
 check(rc != 0, "--batch on an engine whose batch dim is fixed fails cleanly")
 
-print(f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish()

@@ -5,27 +5,14 @@ usage: test_cli.py KILN WORKDIR
 """
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper, TensorProto
 
-KILN, WORK = sys.argv[1], sys.argv[2]
-os.makedirs(WORK, exist_ok=True)
-failures = []
+from e2e_util import WORK, check, finish, kiln, make_workdir
 
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def kiln(*args):
-    r = subprocess.run([KILN, *args], capture_output=True, text=True)
-    return r.returncode, r.stdout + r.stderr
+make_workdir()
 
 
 def save_model(nodes, inputs, outputs, name, inits=()):
@@ -143,5 +130,4 @@ if has_tactics:
     check(rc == 0 and "kiln: warning: timing cache" in log and "corrupt" in log and os.path.exists(cache + ".corrupt"),
           "a corrupt timing cache is ignored with a warning and moved aside")
 
-print(f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish()

@@ -11,31 +11,23 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper, TensorProto
 
-KILN, WORK = sys.argv[1], sys.argv[2]
-shutil.rmtree(WORK, ignore_errors=True)
-os.makedirs(WORK, exist_ok=True)
-failures = []
+import e2e_util
+from e2e_util import WORK, check, finish, make_workdir
 
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
+make_workdir(clean=True)
 
 
 def kiln(*args, env=None):
     e = dict(os.environ)
     e.pop("KILN_TEST_PLANT_BUG", None)
     e.update(env or {})
-    r = subprocess.run([KILN, *args], capture_output=True, text=True, env=e)
-    return r.returncode, r.stdout + r.stderr
+    return e2e_util.kiln(*args, env=e)
 
 
 # Three Conv -> BatchNorm -> Relu blocks with 8, 10 and 6 output channels, then GlobalAveragePool ->
@@ -183,5 +175,4 @@ check(rc == 2, "bad --check-error-stat is a usage error (exit 2)")
 rc, log = kiln("compare", model, "--inputs", os.path.join(WORK, "nope.npz"))
 check(rc == 3, "missing inputs file exits 3")
 
-print("%d failure(s)" % len(failures))
-sys.exit(1 if failures else 0)
+finish()

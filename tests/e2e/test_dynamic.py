@@ -15,21 +15,10 @@ import sys
 import numpy as np
 import torch
 
-KILN, WORK = sys.argv[1], sys.argv[2]
+from e2e_util import WORK, check, finish, kiln, make_workdir
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-os.makedirs(WORK, exist_ok=True)
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def kiln(*args):
-    r = subprocess.run([KILN, *args], capture_output=True, text=True)
-    return r.returncode, r.stdout + r.stderr
+make_workdir()
 
 
 def export_cnn(path):
@@ -110,5 +99,4 @@ check(measured[16] > 0 and measured[16] * 10 <= measured[512],
 print(f"figures: planned seq16 {mem['opt']} B, seq512 {mem['max']} B; measured seq16 {measured[16]} B, "
       f"seq512 {measured[512]} B")
 
-print(f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish()

@@ -33,6 +33,8 @@ class GraphBuilder {
     model_.graph->initializers[name] = std::move(t);
     return *this;
   }
+  // The node appended to the graph. The reference is valid until the next node is added (the nodes
+  // live in a vector): set its attributes before adding another.
   ir::Node& node(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs) {
     ir::Node n;
     n.name = op + "_" + std::to_string(model_.graph->nodes.size());
@@ -42,6 +44,22 @@ class GraphBuilder {
     n.outputs = std::move(outputs);
     model_.graph->nodes.push_back(std::move(n));
     return model_.graph->nodes.back();
+  }
+  // Conv reading `inputs` (X, W[, B]) with `pad` on every side, `stride` along both axes and `group`
+  // (each attribute set only when it differs from ONNX's default).
+  ir::Node& conv(std::vector<std::string> inputs, const std::string& y, int64_t pad = 0, int64_t stride = 1,
+                 int64_t group = 1) {
+    ir::Node& n = node("Conv", std::move(inputs), {y});
+    if (pad) set_ints(n, "pads", {pad, pad, pad, pad});
+    if (stride != 1) set_ints(n, "strides", {stride, stride});
+    if (group != 1) set_int(n, "group", group);
+    return n;
+  }
+  // Gemm with transB = 1: a classifier over [N, K] weights.
+  ir::Node& gemm_t(std::vector<std::string> inputs, const std::string& y) {
+    ir::Node& n = node("Gemm", std::move(inputs), {y});
+    set_int(n, "transB", 1);
+    return n;
   }
   static void set_int(ir::Node& n, const std::string& a, int64_t v) {
     ir::Attribute at;

@@ -156,8 +156,7 @@ class KilnConv : public Tactic {
       if (auto e = resolve(*sig.node, sig.inputs[0].shape, w, g); !e.empty()) return e;
       if (kind_ == Kind::k1x1 && (g.pt || g.pl || g.pb || g.pr)) return "padded";
       if (kind_ == Kind::kDepthwise && g.c != g.m) return "not depthwise (group == C == M)";
-      if (sig.has_input(3) && sig.inputs[3].known() && sig.inputs[3].shape != Dims{g.n, g.m, g.oh, g.ow})
-        return "the residual is broadcast (not the output's shape)";
+      if (auto e = residual_unsupported(sig, {g.n, g.m, g.oh, g.ow}); !e.empty()) return e;
     }
     return "";
   }
@@ -170,8 +169,8 @@ class KilnConv : public Tactic {
     resolve(*sig.node, sig.inputs[0].shape, sig.inputs[1].shape, p->g);
     parse_activation(*sig.node, &p->act);
     p->has_residual = sig.has_input(3);
-    if (p->has_residual && sig.inputs[3].shape != Dims{p->g.n, p->g.m, p->g.oh, p->g.ow})
-      return Unsupported(name(), ": the residual is broadcast (not the output's shape)");
+    if (auto e = residual_unsupported(sig, {p->g.n, p->g.m, p->g.oh, p->g.ow}); !e.empty())
+      return Unsupported(name(), ": ", e);
     if (sig.has_input(2)) {
       const Tensor& b = *sig.inputs[2].constant;
       p->bias.assign(b.data<float>(), b.data<float>() + b.numel());

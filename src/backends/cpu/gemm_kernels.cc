@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cpu/simd_vec.h"
 #include "core/parallel.h"
 
 namespace kiln::backends::cpu {
@@ -42,147 +43,13 @@ bool in_kernel(ActKind k) {
 using Ukernel = void (*)(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b, int64_t ldb, float* c,
                          int64_t ldc, int nv, const TileEpi& e);
 
-// ---- AVX-512: MR x 32 ----
+// ---- AVX-512 (MR x 32) and AVX2 (MR x 16): isa_avx512::ukernel, isa_avx2::ukernel ----
 
-template <bool kTail>
-KILN_TARGET_AVX512 KILN_INLINE __m512 load16(const float* p, __mmask16 m) {
-  if constexpr (kTail) return _mm512_maskz_loadu_ps(m, p);
-  return _mm512_loadu_ps(p);
-}
+#define KILN_ISA_BODY "backends/cpu/gemm_ukernel.inc"
+#include "backends/cpu/isa_paths.inc"
+#undef KILN_ISA_BODY
 
-template <int MR, bool kTail>
-KILN_TARGET_AVX512 void ukernel_avx512(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b, int64_t ldb,
-                                       float* c, int64_t ldc, int nv, const TileEpi& e) {
-  const __mmask16 m0 = kTail ? static_cast<__mmask16>(nv >= 16 ? 0xFFFF : (1u << nv) - 1) : 0xFFFF;
-  const __mmask16 m1 = kTail ? static_cast<__mmask16>(nv <= 16 ? 0 : (1u << (nv - 16)) - 1) : 0xFFFF;
-  __m512 c0[MR], c1[MR];
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < k; ++p) {
-    __m512 b0, b1;
-    if constexpr (kTail) {
-      b0 = _mm512_maskz_loadu_ps(m0, b);
-      b1 = _mm512_maskz_loadu_ps(m1, b + 16);
-    } else {
-      b0 = _mm512_loadu_ps(b);
-      b1 = _mm512_loadu_ps(b + 16);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      __m512 av = _mm512_set1_ps(a[i * rsa]);
-      c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
-      c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
-    }
-    a += csa;
-    b += ldb;
-  }
-  // unrolled: the accumulators stay in registers (a rolled loop would index them in memory)
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-    float* ci = c + i * ldc;
-    __m512 x0 = c0[i], x1 = c1[i];
-    if (e.accumulate) x0 = _mm512_add_ps(x0, load16<kTail>(ci, m0)), x1 = _mm512_add_ps(x1, load16<kTail>(ci + 16, m1));
-    if (e.col_bias)
-      x0 = _mm512_add_ps(x0, load16<kTail>(e.col_bias, m0)), x1 = _mm512_add_ps(x1, load16<kTail>(e.col_bias + 16, m1));
-    if (e.row_bias) {
-      __m512 r = _mm512_set1_ps(e.row_bias[i]);
-      x0 = _mm512_add_ps(x0, r), x1 = _mm512_add_ps(x1, r);
-    }
-    if (e.res) {
-      const float* ri = e.res + i * e.ldr;
-      x0 = _mm512_add_ps(x0, load16<kTail>(ri, m0)), x1 = _mm512_add_ps(x1, load16<kTail>(ri + 16, m1));
-    }
-    if (e.act) x0 = avx512::activate_cheap(x0, *e.act), x1 = avx512::activate_cheap(x1, *e.act);
-    if constexpr (kTail) {
-      _mm512_mask_storeu_ps(ci, m0, x0);
-      _mm512_mask_storeu_ps(ci + 16, m1, x1);
-    } else if (e.stream && (reinterpret_cast<uintptr_t>(ci) & 63) == 0) {
-      _mm512_stream_ps(ci, x0);
-      _mm512_stream_ps(ci + 16, x1);
-    } else {
-      _mm512_storeu_ps(ci, x0);
-      _mm512_storeu_ps(ci + 16, x1);
-    }
-  }
-}
-
-KILN_TARGET_AVX512 void activate_avx512(float* p, int64_t n, const Activation& act) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(p + i, avx512::activate(_mm512_loadu_ps(p + i), act));
-  if (i < n) {
-    __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(p + i, m, avx512::activate(_mm512_maskz_loadu_ps(m, p + i), act));
-  }
-}
-
-// ---- AVX2: MR x 16 ----
-
-template <bool kTail>
-KILN_TARGET_AVX2 KILN_INLINE __m256 load8(const float* p, __m256i m) {
-  if constexpr (kTail) return _mm256_maskload_ps(p, m);
-  return _mm256_loadu_ps(p);
-}
-
-template <int MR, bool kTail>
-KILN_TARGET_AVX2 void ukernel_avx2(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b, int64_t ldb,
-                                   float* c, int64_t ldc, int nv, const TileEpi& e) {
-  const __m256i m0 = avx2::tail_mask(nv), m1 = avx2::tail_mask(nv - 8);
-  __m256 c0[MR], c1[MR];
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < k; ++p) {
-    __m256 b0, b1;
-    if constexpr (kTail) {
-      b0 = _mm256_maskload_ps(b, m0);
-      b1 = _mm256_maskload_ps(b + 8, m1);
-    } else {
-      b0 = _mm256_loadu_ps(b);
-      b1 = _mm256_loadu_ps(b + 8);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      __m256 av = _mm256_broadcast_ss(a + i * rsa);
-      c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
-      c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
-    }
-    a += csa;
-    b += ldb;
-  }
-  // unrolled: the accumulators stay in registers (a rolled loop would index them in memory)
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-    float* ci = c + i * ldc;
-    __m256 x0 = c0[i], x1 = c1[i];
-    if (e.accumulate) x0 = _mm256_add_ps(x0, load8<kTail>(ci, m0)), x1 = _mm256_add_ps(x1, load8<kTail>(ci + 8, m1));
-    if (e.col_bias)
-      x0 = _mm256_add_ps(x0, load8<kTail>(e.col_bias, m0)), x1 = _mm256_add_ps(x1, load8<kTail>(e.col_bias + 8, m1));
-    if (e.row_bias) {
-      __m256 r = _mm256_set1_ps(e.row_bias[i]);
-      x0 = _mm256_add_ps(x0, r), x1 = _mm256_add_ps(x1, r);
-    }
-    if (e.res) {
-      const float* ri = e.res + i * e.ldr;
-      x0 = _mm256_add_ps(x0, load8<kTail>(ri, m0)), x1 = _mm256_add_ps(x1, load8<kTail>(ri + 8, m1));
-    }
-    if (e.act) x0 = avx2::activate_cheap(x0, *e.act), x1 = avx2::activate_cheap(x1, *e.act);
-    if constexpr (kTail) {
-      _mm256_maskstore_ps(ci, m0, x0);
-      _mm256_maskstore_ps(ci + 8, m1, x1);
-    } else {
-      _mm256_storeu_ps(ci, x0);
-      _mm256_storeu_ps(ci + 8, x1);
-    }
-  }
-}
-
-KILN_TARGET_AVX2 void activate_avx2(float* p, int64_t n, const Activation& act) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(p + i, avx2::activate(_mm256_loadu_ps(p + i), act));
-  if (i < n) {
-    __m256i m = avx2::tail_mask(static_cast<int>(n - i));
-    _mm256_maskstore_ps(p + i, m, avx2::activate(_mm256_maskload_ps(p + i, m), act));
-  }
-}
+// ---- AVX2 ----
 
 // 8 x 8 blocks: rows of t become columns of y.
 KILN_TARGET_AVX2 void transpose_epilogue_avx2(const float* t, int64_t rows, int64_t cols, int64_t ldt, float* y,
@@ -268,11 +135,13 @@ void activate_scalar_row(float* p, int64_t n, const Activation& act) {
 
 #define KILN_UK(f, mr) \
   { f<mr, false>, f<mr, true> }
-const Ukernel kAvx512Kernels[8][2] = {
-    KILN_UK(ukernel_avx512, 1), KILN_UK(ukernel_avx512, 2), KILN_UK(ukernel_avx512, 3), KILN_UK(ukernel_avx512, 4),
-    KILN_UK(ukernel_avx512, 5), KILN_UK(ukernel_avx512, 6), KILN_UK(ukernel_avx512, 7), KILN_UK(ukernel_avx512, 8)};
-const Ukernel kAvx2Kernels[6][2] = {KILN_UK(ukernel_avx2, 1), KILN_UK(ukernel_avx2, 2), KILN_UK(ukernel_avx2, 3),
-                                    KILN_UK(ukernel_avx2, 4), KILN_UK(ukernel_avx2, 5), KILN_UK(ukernel_avx2, 6)};
+const Ukernel kAvx512Kernels[8][2] = {KILN_UK(isa_avx512::ukernel, 1), KILN_UK(isa_avx512::ukernel, 2),
+                                      KILN_UK(isa_avx512::ukernel, 3), KILN_UK(isa_avx512::ukernel, 4),
+                                      KILN_UK(isa_avx512::ukernel, 5), KILN_UK(isa_avx512::ukernel, 6),
+                                      KILN_UK(isa_avx512::ukernel, 7), KILN_UK(isa_avx512::ukernel, 8)};
+const Ukernel kAvx2Kernels[6][2] = {KILN_UK(isa_avx2::ukernel, 1), KILN_UK(isa_avx2::ukernel, 2),
+                                    KILN_UK(isa_avx2::ukernel, 3), KILN_UK(isa_avx2::ukernel, 4),
+                                    KILN_UK(isa_avx2::ukernel, 5), KILN_UK(isa_avx2::ukernel, 6)};
 const Ukernel kScalarKernels[4][2] = {KILN_UK(ukernel_scalar, 1), KILN_UK(ukernel_scalar, 2),
                                       KILN_UK(ukernel_scalar, 3), KILN_UK(ukernel_scalar, 4)};
 #undef KILN_UK
@@ -297,8 +166,8 @@ IsaGemm isa_gemm(Isa isa) {
                        mc = std::max<int64_t>(32, env_or("KILN_GEMM_MC", 192)),
                        nc = std::max<int64_t>(32, env_or("KILN_GEMM_NC", 1024));
   switch (isa) {
-    case Isa::kAvx512: return {{8, 32}, kc, mc / 8 * 8, nc / 32 * 32, kAvx512Kernels, activate_avx512};
-    case Isa::kAvx2: return {{6, 16}, kc, mc / 6 * 6, nc / 16 * 16, kAvx2Kernels, activate_avx2};
+    case Isa::kAvx512: return {{8, 32}, kc, mc / 8 * 8, nc / 32 * 32, kAvx512Kernels, isa_avx512::activate_row};
+    case Isa::kAvx2: return {{6, 16}, kc, mc / 6 * 6, nc / 16 * 16, kAvx2Kernels, isa_avx2::activate_row};
     case Isa::kScalar: break;
   }
   return {{4, 8}, 256, 64, 512, kScalarKernels, activate_scalar_row};
@@ -364,33 +233,37 @@ void run_block(const GemmArgs& g, const IsaGemm& ig, int64_t m0, int64_t m1, int
 
 GemmTile gemm_tile(Isa isa) { return isa_gemm(isa).tile; }
 
+namespace {
+
+// `scale` * x in panels of `width` along an axis of `len`: panel q holds, for each kk < k, the
+// elements i = q * width .. q * width + width - 1 (zero past len) of x[i * stride + kk * k_stride].
+AlignedFloats pack_panels(const float* x, int64_t len, int64_t k, int64_t width, int64_t stride, int64_t k_stride,
+                          float scale) {
+  const int64_t panels = (len + width - 1) / width;
+  AlignedFloats data(static_cast<size_t>(panels * k * width));
+  float* d = data.data();
+  for (int64_t q = 0; q < panels; ++q)
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t j = 0; j < width; ++j) {
+        int64_t i = q * width + j;
+        *d++ = i < len ? scale * x[i * stride + kk * k_stride] : 0.f;
+      }
+  return data;
+}
+
+}  // namespace
+
 PackedB pack_b(Isa isa, const float* b, int64_t k, int64_t n, int64_t rs, int64_t cs, float scale) {
   PackedB p;
   p.isa = isa, p.k = k, p.n = n, p.nr = gemm_tile(isa).nr;
-  const int64_t nr = p.nr, panels = (n + nr - 1) / nr;
-  p.data = AlignedFloats(static_cast<size_t>(panels * k * nr));
-  float* d = p.data.data();
-  for (int64_t q = 0; q < panels; ++q)
-    for (int64_t kk = 0; kk < k; ++kk)
-      for (int64_t j = 0; j < nr; ++j) {
-        int64_t col = q * nr + j;
-        *d++ = col < n ? scale * b[kk * rs + col * cs] : 0.f;
-      }
+  p.data = pack_panels(b, n, k, p.nr, cs, rs, scale);  // panels of columns
   return p;
 }
 
 PackedA pack_a(Isa isa, const float* a, int64_t m, int64_t k, int64_t rs, int64_t cs, float scale) {
   PackedA p;
   p.isa = isa, p.m = m, p.k = k, p.mr = gemm_tile(isa).mr;
-  const int64_t mr = p.mr, panels = (m + mr - 1) / mr;
-  p.data = AlignedFloats(static_cast<size_t>(panels * k * mr));
-  float* d = p.data.data();
-  for (int64_t q = 0; q < panels; ++q)
-    for (int64_t kk = 0; kk < k; ++kk)
-      for (int64_t i = 0; i < mr; ++i) {
-        int64_t row = q * mr + i;
-        *d++ = row < m ? scale * a[row * rs + kk * cs] : 0.f;
-      }
+  p.data = pack_panels(a, m, k, p.mr, rs, cs, scale);  // panels of rows
   return p;
 }
 

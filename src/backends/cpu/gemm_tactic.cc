@@ -20,6 +20,12 @@ std::string float32_cpu_layer(const LayerSignature& sig) {
   return "";
 }
 
+std::string residual_unsupported(const LayerSignature& sig, const Dims& out) {
+  if (sig.has_input(3) && sig.inputs[3].known() && sig.inputs[3].shape != out)
+    return "the residual is broadcast (not the output's shape)";
+  return "";
+}
+
 std::string conv2d_layer_unsupported(const LayerSignature& sig) {
   bool fused = sig.domain() == "kiln";
   if (!((sig.domain().empty() && sig.op() == "Conv") || (fused && sig.op() == "FusedConv"))) return "not a Conv";
@@ -33,9 +39,52 @@ std::string conv2d_layer_unsupported(const LayerSignature& sig) {
   return "";
 }
 
-namespace {
+bool is_gemm_layer(const LayerSignature& sig) { return sig.op() == "Gemm" || sig.op() == "FusedGemm"; }
 
-bool is_gemm(const LayerSignature& s) { return s.op() == "Gemm" || s.op() == "FusedGemm"; }
+std::string gemm_bias_unsupported(const LayerSignature& sig) {
+  const Dims& a = sig.inputs[0].shape;
+  if (is_gemm_layer(sig)) {
+    if (a.size() != 2) return "Gemm A is not 2-D";
+    if (sig.has_input(2) && !sig.inputs[2].constant) return "C is not a constant";
+    if (sig.has_input(2) && sig.inputs[2].shape.size() > 2) return "C has rank over 2";
+  } else if (sig.has_input(2)) {
+    const TensorSig& bias = sig.inputs[2];
+    int64_t n = sig.inputs[1].shape.back();
+    if (!bias.constant || bias.constant->numel() != n || bias.shape.empty() || bias.shape.back() != n ||
+        bias.shape.size() > a.size())
+      return "the bias is not a constant of N elements along the last axis";
+  }
+  return "";
+}
+
+Result<GemmGeometry> gemm_geometry(const LayerSignature& sig, const std::string& tactic, bool batched_b) {
+  const ir::Node& node = *sig.node;
+  const Dims& a = sig.inputs[0].shape;
+  const Dims& b = sig.inputs[1].shape;
+  GemmGeometry g;
+  g.gemm = is_gemm_layer(sig);
+  g.trans_a = g.gemm && node.attr_int("transA", 0), g.trans_b = g.gemm && node.attr_int("transB", 0);
+  if (g.gemm) g.alpha = node.attr_float("alpha", 1.f), g.beta = node.attr_float("beta", 1.f);
+  g.k = g.trans_a ? a[0] : a.back();
+  int64_t kb = g.trans_b ? b[1] : b[0];
+  g.n = g.trans_b ? b[0] : b[1];
+  if (batched_b) g.n = b.back(), kb = b[b.size() - 2];
+  if (g.k != kb) return Unsupported(tactic, ": inner dims differ (", g.k, " vs ", kb, ")");
+  g.m = 1;
+  for (size_t i = 0; i + 1 < a.size(); ++i) g.m *= a[i];
+  if (g.gemm) g.m = g.trans_a ? a[1] : a[0];
+  if (g.m <= 0 || g.k <= 0 || g.n <= 0) return Unsupported(tactic, ": empty operands");
+  if (g.gemm) {
+    g.out_shape = {g.m, g.n};
+  } else {
+    g.out_shape = a;
+    g.out_shape.back() = g.n;
+  }
+  if (auto e = residual_unsupported(sig, g.out_shape); !e.empty()) return Unsupported(tactic, ": ", e);
+  return g;
+}
+
+namespace {
 
 class PreparedGemm : public PreparedLayer {
  public:
@@ -91,18 +140,7 @@ class KilnGemm : public Tactic {
     const Dims& b = sig.inputs[1].shape;
     if (a.size() < 2) return "A has rank below 2";
     if (!sig.inputs[1].constant || b.size() != 2) return "B is not a 2-D constant";
-    if (is_gemm(sig)) {
-      if (a.size() != 2) return "Gemm A is not 2-D";
-      if (sig.has_input(2) && !sig.inputs[2].constant) return "C is not a constant";
-      if (sig.has_input(2) && sig.inputs[2].shape.size() > 2) return "C has rank over 2";
-    } else if (sig.has_input(2)) {
-      const TensorSig& bias = sig.inputs[2];
-      int64_t n = b.back();
-      if (!bias.constant || bias.constant->numel() != n || bias.shape.empty() || bias.shape.back() != n ||
-          bias.shape.size() > a.size())
-        return "the bias is not a constant of N elements along the last axis";
-    }
-    return "";
+    return gemm_bias_unsupported(sig);
   }
 
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
@@ -110,32 +148,19 @@ class KilnGemm : public Tactic {
     auto p = std::make_unique<PreparedGemm>();
     const ir::Node& node = *sig.node;
     parse_activation(node, &p->act);
-    const Dims& a = sig.inputs[0].shape;
+    auto geo = gemm_geometry(sig, name());
+    if (!geo.ok()) return geo.status();
+    const GemmGeometry& g = geo.value();
+    const bool gemm = g.gemm;
+    const int64_t m = g.m, n = g.n, k = g.k;
     const Tensor& w = *sig.inputs[1].constant;
-    const Dims& b = w.shape();
-    bool gemm = is_gemm(sig);
-    bool ta = gemm && node.attr_int("transA", 0), tb = gemm && node.attr_int("transB", 0);
-    float alpha = gemm ? node.attr_float("alpha", 1.f) : 1.f, beta = gemm ? node.attr_float("beta", 1.f) : 1.f;
-    int64_t k = ta ? a[0] : a.back(), kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
-    if (k != kb) return Unsupported(name(), ": inner dims differ (", k, " vs ", kb, ")");
-    int64_t m = 1;
-    for (size_t i = 0; i + 1 < a.size(); ++i) m *= a[i];
-    if (gemm) m = ta ? a[1] : a[0];
-    if (m <= 0 || k <= 0 || n <= 0) return Unsupported(name(), ": empty operands");
-    if (gemm) {
-      p->out_shape = {m, n};
-    } else {
-      p->out_shape = a;
-      p->out_shape.back() = n;
-    }
+    p->out_shape = g.out_shape;
     p->has_residual = sig.has_input(3);
-    if (p->has_residual && sig.inputs[3].shape != p->out_shape)
-      return Unsupported(name(), ": the residual is broadcast (not the output's shape)");
     if (sig.has_input(2)) {
       const Tensor& c = *sig.inputs[2].constant;
       const float* cv = c.data<float>();
       const Dims& cs = c.shape();
-      float scale = gemm ? beta : 1.f;
+      float scale = gemm ? g.beta : 1.f;
       int64_t cr = cs.size() == 2 ? cs[0] : 1, cc = cs.empty() ? 1 : cs.back();
       if (!gemm || (cr == 1 && cc == n)) {  // per column
         p->col_bias.assign(cv, cv + n);
@@ -153,9 +178,9 @@ class KilnGemm : public Tactic {
       }
     }
     p->isa = cpu_isa();
-    p->m = m, p->n = n, p->k = k, p->trans_a = ta;
+    p->m = m, p->n = n, p->k = k, p->trans_a = g.trans_a;
     // B[p][j] = W[p][j], or W[j][p] when transposed.
-    p->b = pack_b(p->isa, w.data<float>(), k, n, tb ? 1 : n, tb ? k : 1, alpha);
+    p->b = pack_b(p->isa, w.data<float>(), k, n, g.trans_b ? 1 : n, g.trans_b ? k : 1, g.alpha);
     return std::unique_ptr<PreparedLayer>(std::move(p));
   }
 };

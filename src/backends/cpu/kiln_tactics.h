@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backends/tactic.h"
+#include "core/status.h"
 
 namespace kiln::backends::cpu {
 
@@ -22,5 +23,27 @@ std::string float32_cpu_layer(const LayerSignature& sig);
 // The checks every 2-D Conv / kiln.FusedConv tactic shares: a float32 CPU layer, X 4-D, W a 4-D
 // constant, B a constant of M elements, the residual 4-D. Empty: those hold; else why not.
 std::string conv2d_layer_unsupported(const LayerSignature& sig);
+// Empty when the layer has no residual (input 3 of kiln's fused layers), its shape is not known yet,
+// or it is the output's shape `out`; else why not (tactics do not broadcast it).
+std::string residual_unsupported(const LayerSignature& sig, const Dims& out);
+
+// Gemm or kiln.FusedGemm (else MatMul or kiln.FusedMatMul).
+bool is_gemm_layer(const LayerSignature& sig);
+// The operand checks every MatMul / Gemm tactic shares once A and B are known: Gemm's A 2-D and C
+// (if any) a constant of rank 2 at most; a fused MatMul's bias a constant of N elements along the
+// last axis. Empty: those hold; else why not.
+std::string gemm_bias_unsupported(const LayerSignature& sig);
+// A MatMul / Gemm layer's geometry: Gemm's transA, transB, alpha and beta (MatMul: none, 1 and 1),
+// M (A's leading dims flattened for MatMul), K, N and the output shape.
+struct GemmGeometry {
+  bool gemm = false, trans_a = false, trans_b = false;
+  float alpha = 1.f, beta = 1.f;
+  int64_t m = 0, k = 0, n = 0;
+  Dims out_shape;
+};
+// B is [K, N] ([N, K] under transB), or with `batched_b` B's last two dims are [K, N]. Unsupported,
+// naming `tactic`, when the inner dims differ, an operand is empty or the residual (input 3) is not
+// the output's shape.
+Result<GemmGeometry> gemm_geometry(const LayerSignature& sig, const std::string& tactic, bool batched_b = false);
 
 }  // namespace kiln::backends::cpu

@@ -101,5 +101,33 @@ void reorder_into(const dnnl::memory::desc& src_md, const void* src, const dnnl:
   thread_stream().wait();
 }
 
+ConvDescs::ConvDescs(const ConvGeometry& g)
+    : user_w(g.group == 1 ? memory::desc({g.m, g.c, g.kh, g.kw}, dt::f32, tag::oihw)
+                          : memory::desc({g.group, g.m / g.group, g.c / g.group, g.kh, g.kw}, dt::f32, tag::goihw)),
+      any_w(user_w.dims(), dt::f32, tag::any),
+      bias({g.m}, dt::f32, tag::x),
+      strides{g.sh, g.sw},
+      dil{g.dh - 1, g.dw - 1},
+      pl{g.pt, g.pl},
+      pr{g.pb, g.pr} {}
+
+dnnl::convolution_forward::desc ConvDescs::desc(dnnl::algorithm alg, const memory::desc& src, const memory::desc& dst,
+                                                bool has_bias) const {
+  const auto prop = dnnl::prop_kind::forward_inference;
+  return has_bias ? dnnl::convolution_forward::desc(prop, alg, src, any_w, bias, dst, strides, dil, pl, pr)
+                  : dnnl::convolution_forward::desc(prop, alg, src, any_w, dst, strides, dil, pl, pr);
+}
+
+void ConvDescs::load_constants(const LayerSignature& sig, const dnnl::convolution_forward::primitive_desc& pd,
+                               bool has_bias, memory* weights, memory* bias_mem) const {
+  auto& eng = cpu_engine();
+  *weights = memory(pd.weights_desc(), eng);
+  reorder_into(user_w, sig.inputs[1].constant->raw(), pd.weights_desc(), weights->get_data_handle());
+  if (has_bias) {
+    *bias_mem = memory(bias, eng);
+    std::memcpy(bias_mem->get_data_handle(), sig.inputs[2].constant->raw(), bias.get_size());
+  }
+}
+
 }  // namespace kiln::backends::cpu::onednn
 #endif  // KILN_HAVE_ONEDNN

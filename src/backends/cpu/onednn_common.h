@@ -7,9 +7,14 @@
 #include <string>
 #include <unordered_map>
 
+#include "backends/cpu/onednn_geometry.h"
 #include "backends/tactic.h"
 
 namespace kiln::backends::cpu::onednn {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
 
 dnnl::engine& cpu_engine();
 dnnl::stream& thread_stream();  // one per thread: contexts may run concurrently
@@ -51,5 +56,20 @@ void execute(const dnnl::primitive& p, const dnnl::memory::desc& scratchpad_md,
 
 // Copies `src` (plain, user layout) into memory of layout `dst_md` at `dst` (reorder when they differ).
 void reorder_into(const dnnl::memory::desc& src_md, const void* src, const dnnl::memory::desc& dst_md, void* dst);
+
+// A 2-D convolution's oneDNN descriptors from its geometry: the user weights (oihw, goihw when
+// grouped) and the same dims in any layout, the bias (M floats), strides, dilations and pads.
+struct ConvDescs {
+  explicit ConvDescs(const ConvGeometry& g);
+  memory::desc user_w, any_w, bias;
+  memory::dims strides, dil, pl, pr;
+  // The forward-inference convolution of `alg` from src to dst, with the bias when `has_bias`.
+  dnnl::convolution_forward::desc desc(dnnl::algorithm alg, const memory::desc& src, const memory::desc& dst,
+                                       bool has_bias) const;
+  // The layer's weights (input 1) reordered into pd's layout, and its bias (input 2) when
+  // `has_bias`.
+  void load_constants(const LayerSignature& sig, const dnnl::convolution_forward::primitive_desc& pd, bool has_bias,
+                      memory* weights, memory* bias_mem) const;
+};
 
 }  // namespace kiln::backends::cpu::onednn

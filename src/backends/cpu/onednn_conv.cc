@@ -61,10 +61,6 @@ std::string resolve_conv(const ir::Node& node, const Dims& x, const Dims& wt, Co
 
 namespace {
 
-using dnnl::memory;
-using tag = memory::format_tag;
-using dt = memory::data_type;
-
 class PreparedConv : public PreparedLayer {
  public:
   ConvGeometry g;
@@ -128,8 +124,7 @@ class OnednnConv : public Tactic {
     if (sig.inputs[0].known()) {
       ConvGeometry g;
       if (auto e = resolve_conv(*sig.node, sig.inputs[0].shape, w, g); !e.empty()) return e;
-      if (sig.has_input(3) && sig.inputs[3].known() && sig.inputs[3].shape != Dims{g.n, g.m, g.oh, g.ow})
-        return "the residual is broadcast (not the output's shape)";
+      if (auto e = residual_unsupported(sig, {g.n, g.m, g.oh, g.ow}); !e.empty()) return e;
     }
     return "";
   }
@@ -146,26 +141,16 @@ class OnednnConv : public Tactic {
       auto& eng = cpu_engine();
       p->user_src = memory::desc({g.n, g.c, g.h, g.w}, dt::f32, tag::nchw);
       p->user_dst = memory::desc({g.n, g.m, g.oh, g.ow}, dt::f32, tag::nchw);
-      memory::desc user_w =
-          g.group == 1 ? memory::desc({g.m, g.c, g.kh, g.kw}, dt::f32, tag::oihw)
-                       : memory::desc({g.group, g.m / g.group, g.c / g.group, g.kh, g.kw}, dt::f32, tag::goihw);
-      memory::desc any_w(user_w.dims(), dt::f32, tag::any);
+      const ConvDescs cd(g);
       memory::desc src_md = blocked_ ? memory::desc(p->user_src.dims(), dt::f32, tag::any) : p->user_src;
       memory::desc dst_md = blocked_ ? memory::desc(p->user_dst.dims(), dt::f32, tag::any) : p->user_dst;
-      memory::desc bias_md({g.m}, dt::f32, tag::x);
       dnnl::post_ops po;
       if (p->has_residual) po.append_sum(1.f);
       append_activation(*sig.node, po);
       dnnl::primitive_attr attr;
       attr.set_post_ops(po);
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      memory::dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
-      auto d =
-          p->has_bias
-              ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                                src_md, any_w, bias_md, dst_md, strides, dil, pl, pr)
-              : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                                src_md, any_w, dst_md, strides, dil, pl, pr);
+      auto d = cd.desc(dnnl::algorithm::convolution_direct, src_md, dst_md, p->has_bias);
       p->pd = dnnl::convolution_forward::primitive_desc(d, attr, eng);
       // The plain variant must not hide a reorder: oneDNN may still pick a layout for "any" only.
       p->prim = dnnl::convolution_forward(p->pd);
@@ -176,12 +161,7 @@ class OnednnConv : public Tactic {
         if (p->has_residual)
           p->residual_in = dnnl::reorder(dnnl::reorder::primitive_desc(eng, p->user_dst, eng, p->pd.dst_desc()));
       }
-      p->weights = memory(p->pd.weights_desc(), eng);
-      reorder_into(user_w, sig.inputs[1].constant->raw(), p->pd.weights_desc(), p->weights.get_data_handle());
-      if (p->has_bias) {
-        p->bias = memory(bias_md, eng);
-        std::memcpy(p->bias.get_data_handle(), sig.inputs[2].constant->raw(), static_cast<size_t>(g.m) * 4);
-      }
+      cd.load_constants(sig, p->pd, p->has_bias, &p->weights, &p->bias);
       return Status::Ok();
     });
     if (!st.ok()) return Unsupported(st.message());

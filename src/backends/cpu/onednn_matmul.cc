@@ -5,18 +5,13 @@
 #if defined(KILN_HAVE_ONEDNN)
 #include <cstring>
 
+#include "backends/cpu/kiln_tactics.h"
 #include "backends/cpu/onednn_common.h"
 #include "backends/cpu/onednn_tactics.h"
 
 namespace kiln::backends::cpu::onednn {
 namespace {
 
-using dnnl::memory;
-using tag = memory::format_tag;
-using dt = memory::data_type;
-
-bool is_gemm(const LayerSignature& s) { return s.op() == "Gemm" || s.op() == "FusedGemm"; }
-bool is_matmul(const LayerSignature& s) { return s.op() == "MatMul" || s.op() == "FusedMatMul"; }
 bool op_ok(const LayerSignature& s) {
   if (s.domain().empty()) return s.op() == "MatMul" || s.op() == "Gemm";
   return s.domain() == "kiln" && (s.op() == "FusedMatMul" || s.op() == "FusedGemm");
@@ -69,7 +64,7 @@ class OnednnMatmul : public Tactic {
   }
 
   std::string why_unsupported(const LayerSignature& sig) const override {
-    if (!op_ok(sig) || (!packed_ && is_gemm(sig))) return "not a MatMul/Gemm";
+    if (!op_ok(sig) || (!packed_ && is_gemm_layer(sig))) return "not a MatMul/Gemm";
     if (auto e = check_f32(sig); !e.empty()) return e;
     if (!sig.has_input(0) || !sig.has_input(1)) return "missing A or B";
     const Dims& a = sig.inputs[0].shape;
@@ -79,25 +74,13 @@ class OnednnMatmul : public Tactic {
     if (a.size() > 12 || b.size() > 12) return "rank over 12";
     if (packed_) {
       if (!sig.inputs[1].constant || b.size() != 2) return "B is not a 2-D constant";
-      if (is_gemm(sig)) {
-        if (a.size() != 2) return "Gemm A is not 2-D";
-        if (sig.has_input(2) && !sig.inputs[2].constant) return "C is not a constant";
-        if (sig.has_input(2) && sig.inputs[2].shape.size() > 2) return "C has rank over 2";
-      }
     } else {
       if (sig.inputs[1].constant) return "B is a constant (the packed variant takes it)";
       if (a.size() != b.size()) return "A and B differ in rank";
       for (size_t i = 0; i + 2 < a.size(); ++i)
         if (a[i] != b[i] || a[i] < 0) return "batch dims differ or are unknown";
     }
-    if (is_matmul(sig) && sig.has_input(2)) {
-      const TensorSig& bias = sig.inputs[2];
-      int64_t n = b.back();
-      if (!bias.constant || bias.constant->numel() != n || bias.shape.empty() || bias.shape.back() != n ||
-          bias.shape.size() > a.size())
-        return "the bias is not a constant of N elements along the last axis";
-    }
-    return "";
+    return gemm_bias_unsupported(sig);
   }
 
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
@@ -105,26 +88,16 @@ class OnednnMatmul : public Tactic {
     auto p = std::make_unique<PreparedMatmul>();
     p->name = name();
     const ir::Node& node = *sig.node;
-    Dims a = sig.inputs[0].shape, b = sig.inputs[1].shape;
-    bool gemm = is_gemm(sig);
-    bool ta = gemm && node.attr_int("transA", 0), tb = gemm && node.attr_int("transB", 0);
-    float alpha = gemm ? node.attr_float("alpha", 1.f) : 1.f, beta = gemm ? node.attr_float("beta", 1.f) : 1.f;
-    int64_t k = ta ? a[0] : a.back(), kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
-    if (!packed_) n = b.back(), kb = b[b.size() - 2];
-    if (k != kb) return Unsupported(name(), ": inner dims differ (", k, " vs ", kb, ")");
-    int64_t m = 1;
-    for (size_t i = 0; i + 1 < a.size(); ++i) m *= a[i];
-    if (gemm) m = ta ? a[1] : a[0];
-    if (m <= 0 || k <= 0 || n <= 0) return Unsupported(name(), ": empty operands");
-    if (gemm) {
-      p->out_shape = {m, n};
-    } else {
-      p->out_shape = a;
-      p->out_shape.back() = n;
-    }
+    const Dims& a = sig.inputs[0].shape;
+    const Dims& b = sig.inputs[1].shape;
+    auto geo = gemm_geometry(sig, name(), /*batched_b=*/!packed_);
+    if (!geo.ok()) return geo.status();
+    const GemmGeometry& g = geo.value();
+    const bool gemm = g.gemm, ta = g.trans_a, tb = g.trans_b;
+    const float alpha = g.alpha, beta = g.beta;
+    const int64_t m = g.m, n = g.n, k = g.k;
+    p->out_shape = g.out_shape;
     p->has_residual = sig.has_input(3);
-    if (p->has_residual && sig.inputs[3].shape != p->out_shape)
-      return Unsupported(name(), ": the residual is broadcast (not the output's shape)");
     Status st = guarded(name(), [&]() -> Status {
       auto& eng = cpu_engine();
       memory::desc bias_md;

@@ -25,10 +25,6 @@
 namespace kiln::backends::cpu::onednn {
 namespace {
 
-using dnnl::memory;
-using tag = memory::format_tag;
-using dt = memory::data_type;
-
 std::string check_block(int64_t b) {
   return b == 8 || b == 16 ? "" : "block " + std::to_string(b) + " (oneDNN has nChw8c and nChw16c)";
 }
@@ -165,20 +161,12 @@ class OnednnBlockedConv : public Tactic {
       const tag bt = blocked_tag(p->block);
       p->x_md = memory::desc({g.n, g.c, g.h, g.w}, dt::f32, plain_src ? tag::nchw : bt);
       p->dst_md = memory::desc({g.n, g.m, g.oh, g.ow}, dt::f32, bt);
-      memory::desc user_w =
-          g.group == 1 ? memory::desc({g.m, g.c, g.kh, g.kw}, dt::f32, tag::oihw)
-                       : memory::desc({g.group, g.m / g.group, g.c / g.group, g.kh, g.kw}, dt::f32, tag::goihw);
-      memory::desc any_w(user_w.dims(), dt::f32, tag::any);
-      memory::desc bias_md({g.m}, dt::f32, tag::x);
-      memory::dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
+      const ConvDescs cd(g);
       auto alg = winograd_ ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
       // The residual: a binary add post-op reading it where it lies; kernels without binary
       // post-ops (Winograd) take a sum post-op over a copy of it in the output instead.
       auto make_pd = [&](const memory::desc& src_md, bool by_sum) {
-        auto d = p->has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_md, any_w,
-                                                               bias_md, p->dst_md, strides, dil, pl, pr)
-                             : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_md, any_w,
-                                                               p->dst_md, strides, dil, pl, pr);
+        auto d = cd.desc(alg, src_md, p->dst_md, p->has_bias);
         dnnl::post_ops po;
         if (p->has_residual && by_sum) po.append_sum(1.f);
         if (p->has_residual && !by_sum) po.append_binary(dnnl::algorithm::binary_add, p->dst_md);
@@ -211,12 +199,7 @@ class OnednnBlockedConv : public Tactic {
       p->dst_bytes = p->dst_md.get_size();
       p->reorder_src = p->src_md != p->x_md;
       if (p->reorder_src) p->src_in = dnnl::reorder(dnnl::reorder::primitive_desc(eng, p->x_md, eng, p->pd.src_desc()));
-      p->weights = memory(p->pd.weights_desc(), eng);
-      reorder_into(user_w, sig.inputs[1].constant->raw(), p->pd.weights_desc(), p->weights.get_data_handle());
-      if (p->has_bias) {
-        p->bias = memory(bias_md, eng);
-        std::memcpy(p->bias.get_data_handle(), sig.inputs[2].constant->raw(), static_cast<size_t>(g.m) * 4);
-      }
+      cd.load_constants(sig, p->pd, p->has_bias, &p->weights, &p->bias);
       return Status::Ok();
     });
     if (!st.ok()) return Unsupported(st.message());

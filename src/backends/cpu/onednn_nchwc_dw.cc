@@ -17,10 +17,6 @@
 namespace kiln::backends::cpu::onednn {
 namespace {
 
-using dnnl::memory;
-using tag = memory::format_tag;
-using dt = memory::data_type;
-
 // The attributes of one of the two convolutions as a node of its own (the depthwise one's are
 // prefixed "dw.").
 ir::Node part(const ir::Node& n, bool dw) {

@@ -65,10 +65,6 @@ std::string resolve_pool(const ir::Node& node, const std::string& op, const Dims
 
 namespace {
 
-using dnnl::memory;
-using tag = memory::format_tag;
-using dt = memory::data_type;
-
 class PreparedPool : public PreparedLayer {
  public:
   std::string name;

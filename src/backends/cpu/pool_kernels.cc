@@ -4,35 +4,15 @@
 #include <vector>
 
 #include "backends/cpu/gemm_kernels.h"
-#include "backends/cpu/plane_vec.h"
+#include "backends/cpu/simd_vec.h"
 #include "core/parallel.h"
 
 namespace kiln::backends::cpu {
 namespace {
 
-namespace pool_avx512 {
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
-using V = Vec512;
-using VN = Vec256VL;
-#include "backends/cpu/pool_body.inc"
-#pragma GCC pop_options
-}  // namespace pool_avx512
-
-namespace pool_avx2 {
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-using V = Vec256;
-using VN = Vec256;
-#include "backends/cpu/pool_body.inc"
-#pragma GCC pop_options
-}  // namespace pool_avx2
-
-namespace pool_scalar {
-using V = Vec1;
-using VN = Vec1;
-#include "backends/cpu/pool_body.inc"
-}  // namespace pool_scalar
+#define KILN_ISA_BODY "backends/cpu/pool_body.inc"
+#include "backends/cpu/isa_paths.inc"
+#undef KILN_ISA_BODY
 
 // Per output position along one axis: the taps inside the input (count_include_pad: inside the
 // input and its declared padding), as the reference kernel counts them.
@@ -68,9 +48,9 @@ std::vector<float> pool_reciprocals(const Pool2d& p) {
 
 void pool2d(Isa isa, const Pool2d& p, const float* recip, const float* x, float* y) {
   switch (isa) {
-    case Isa::kAvx512: return pool_avx512::run(p, recip, x, y);
-    case Isa::kAvx2: return pool_avx2::run(p, recip, x, y);
-    case Isa::kScalar: return pool_scalar::run(p, recip, x, y);
+    case Isa::kAvx512: return isa_avx512::run(p, recip, x, y);
+    case Isa::kAvx2: return isa_avx2::run(p, recip, x, y);
+    case Isa::kScalar: return isa_scalar::run(p, recip, x, y);
   }
 }
 

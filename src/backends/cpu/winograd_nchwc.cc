@@ -16,7 +16,7 @@
 // oneDNN's own F(4x4, 3x3) and 3-4x below the usual points.
 //
 // Paths: AVX-512 (the one that pays: 6 tiles x 64 channels of accumulators), AVX2 and scalar (the
-// same code over plane_vec.h's vectors; on AVX2 machines the layout pass makes 8-channel blocks, which
+// same code over simd_vec.h's vectors; on AVX2 machines the layout pass makes 8-channel blocks, which
 // this tactic does not take, so those paths serve tests and KILN_ISA runs). Epilogue: bias, residual,
 // every activation of kiln's fused layers.
 #include <algorithm>
@@ -26,7 +26,7 @@
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kiln_tactics.h"
 #include "backends/cpu/nchwc_tactics.h"
-#include "backends/cpu/plane_vec.h"
+#include "backends/cpu/simd_vec.h"
 #include "core/parallel.h"
 
 namespace kiln::backends::cpu {
@@ -53,26 +53,9 @@ inline void tile_origin(const Geometry& g, int64_t t, int64_t* n, int64_t* ty, i
   *ty = rest / g.tw, *tx = rest % g.tw;
 }
 
-namespace wino_avx512 {
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
-using V = Vec512;
-#include "backends/cpu/winograd_body.inc"
-#pragma GCC pop_options
-}  // namespace wino_avx512
-
-namespace wino_avx2 {
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-using V = Vec256;
-#include "backends/cpu/winograd_body.inc"
-#pragma GCC pop_options
-}  // namespace wino_avx2
-
-namespace wino_scalar {
-using V = Vec1;
-#include "backends/cpu/winograd_body.inc"
-}  // namespace wino_scalar
+#define KILN_ISA_BODY "backends/cpu/winograd_body.inc"
+#include "backends/cpu/isa_paths.inc"
+#undef KILN_ISA_BODY
 
 struct AlignedDelete {
   void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
@@ -125,9 +108,9 @@ class PreparedWinograd : public PreparedLayer {
       float* v = scratch(static_cast<size_t>(36 * tb * (g.c + kNr)));
       float* mo = v + 36 * tb * g.c;
       switch (isa) {
-        case Isa::kAvx512: wino_avx512::run_items(plan, x, r, y, tb, msplit, w0, w1, v, mo); break;
-        case Isa::kAvx2: wino_avx2::run_items(plan, x, r, y, tb, msplit, w0, w1, v, mo); break;
-        case Isa::kScalar: wino_scalar::run_items(plan, x, r, y, tb, msplit, w0, w1, v, mo); break;
+        case Isa::kAvx512: isa_avx512::run_items(plan, x, r, y, tb, msplit, w0, w1, v, mo); break;
+        case Isa::kAvx2: isa_avx2::run_items(plan, x, r, y, tb, msplit, w0, w1, v, mo); break;
+        case Isa::kScalar: isa_scalar::run_items(plan, x, r, y, tb, msplit, w0, w1, v, mo); break;
       }
     });
     return Status::Ok();

@@ -11,9 +11,7 @@
 #include <memory>
 #include <type_traits>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include "backends/cpu/simd_vec.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsics (_mm512_max_ps etc. start from
 // _mm512_undefined_ps) once they are inlined: a false positive.
@@ -40,48 +38,20 @@ float* thread_scratch(int slot, size_t floats) {
 
 }  // namespace kiln::backends::cpu::xf
 
-#if defined(__x86_64__) || defined(__i386__)
-#define KILN_XF_X86 1
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
-namespace kiln::backends::cpu::xf::avx512 {
-constexpr Isa kIsa = Isa::kAvx512;
-#define KILN_VEC_BITS 512
-#include "backends/cpu/simd_vec.h"
-#include "backends/cpu/xformer_kernels.inc"
-#undef KILN_VEC_BITS
-}  // namespace kiln::backends::cpu::xf::avx512
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-namespace kiln::backends::cpu::xf::avx2 {
-constexpr Isa kIsa = Isa::kAvx2;
-#define KILN_VEC_BITS 256
-#include "backends/cpu/simd_vec.h"
-#include "backends/cpu/xformer_kernels.inc"
-#undef KILN_VEC_BITS
-}  // namespace kiln::backends::cpu::xf::avx2
-#pragma GCC pop_options
-#endif
-
-namespace kiln::backends::cpu::xf::scalar {
-constexpr Isa kIsa = Isa::kScalar;
-#define KILN_VEC_BITS 32
-#include "backends/cpu/simd_vec.h"
-#include "backends/cpu/xformer_kernels.inc"
-#undef KILN_VEC_BITS
-}  // namespace kiln::backends::cpu::xf::scalar
+namespace kiln::backends::cpu::xf {
+#define KILN_ISA_BODY "backends/cpu/xformer_kernels.inc"
+#include "backends/cpu/isa_paths.inc"
+#undef KILN_ISA_BODY
+}  // namespace kiln::backends::cpu::xf
 
 namespace kiln::backends::cpu::xf {
 
 const Kernels& kernels(Isa isa) {
-#if defined(KILN_XF_X86)
-  if (isa == Isa::kAvx512) return avx512::table;
-  if (isa == Isa::kAvx2) return avx2::table;
+#if defined(__x86_64__) || defined(__i386__)
+  if (isa == Isa::kAvx512) return isa_avx512::table;
+  if (isa == Isa::kAvx2) return isa_avx2::table;
 #endif
-  return scalar::table;
+  return isa_scalar::table;
 }
 
 }  // namespace kiln::backends::cpu::xf

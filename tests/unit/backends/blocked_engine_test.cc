@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "../engine_util.h"
 #include "../graph_builder.h"
 #include "backends/tactic.h"
 #include "engine/engine_impl.h"
@@ -18,8 +19,10 @@
 namespace kiln {
 namespace {
 
+using testing::expect_close;
 using testing::GraphBuilder;
 using testing::random_tensor;
+using testing::run_logits;
 
 // Image conv (3 channels, 7x7 stride 2) -> maxpool -> a bottleneck with 3x3 convs of 32 channels
 // (Winograd-shaped) and a residual -> a conv whose output is read twice, so its Add and Relu stay
@@ -32,45 +35,27 @@ std::string blocked_cnn_onnx() {
   b.init("w1", random_tensor({32, 32, 3, 3}, 3)).init("w2", random_tensor({32, 32, 3, 3}, 4));
   b.init("w3", random_tensor({20, 32, 1, 1}, 5)).init("wd", random_tensor({20, 1, 3, 3}, 6));
   b.init("fc", random_tensor({5, 20}, 7));
-  auto pads = [](ir::Node& n, int64_t p) { GraphBuilder::set_ints(n, "pads", {p, p, p, p}); };
-  auto& c0 = b.node("Conv", {"x", "w0", "b0"}, {"c0"});
-  pads(c0, 3);
-  GraphBuilder::set_ints(c0, "strides", {2, 2});
+  b.conv({"x", "w0", "b0"}, "c0", 3, 2);
   b.node("Relu", {"c0"}, {"r0"});
   auto& mp = b.node("MaxPool", {"r0"}, {"p0"});
   GraphBuilder::set_ints(mp, "kernel_shape", {3, 3});
   GraphBuilder::set_ints(mp, "strides", {2, 2});
-  pads(mp, 1);
-  pads(b.node("Conv", {"p0", "w1"}, {"c1"}), 1);
+  GraphBuilder::set_ints(mp, "pads", {1, 1, 1, 1});
+  b.conv({"p0", "w1"}, "c1", 1);
   b.node("Relu", {"c1"}, {"r1"});
-  pads(b.node("Conv", {"r1", "w2"}, {"c2"}), 1);
+  b.conv({"r1", "w2"}, "c2", 1);
   b.node("Add", {"c2", "p0"}, {"s2"});
   b.node("Relu", {"s2"}, {"r2"});
-  b.node("Conv", {"r2", "w3"}, {"c3"});
+  b.conv({"r2", "w3"}, "c3");
   b.node("Add", {"c3", "c3"}, {"s3"});  // c3 read twice: Add and Relu stay separate nodes
   b.node("Relu", {"s3"}, {"r3"});
-  auto& dw = b.node("Conv", {"r3", "wd"}, {"d"});
-  pads(dw, 1);
-  GraphBuilder::set_int(dw, "group", 20);
+  b.conv({"r3", "wd"}, "d", 1, 1, 20);
   b.node("GlobalAveragePool", {"d"}, {"g"});
   b.node("Flatten", {"g"}, {"f"});
-  GraphBuilder::set_int(b.node("Gemm", {"f", "fc"}, {"logits"}), "transB", 1);
+  b.gemm_t({"f", "fc"}, "logits");
   ir::Model m = b.finish();
   m.graph->inputs[0].type.shape.dims[0] = Dim::symbol("batch");  // dynamic batch
   return onnx_import::serialize_model(m).value();
-}
-
-std::vector<float> run(const Engine& e, const Tensor& x) {
-  auto ctx = e.create_context();
-  ctx->set_input("x", HostTensor::f32(x.shape(), x.data<float>()));
-  ctx->run();
-  HostTensor y = ctx->output("logits");
-  return std::vector<float>(y.as<float>(), y.as<float>() + y.numel());
-}
-
-void expect_close(const std::vector<float>& a, const std::vector<float>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * std::max(1.f, std::fabs(b[i]))) << i;
 }
 
 BuilderConfig config(int64_t batch, std::vector<std::string> tactics = {}, std::vector<std::string> disabled = {}) {
@@ -114,10 +99,10 @@ TEST(BlockedEngine, MatchesReferenceKernelsAtSeveralBatches) {
   auto loaded = Engine::deserialize(fast->serialize());
   for (int64_t n : {1, 2, 4}) {
     Tensor x = random_tensor({n, 3, 29, 31}, 40 + static_cast<uint64_t>(n));
-    auto want = run(*ref, x);
-    expect_close(run(*fast, x), want);
-    expect_close(run(*loaded, x), want);
-    expect_close(run(*plain, x), want);
+    auto want = run_logits(*ref, x);
+    expect_close(run_logits(*fast, x), want);
+    expect_close(run_logits(*loaded, x), want);
+    expect_close(run_logits(*plain, x), want);
   }
 }
 

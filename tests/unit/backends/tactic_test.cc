@@ -13,52 +13,20 @@
 
 #include "../graph_builder.h"
 #include "backends/tactic.h"
+#include "layer_case.h"
 #include "ops/interpreter.h"
 #include "ops/kiln_layout.h"
 
 namespace kiln {
 namespace {
 
-struct LayerCase {
-  ir::Node node;
-  std::vector<Tensor> inputs;  // undefined: missing optional input
-  std::vector<bool> constant;  // weights (initializers) vs activations
-};
+using testing::add_epilogue;
+using testing::LayerCase;
+using testing::make_node;
+using testing::pick;
+using testing::set_string;
 
-void set_string(ir::Node& n, const std::string& a, const std::string& v) {
-  ir::Attribute at;
-  at.type = ir::Attribute::Type::kString;
-  at.s = v;
-  n.attrs[a] = at;
-}
-
-void add_epilogue(std::mt19937& rng, ir::Node& n) {
-  static const char* kActs[] = {"", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish", "Clip", "SiLU", "Gelu"};
-  std::string act = kActs[rng() % 9];
-  if (act.empty()) return;
-  set_string(n, "activation", act);
-  if (act == "LeakyRelu") testing::GraphBuilder::set_float(n, "activation_alpha", 0.1f);
-  if (act == "Gelu" && rng() % 2) set_string(n, "activation_approximate", "tanh");
-  if (act == "Clip") {
-    if (rng() % 3) testing::GraphBuilder::set_float(n, "activation_min", -0.5f);
-    if (rng() % 3) testing::GraphBuilder::set_float(n, "activation_max", 0.7f);
-  }
-}
-
-ir::Node make_node(const std::string& domain, const std::string& op, size_t n_inputs) {
-  ir::Node n;
-  n.name = op + "_case";
-  n.op_type = op;
-  n.domain = domain;
-  n.opset = domain.empty() ? 17 : 1;
-  for (size_t i = 0; i < n_inputs; ++i) n.inputs.push_back("in" + std::to_string(i));
-  n.outputs = {"y"};
-  return n;
-}
-
-int64_t pick(std::mt19937& rng, int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % (hi - lo + 1)); }
-
-// Output spatial size for the residual shape (NOTSET/VALID pads only; SAME keeps ceil(in/stride)).
+// A random Conv / kiln.FusedConv: plain, depthwise or grouped; strides, dilations, pads or auto_pad; 1x1.
 LayerCase conv_case(std::mt19937& rng, uint64_t seed) {
   bool fused = rng() % 2;
   int64_t n = pick(rng, 1, 2), c, m, group;
@@ -88,19 +56,7 @@ LayerCase conv_case(std::mt19937& rng, uint64_t seed) {
     set_string(nd, "auto_pad", auto_pad);
   if (rng() % 2) testing::GraphBuilder::set_ints(nd, "kernel_shape", {kh, kw});
   if (fused) add_epilogue(rng, nd);
-  lc.inputs.push_back(testing::random_tensor({n, c, h, w}, seed));
-  lc.inputs.push_back(testing::random_tensor({m, c / group, kh, kw}, seed + 1));
-  lc.inputs.push_back(bias ? testing::random_tensor({m}, seed + 2) : Tensor());
-  lc.constant = {false, true, true, false};
-  if (residual) {
-    int64_t oh, ow;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
-      oh = (h + sh - 1) / sh, ow = (w + sw - 1) / sw;
-    else
-      oh = (h + pads[0] + pads[2] - (kh - 1) * dh - 1) / sh + 1,
-      ow = (w + pads[1] + pads[3] - (kw - 1) * dw - 1) / sw + 1;
-    lc.inputs.push_back(testing::random_tensor({n, m, oh, ow}, seed + 3));
-  }
+  testing::add_conv_inputs(lc, seed, {n, c, h, w}, {m, c / group, kh, kw}, bias, residual);
   return lc;
 }
 
@@ -583,38 +539,6 @@ LayerCase xformer_case(std::mt19937& rng, uint64_t seed, int which) {
   }
 }
 
-Tensor reference(const LayerCase& lc) {
-  const ops::OpSchema* s = ops::OpRegistry::get().find(lc.node.domain, lc.node.op_type, lc.node.opset);
-  EXPECT_NE(s, nullptr);
-  std::vector<ops::Value> vals;
-  vals.reserve(lc.inputs.size());
-  for (const auto& t : lc.inputs) vals.emplace_back(t);
-  std::vector<const ops::Value*> ins;
-  for (size_t i = 0; i < lc.node.inputs.size(); ++i)
-    ins.push_back(lc.node.inputs[i].empty() || !lc.inputs[i].defined() ? nullptr : &vals[i]);
-  ops::Interpreter runner(std::make_shared<ir::Graph>());  // runs kiln.FusedElementwise bodies
-  auto r = ops::run_node(lc.node, *s, ins, &runner);
-  if (!r.ok()) return Tensor();
-  return r.value()[0].tensor;
-}
-
-backends::LayerSignature signature(const LayerCase& lc) {
-  backends::LayerSignature sig;
-  sig.node = &lc.node;
-  for (size_t i = 0; i < lc.node.inputs.size(); ++i) {
-    backends::TensorSig t;
-    if (!lc.node.inputs[i].empty() && lc.inputs[i].defined()) {
-      t.present = true;
-      t.dtype = lc.inputs[i].dtype();
-      t.shape = lc.inputs[i].shape();
-      if (lc.constant[i]) t.constant = &lc.inputs[i];
-    }
-    sig.inputs.push_back(t);
-  }
-  sig.outputs.resize(1);
-  return sig;
-}
-
 // kiln's own kernels take their instruction set from cpu_isa() when prepared: each of them is
 // prepared and checked once per ISA this CPU has (KILN_ISA caps it). oneDNN picks its own ISA and
 // ignores KILN_ISA: its tactics run once.
@@ -643,9 +567,11 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
                    : iter % 7 == 3 ? pool_case(rng, seed)
                    : iter % 7 == 4 ? blocked_case(rng, seed)
                                    : xformer_case(rng, seed, iter / 7 * 2 + iter % 7 - 5);
-    Tensor want = reference(lc);
+    bool known = false;
+    Tensor want = testing::reference_output(lc, &known);
+    EXPECT_TRUE(known) << lc.node.op_type;
     if (!want.defined()) continue;  // a case the op itself rejects
-    backends::LayerSignature sig = signature(lc);
+    backends::LayerSignature sig = testing::layer_signature(lc);
     for (const backends::Tactic* t : backends::all_tactics()) {
       auto ops = t->ops();
       if (std::find(ops.begin(), ops.end(), std::make_pair(lc.node.domain, lc.node.op_type)) == ops.end()) continue;

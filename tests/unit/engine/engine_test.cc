@@ -27,18 +27,15 @@ std::string small_cnn_onnx() {
   b.init("w2", random_tensor({8, 8, 3, 3}, 7))
       .init("fc", random_tensor({10, 8}, 8))
       .init("fcb", random_tensor({10}, 9));
-  auto& c1 = b.node("Conv", {"x", "w1", "b1"}, {"c1"});
-  GraphBuilder::set_ints(c1, "pads", {1, 1, 1, 1});
+  b.conv({"x", "w1", "b1"}, "c1", 1);
   b.node("BatchNormalization", {"c1", "g", "beta", "mean", "var"}, {"bn"});
   b.node("Relu", {"bn"}, {"r1"});
-  auto& c2 = b.node("Conv", {"r1", "w2"}, {"c2"});
-  GraphBuilder::set_ints(c2, "pads", {1, 1, 1, 1});
+  b.conv({"r1", "w2"}, "c2", 1);
   b.node("Add", {"c2", "r1"}, {"res"});
   b.node("Relu", {"res"}, {"r2"});
   b.node("GlobalAveragePool", {"r2"}, {"pool"});
   b.node("Flatten", {"pool"}, {"flat"});
-  auto& gemm = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"});
-  GraphBuilder::set_int(gemm, "transB", 1);
+  b.gemm_t({"flat", "fc", "fcb"}, "logits");
   ir::Model m = b.finish();
   return onnx_import::serialize_model(m).value();
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <thread>
 
+#include "../engine_util.h"
 #include "../graph_builder.h"
 #include "backends/tactic.h"
 #include "engine/engine_impl.h"
@@ -15,8 +16,10 @@
 namespace kiln {
 namespace {
 
+using testing::expect_close;
 using testing::GraphBuilder;
 using testing::random_tensor;
+using testing::run_logits;
 
 // conv(+bias) -> relu -> depthwise conv (stride 2) -> conv + residual -> relu -> flatten -> gemm,
 // at batch 2.
@@ -26,34 +29,16 @@ std::string cnn_onnx() {
   b.init("w1", random_tensor({12, 5, 3, 3}, 1)).init("b1", random_tensor({12}, 2));
   b.init("wd", random_tensor({12, 1, 3, 3}, 3)).init("w3", random_tensor({12, 12, 1, 1}, 4));
   b.init("fc", random_tensor({7, 12 * 7 * 6}, 5)).init("fcb", random_tensor({7}, 6));
-  auto& c1 = b.node("Conv", {"x", "w1", "b1"}, {"c1"});
-  GraphBuilder::set_ints(c1, "pads", {1, 1, 1, 1});
+  b.conv({"x", "w1", "b1"}, "c1", 1);
   b.node("Relu", {"c1"}, {"r1"});
-  auto& dw = b.node("Conv", {"r1", "wd"}, {"d"});
-  GraphBuilder::set_ints(dw, "pads", {1, 1, 1, 1});
-  GraphBuilder::set_ints(dw, "strides", {2, 2});
-  GraphBuilder::set_int(dw, "group", 12);
-  b.node("Conv", {"d", "w3"}, {"c3"});
+  b.conv({"r1", "wd"}, "d", 1, 2, 12);
+  b.conv({"d", "w3"}, "c3");
   b.node("Add", {"c3", "d"}, {"res"});
   b.node("Relu", {"res"}, {"r2"});
   b.node("Flatten", {"r2"}, {"flat"});
-  auto& gemm = b.node("Gemm", {"flat", "fc", "fcb"}, {"logits"});
-  GraphBuilder::set_int(gemm, "transB", 1);
+  b.gemm_t({"flat", "fc", "fcb"}, "logits");
   ir::Model m = b.finish();
   return onnx_import::serialize_model(m).value();
-}
-
-std::vector<float> run(const Engine& e, const Tensor& x) {
-  auto ctx = e.create_context();
-  ctx->set_input("x", HostTensor::f32(x.shape(), x.data<float>()));
-  ctx->run();
-  HostTensor y = ctx->output("logits");
-  return std::vector<float>(y.as<float>(), y.as<float>() + y.numel());
-}
-
-void expect_close(const std::vector<float>& a, const std::vector<float>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * std::max(1.f, std::fabs(b[i]))) << i;
 }
 
 TEST(EngineTactics, ChosenRecordedAndMatchingTheReference) {
@@ -75,16 +60,16 @@ TEST(EngineTactics, ChosenRecordedAndMatchingTheReference) {
     EXPECT_EQ(loaded->impl().layers[i].kernel, fast->impl().layers[i].kernel);
 
   Tensor x = random_tensor({2, 5, 13, 11}, 42);
-  auto want = run(*ref, x);
-  expect_close(run(*fast, x), want);
-  expect_close(run(*loaded, x), want);
+  auto want = run_logits(*ref, x);
+  expect_close(run_logits(*fast, x), want);
+  expect_close(run_logits(*loaded, x), want);
 
   // Contexts of one engine running at once share its prepared tactics.
   std::vector<std::vector<float>> got(4);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
-      for (int k = 0; k < 3; ++k) got[t] = run(*loaded, x);
+      for (int k = 0; k < 3; ++k) got[t] = run_logits(*loaded, x);
     });
   for (auto& t : threads) t.join();
   for (const auto& g : got) expect_close(g, want);

@@ -28,12 +28,10 @@ std::string model_onnx() {
   b.init("w1", random_tensor({16, 8, 3, 3}, 1)).init("w2", random_tensor({16, 16, 3, 3}, 2));
   b.init("w3", random_tensor({16, 16, 3, 3}, 3)).init("fc", random_tensor({5, 16 * 20 * 20}, 4));
   for (auto [in, w, out] : {std::tuple{"x", "w1", "c1"}, std::tuple{"c1", "w2", "c2"}, std::tuple{"c2", "w3", "c3"}}) {
-    auto& c = b.node("Conv", {in, w}, {out});
-    GraphBuilder::set_ints(c, "pads", {1, 1, 1, 1});
+    b.conv({in, w}, out, 1);
   }
   b.node("Flatten", {"c3"}, {"f"});
-  auto& g = b.node("Gemm", {"f", "fc"}, {"y"});
-  GraphBuilder::set_int(g, "transB", 1);
+  b.gemm_t({"f", "fc"}, "y");
   return onnx_import::serialize_model(b.finish()).value();
 }
 

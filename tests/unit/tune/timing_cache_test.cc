@@ -111,17 +111,56 @@ TEST(TimingCache, StaleVersionIgnoredWithAWarningAndMovedAsideOnSave) {
 }
 
 TEST(TimingCache, OtherFormatVersionIsStale) {
-  std::string dir = temp_dir("format");
-  std::string path = make_cache(dir);
-  std::string text = read(path);
-  size_t at = text.find("\"format_version\": 1");
-  ASSERT_NE(at, std::string::npos);
-  text.replace(at, 19, "\"format_version\": 99");
-  std::ofstream(path) << text;
+  // 1: from before revisions (nothing says which kernels its timings were taken on); 99: a newer kiln.
+  for (const std::string version : {"1", "99"}) {
+    std::string dir = temp_dir("format" + version);
+    std::string path = make_cache(dir);
+    std::string text = read(path);
+    size_t at = text.find("\"format_version\": 2");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, 19, "\"format_version\": " + version);
+    std::ofstream(path) << text;
+    Warnings w;
+    TimingCache c = TimingCache::open(path, kHere, w.fn());
+    EXPECT_EQ(c.size(), 0u) << version;
+    EXPECT_TRUE(w.any("stale") && w.any("cache format " + version + ")")) << (w.lines.empty() ? "" : w.lines[0]);
+  }
+}
+
+TEST(TimingCache, EntryCountsOnlyForTheTacticRevisionItWasWrittenAt) {
+  std::string dir = temp_dir("revision");
+  std::string path = make_cache(dir);  // entries at revision 1 (CacheEntry's default)
+  TimingCache c = TimingCache::open(path, kHere, nullptr);
+  ASSERT_NE(c.find("threads=1|Conv{}", "conv_a", 1), nullptr);
+  // conv_a's kernels changed (revision 2): its entry is not trusted, the others still are.
+  EXPECT_EQ(c.find("threads=1|Conv{}", "conv_a", 2), nullptr);
+  EXPECT_NE(c.find("threads=1|Conv{}", "conv_b", 1), nullptr);
+  CacheEntry retimed = timed(0.5);
+  retimed.revision = 2;
+  c.put("threads=1|Conv{}", "conv_a", retimed);
+  ASSERT_TRUE(c.save(nullptr).ok());
+  EXPECT_NE(read(path).find("\"rev\": 2"), std::string::npos);
+  TimingCache again = TimingCache::open(path, kHere, nullptr);
+  EXPECT_EQ(again.find("threads=1|Conv{}", "conv_a", 1), nullptr);  // an older build's revision misses
+  const CacheEntry* e = again.find("threads=1|Conv{}", "conv_a", 2);
+  ASSERT_NE(e, nullptr);
+  EXPECT_DOUBLE_EQ(e->ms, 0.5);
+  EXPECT_EQ(e->revision, 2);
+  EXPECT_EQ(again.size(), 3u);  // replaced, not added next to the old one
+}
+
+TEST(TimingCache, BuildIsRecordedNotCompared) {
+  std::string dir = temp_dir("build");
+  CacheIdentity old_build = kHere;
+  old_build.build = "abc1234";
+  std::string path = make_cache(dir, old_build);
+  EXPECT_NE(read(path).find("\"kiln_build\": \"abc1234\""), std::string::npos);
+  CacheIdentity new_build = kHere;
+  new_build.build = "def5678-dirty";
   Warnings w;
-  TimingCache c = TimingCache::open(path, kHere, w.fn());
-  EXPECT_EQ(c.size(), 0u);
-  EXPECT_TRUE(w.any("stale") && w.any("cache format 99")) << (w.lines.empty() ? "" : w.lines[0]);
+  TimingCache c = TimingCache::open(path, new_build, w.fn());
+  EXPECT_EQ(c.size(), 3u);
+  EXPECT_TRUE(w.lines.empty());
 }
 
 TEST(TimingCache, ForeignMachineIgnoredWithAWarning) {
@@ -149,10 +188,14 @@ TEST(TimingCache, CorruptOrTruncatedIgnoredWithoutCrashing) {
       "[1, 2, 3]",
       "{\"format\": \"kiln-timing-cache\"}",
       // An entry of the wrong type: the whole file is distrusted, not partly used.
-      "{\"format\": \"kiln-timing-cache\", \"format_version\": 1, \"kiln_version\": \"0.1.0\", \"machine\": \"" +
-          kHere.machine + "\", \"layers\": {\"k\": {\"t\": {\"ms\": \"fast\"}}, \"k2\": {\"t\": {\"ms\": 1}}}}",
-      "{\"format\": \"kiln-timing-cache\", \"format_version\": 1, \"kiln_version\": \"0.1.0\", \"machine\": \"" +
-          kHere.machine + "\", \"layers\": {\"k\": {\"t\": {\"ms\": -1}}}}",
+      "{\"format\": \"kiln-timing-cache\", \"format_version\": 2, \"kiln_version\": \"0.1.0\", \"machine\": \"" +
+          kHere.machine +
+          "\", \"layers\": {\"k\": {\"t\": {\"ms\": \"fast\", \"rev\": 1}}, \"k2\": {\"t\": {\"ms\": 1, \"rev\": 1}}}}",
+      "{\"format\": \"kiln-timing-cache\", \"format_version\": 2, \"kiln_version\": \"0.1.0\", \"machine\": \"" +
+          kHere.machine + "\", \"layers\": {\"k\": {\"t\": {\"ms\": -1, \"rev\": 1}}}}",
+      // An entry without the revision of its tactic: it cannot be matched to a kernel.
+      "{\"format\": \"kiln-timing-cache\", \"format_version\": 2, \"kiln_version\": \"0.1.0\", \"machine\": \"" +
+          kHere.machine + "\", \"layers\": {\"k\": {\"t\": {\"ms\": 1}}}}",
   };
   for (const auto& text : bad) {
     std::ofstream(path, std::ios::trunc | std::ios::binary) << text;

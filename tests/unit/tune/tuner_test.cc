@@ -24,6 +24,8 @@ class FakeTactic : public Tactic {
   FakeTactic(std::string name, double sleep_ms, bool prepares = true, bool runs = true)
       : name_(std::move(name)), sleep_ms_(sleep_ms), prepares_(prepares), runs_(runs) {}
   std::string name() const override { return name_; }
+  int revision() const override { return revision_; }
+  int revision_ = 1;
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Relu"}}; }
   std::string why_unsupported(const LayerSignature&) const override { return ""; }
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
@@ -176,6 +178,30 @@ TEST(Tuner, OnlyTheUncachedCandidateIsPreparedAndTimed) {
   EXPECT_EQ(r2.cache_hits, 2);
   EXPECT_EQ(r2.timed, 1);
   EXPECT_EQ(c.prepared, 1);
+}
+
+TEST(Tuner, ChangedKernelsAreTimedAgainTheOthersComeFromTheCache) {
+  FakeTactic slow("slow", 2), fast("fast", 0);
+  TimingCache cache(kHere);
+  Layer l;
+  EXPECT_EQ(Tuner(cache).tune(l.sig, {&slow, &fast}).kernel, "fast");
+  int fast_prepared = fast.prepared, slow_prepared = slow.prepared;
+  slow.revision_ = 2;  // slow's kernel changed: its cached time is of another kernel
+  LayerTuning r = Tuner(cache).tune(l.sig, {&slow, &fast});
+  EXPECT_EQ(r.cache_hits, 1);
+  EXPECT_EQ(r.timed, 1);
+  EXPECT_EQ(fast.prepared, fast_prepared);
+  EXPECT_EQ(slow.prepared, slow_prepared + 1);
+  EXPECT_FALSE(find(r, "slow")->from_cache);
+  EXPECT_EQ(find(r, "slow")->revision, 2);
+  EXPECT_TRUE(find(r, "fast")->from_cache);
+  // The new revision's entry replaced the old one: a third build times nothing.
+  LayerTuning r3 = Tuner(cache).tune(l.sig, {&slow, &fast});
+  EXPECT_EQ(r3.cache_hits, 2);
+  EXPECT_EQ(r3.timed + r3.prepared, 0);
+  const std::string k = Tuner(cache).key(l.sig);
+  EXPECT_EQ(cache.find(k, "slow", 1), nullptr);
+  ASSERT_NE(cache.find(k, "slow", 2), nullptr);
 }
 
 TEST(Tuner, UnknownShapesTakeTheFirstUnproven) {
