@@ -8,7 +8,8 @@ per-layer profile) and ONNX Runtime on the same shapes, and prints:
   - kiln's time per kind of layer against that kind's time at the SGEMM rate;
   - a lower bound for any FP32 implementation: every non-Winograd FLOP at the SGEMM rate, plus the
     3x3 stride-1 convolutions at the SGEMM rate with Winograd F(4x4,3x3)'s full 4x fewer multiplies
-    and free transforms (no real kernel gets there).
+    and free transforms (no real kernel gets there); and the same bound once each 3x3 layer must also
+    read its weights from memory (4x of them for Winograd), at one core's measured read bandwidth.
 
   /usr/bin/python3 bench/roofline.py [--batch 1] [--threads 2] [--model bench/out/models/resnet50.onnx]
 """
@@ -43,7 +44,7 @@ def conv_flops(model_path, batch):
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
               for v in list(m.graph.value_info) + list(m.graph.output)}
     inits = {i.name: list(i.dims) for i in m.graph.initializer}
-    kinds, layer_kind = {}, {}
+    kinds, layer_kind, wino = {}, {}, []
     for n in m.graph.node:
         if n.op_type == "Conv":
             w, out = inits[n.input[1]], shapes[n.output[0]]
@@ -56,6 +57,7 @@ def conv_flops(model_path, batch):
                 kind = "1x1 conv"
             elif w[2:] == [3, 3] and strides == [1, 1]:
                 kind = "3x3 conv stride 1 (Winograd-able)"
+                wino.append((flops, 4 * w[0] * w[1] * 9))  # direct FLOPs, weight bytes
             elif w[2:] == [3, 3]:
                 kind = "3x3 conv stride 2"
             else:
@@ -71,7 +73,16 @@ def conv_flops(model_path, batch):
             continue
         kinds[kind] = kinds.get(kind, 0) + flops
         layer_kind[n.name] = kind
-    return kinds, layer_kind
+    return kinds, layer_kind, wino
+
+
+BANDWIDTH = r"""
+import time, numpy as np
+a = np.ones(100_000_000, dtype=np.float32)
+a.sum()
+best = min((lambda t: (a.sum(), time.perf_counter() - t)[1])(time.perf_counter()) for _ in range(3))
+print(a.nbytes / best / 1e9)
+"""
 
 
 def main():
@@ -84,7 +95,7 @@ def main():
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build/kiln"))
     a = ap.parse_args()
     shapes = f"{a.input}:{a.batch}x3x224x224"
-    kinds, layer_kind = conv_flops(a.model, a.batch)
+    kinds, layer_kind, wino = conv_flops(a.model, a.batch)
     total = sum(kinds.values())
 
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads))
@@ -95,6 +106,8 @@ def main():
     peak = float(subprocess.run(["/usr/bin/python3", "-c", SGEMM], env=env, capture_output=True, text=True,
                                 check=True).stdout.split()[-1])
 
+    bw = float(subprocess.run(["/usr/bin/python3", "-c", BANDWIDTH], capture_output=True, text=True,
+                              check=True).stdout.split()[-1])
     tmp = tempfile.mkdtemp(prefix="kiln_roofline_")
     engine = os.path.join(tmp, "m.kiln")
     subprocess.run([a.kiln, "build", a.model, "-o", engine, "--shapes", shapes, "--threads", str(a.threads)],
@@ -133,6 +146,15 @@ def main():
     print()
     print(f"lower bound (every FLOP at the SGEMM rate, ideal 4x Winograd, nothing else costs): {bound:.2f} ms "
           f"= {bound / ort_ms:.2f}x ONNX Runtime; 0.75x ONNX Runtime = {0.75 * ort_ms:.2f} ms")
+    # The weights of a large model do not stay in cache from one inference to the next: each 3x3 layer
+    # reads its weights from memory, F(4x4,3x3) Winograd reads 36/9 = 4x as many (transformed). Per
+    # layer, the better of direct max(F/peak, W/bw) and Winograd max(F/4/peak, 4W/bw).
+    w_flop = sum(f for f, _ in wino) / peak / 1e6 / 4
+    w_mem = sum(min(max(f / peak / 1e6, wb / bw / 1e6), max(f / 4 / peak / 1e6, 4 * wb / bw / 1e6)) for f, wb in wino)
+    mem_bound = bound - w_flop + w_mem
+    print(f"memory read bandwidth (one core, numpy sum of 400 MB): {bw:.1f} GB/s; with each 3x3 stride-1 layer "
+          f"also bounded by reading its weights (Winograd: 4x of them): {mem_bound:.2f} ms = "
+          f"{mem_bound / ort_ms:.2f}x ONNX Runtime")
 
 
 if __name__ == "__main__":
