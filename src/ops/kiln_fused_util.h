@@ -55,16 +55,12 @@ inline Result<Tensor> run_onnx(const KernelContext& ctx, const std::string& op, 
   return std::move(out[0].tensor);
 }
 
-// Output 0's type of ONNX op `op` at `opset` given input types (nullptr: missing) and constants.
-inline Result<ir::TypeInfo> infer_onnx(InferContext& ctx, const std::string& op, int opset,
-                                       const std::vector<const ir::TypeInfo*>& in,
-                                       const std::vector<const Tensor*>& constants, Attrs attrs = {}) {
-  const OpSchema* s = OpRegistry::get().find("", op, opset);
-  if (!s) return Internal(ctx.node.where(), "no schema for ", op, " at opset ", opset);
-  std::vector<bool> present;
-  for (const auto* t : in) present.push_back(t != nullptr);
-  ir::Node n = synth_node(ctx.node, op, opset, present, std::move(attrs));
-  InferContext sub(n);
+// Output 0's type of `node` (a node kiln made up) inferred by schema `s`, inside the inference of
+// ctx.node: input types (nullptr: missing) and constants given, symbols numbered on from ctx's.
+inline Result<ir::TypeInfo> infer_as(InferContext& ctx, const OpSchema& s, const ir::Node& node,
+                                     const std::vector<const ir::TypeInfo*>& in,
+                                     const std::vector<const Tensor*>& constants) {
+  InferContext sub(node);
   sub.inputs = in;
   sub.constants = constants;
   sub.constants.resize(in.size(), nullptr);
@@ -73,8 +69,19 @@ inline Result<ir::TypeInfo> infer_onnx(InferContext& ctx, const std::string& op,
   sub.output_values.resize(1);
   sub.symbol_counter = ctx.symbol_counter;
   sub.infer_subgraph = ctx.infer_subgraph;
-  if (s->infer) KILN_RETURN_IF_ERROR(s->infer(sub));
+  if (s.infer) KILN_RETURN_IF_ERROR(s.infer(sub));
   return sub.outputs[0];
+}
+
+// Output 0's type of ONNX op `op` at `opset` given input types (nullptr: missing) and constants.
+inline Result<ir::TypeInfo> infer_onnx(InferContext& ctx, const std::string& op, int opset,
+                                       const std::vector<const ir::TypeInfo*>& in,
+                                       const std::vector<const Tensor*>& constants, Attrs attrs = {}) {
+  const OpSchema* s = OpRegistry::get().find("", op, opset);
+  if (!s) return Internal(ctx.node.where(), "no schema for ", op, " at opset ", opset);
+  std::vector<bool> present;
+  for (const auto* t : in) present.push_back(t != nullptr);
+  return infer_as(ctx, *s, synth_node(ctx.node, op, opset, present, std::move(attrs)), in, constants);
 }
 
 }  // namespace kiln::ops::fused

@@ -132,17 +132,7 @@ Result<ir::TypeInfo> infer_op(InferContext& ctx, const OpSchema& s, int opset,
   for (const auto* t : in) present.push_back(t != nullptr);
   ir::Node n = fused::synth_node(ctx.node, s.op_type, opset, present, std::move(attrs));
   n.domain = s.domain;
-  InferContext sub(n);
-  sub.inputs = in;
-  sub.constants = constants;
-  sub.constants.resize(in.size(), nullptr);
-  sub.input_values.assign(in.size(), nullptr);
-  sub.outputs.resize(1);
-  sub.output_values.resize(1);
-  sub.symbol_counter = ctx.symbol_counter;
-  sub.infer_subgraph = ctx.infer_subgraph;
-  if (s.infer) KILN_RETURN_IF_ERROR(s.infer(sub));
-  return sub.outputs[0];
+  return fused::infer_as(ctx, s, n, in, constants);
 }
 
 Status check_block(const InferContext& ctx) {
@@ -346,17 +336,7 @@ ir::Node dw_conv_of(const ir::Node& n) {
 Result<ir::TypeInfo> infer_node(InferContext& ctx, const ir::Node& node, const std::vector<const ir::TypeInfo*>& in,
                                 const std::vector<const Tensor*>& constants) {
   KILN_ASSIGN_OR_RETURN(const OpSchema* s, schema_of(ctx.node, "kiln", "BlockedConv", 1));
-  InferContext sub(node);
-  sub.inputs = in;
-  sub.constants = constants;
-  sub.constants.resize(in.size(), nullptr);
-  sub.input_values.assign(in.size(), nullptr);
-  sub.outputs.resize(1);
-  sub.output_values.resize(1);
-  sub.symbol_counter = ctx.symbol_counter;
-  sub.infer_subgraph = ctx.infer_subgraph;
-  KILN_RETURN_IF_ERROR(s->infer(sub));
-  return sub.outputs[0];
+  return fused::infer_as(ctx, *s, node, in, constants);
 }
 
 Status infer_blocked_conv_dw(InferContext& ctx) {
