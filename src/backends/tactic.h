@@ -98,6 +98,9 @@ class Tactic {
 // supporting ones; the order breaks ties). The list lives in src/backends/cpu/tactic_list.cc.
 const std::vector<const Tactic*>& all_tactics();
 const Tactic* find_tactic(const std::string& name);
+// The kernel libraries behind the tactics, with their run-time versions ("oneDNN 2.6.3"; "" with
+// none): part of the timing cache's identity, since a library upgrade changes the kernels' speed.
+std::string tactic_libraries();
 // The tactics implementing this layer's op, supporting its signature, in priority order.
 std::vector<const Tactic*> candidate_tactics(const LayerSignature& sig);
 

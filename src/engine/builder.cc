@@ -67,13 +67,16 @@ std::shared_ptr<engine::TacticRuntime> EngineImpl::tactic_runtime() const {
 
 namespace {
 
-// What timings are valid for: this kiln, this CPU (model and ISA flags). The thread count is part of
-// every key (tune/tuner.h), the device of every layer key.
+// What timings are valid for: this kiln with its kernel libraries ("0.1.0 + oneDNN 2.6.3": a
+// library upgrade makes the cache stale), this CPU (model and ISA flags). The thread count is part
+// of every key (tune/tuner.h), the device of every layer key.
 tune::CacheIdentity cache_identity(const engine::TargetInfo& t) {
   std::string machine = t.cpu_model.empty() ? std::string("unknown cpu") : t.cpu_model;
   machine += " |";
   for (const auto& f : t.isa) machine += " " + f;
-  return {KILN_VERSION, machine, KILN_BUILD};
+  std::string version = KILN_VERSION, libs = backends::tactic_libraries();
+  if (!libs.empty()) version += " + " + libs;
+  return {version, machine, KILN_BUILD};
 }
 
 void warn(const std::string& message) { std::fprintf(stderr, "kiln: warning: %s\n", message.c_str()); }

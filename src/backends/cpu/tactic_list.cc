@@ -9,6 +9,8 @@
 #include "backends/cpu/xformer_tactics.h"
 #include "backends/tactic.h"
 #if defined(KILN_HAVE_ONEDNN)
+#include <oneapi/dnnl/dnnl.h>
+
 #include "backends/cpu/onednn_tactics.h"
 #endif
 
@@ -16,6 +18,15 @@ namespace kiln::backends {
 
 std::string device_name(const Device& d) {
   return d.kind == DeviceKind::kCPU ? "cpu" : "cuda:" + std::to_string(d.index);
+}
+
+std::string tactic_libraries() {
+#if defined(KILN_HAVE_ONEDNN)
+  const dnnl_version_t* v = dnnl_version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+#else
+  return "";
+#endif
 }
 
 const std::vector<const Tactic*>& all_tactics() {

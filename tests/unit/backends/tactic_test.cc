@@ -622,6 +622,19 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
   }
 }
 
+TEST(Tactics, LibrariesNameTheirRuntimeVersion) {
+  std::string libs = backends::tactic_libraries();
+  bool onednn = false;
+  for (const backends::Tactic* t : backends::all_tactics()) onednn |= t->name().find("onednn") != std::string::npos;
+  if (!onednn) {
+    EXPECT_EQ(libs, "");
+    return;
+  }
+  // "oneDNN X.Y.Z", the version of the library loaded (the timing cache is stale after an upgrade).
+  ASSERT_EQ(libs.rfind("oneDNN ", 0), 0u) << libs;
+  EXPECT_EQ(std::count(libs.begin(), libs.end(), '.'), 2) << libs;
+}
+
 TEST(Tactics, NamesAreUniqueAndFindable) {
   std::set<std::string> names;
   for (const backends::Tactic* t : backends::all_tactics()) {
