@@ -1,4 +1,5 @@
 // Builder: ONNX model -> optimized, memory-planned engine.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -111,7 +112,8 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
       cfg.timing_cache.empty() ? tune::TimingCache(id) : tune::TimingCache::open(cfg.timing_cache, id, warn);
   tune::Tuner tuner(cache);
   std::map<std::string, int> counts;
-  int tuned = 0, timed = 0, prepared = 0, hits = 0, unproven = 0;
+  int tuned = 0, timed = 0, prepared = 0, hits = 0, unproven = 0, disturbed = 0;
+  double worst = 1;  // the largest median / fastest run among the disturbed timings
   for (size_t i = 0; i < e.layers.size() && i < typed->nodes.size(); ++i) {
     LayerInfo& l = e.layers[i];
     tune::LayerTuning t = engine::choose_tactic(*typed, typed->nodes[i], filter, tuner);
@@ -124,6 +126,7 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
     std::string detail, failures;
     for (const auto& c : t.candidates) {
       unproven += c.state == tune::CandidateResult::State::kUnproven;
+      if (!c.from_cache && tune::disturbed(c)) ++disturbed, worst = std::max(worst, c.ms / c.min_ms);
       detail += " " + c.tactic + (c.tactic == l.kernel ? "*" : "") + " " + tune::state_name(c.state) +
                 (c.state == tune::CandidateResult::State::kTimed ? " " + fixed_ms(c.ms) + " ms" : "") +
                 (c.from_cache ? " (cached)" : "") + (c.error.empty() ? "" : " (" + c.error + ")") + ";";
@@ -149,6 +152,7 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
                        {"prepared", prepared},
                        {"cache_hits", hits},
                        {"unproven", unproven},
+                       {"disturbed", disturbed},
                        {"seconds", seconds},
                        {"timing_cache", cfg.timing_cache},
                        {"cache_entries_added", added}};
@@ -161,6 +165,17 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
   if (unproven) msg += "; " + std::to_string(unproven) + " candidates unproven (shapes unknown before run time)";
   if (!cfg.timing_cache.empty()) msg += " (timing cache " + cfg.timing_cache + ": " + std::to_string(added) + " new)";
   log(msg);
+  if (tune::timings_unreliable(disturbed, timed)) {
+    char w[320];
+    std::snprintf(w, sizeof w,
+                  "timings were disturbed: %d of the %d candidates timed ran their median up to %.1fx slower than "
+                  "their fastest run (the machine is busy: other processes, or fewer free cores than %d "
+                  "thread%s); the kernels chosen may not be the fastest. Rebuild on an idle machine",
+                  disturbed, timed, worst, threads, threads == 1 ? "" : "s");
+    warn(std::string(w) + (cfg.timing_cache.empty() ? ""
+                                                    : " after deleting the timing cache '" + cfg.timing_cache +
+                                                          "' (it keeps these timings)"));
+  }
   return Status::Ok();
 }
 

@@ -45,6 +45,12 @@ const char* state_name(CandidateResult::State s) {
   return "?";
 }
 
+bool disturbed(const CandidateResult& c) {
+  return c.state == CandidateResult::State::kTimed && c.runs > 1 && c.min_ms > 0 && c.ms > 1.5 * c.min_ms;
+}
+
+bool timings_unreliable(int disturbed, int timed) { return disturbed >= 2 && disturbed * 10 >= timed; }
+
 Tuner::Tuner(TimingCache& cache, TuneOptions opts) : cache_(cache), opts_(opts), threads_(kiln::max_threads()) {}
 
 std::string Tuner::key(const backends::LayerSignature& sig) const {

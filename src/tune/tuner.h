@@ -56,6 +56,14 @@ struct LayerTuning {
 
 const char* state_name(CandidateResult::State s);  // "timed", "prepared", "failed", "unproven"
 
+// A timing that a busy machine disturbed: its median run more than 1.5x its fastest. On an idle 2-core
+// VM every resnet50 candidate stayed under 1.3x; with two busy processes on the cores a quarter of
+// them went past 1.5x (up to 13x: a worker thread waiting a scheduler tick for a core).
+bool disturbed(const CandidateResult& c);
+// Whether a build's fresh timings as a whole are not to be trusted: at least 2 of them disturbed and
+// at least a tenth. The builder then warns: the kernels chosen may not be the fastest.
+bool timings_unreliable(int disturbed, int timed);
+
 class Tuner {
  public:
   // `cache` receives what is learned and answers what is known; it outlives the tuner.

@@ -262,5 +262,26 @@ TEST(LayerKey, IgnoresNamesAndProvenanceNotAttributesShapesOrConstness) {
   EXPECT_EQ(layer_key(e.sig), layer_key(f.sig));
 }
 
+TEST(Tuner, DisturbedTimingsAreFlagged) {
+  using State = CandidateResult::State;
+  auto timed = [](double ms, double min_ms, int runs = 20) {
+    CandidateResult c;
+    c.state = State::kTimed;
+    c.ms = ms, c.min_ms = min_ms, c.runs = runs;
+    return c;
+  };
+  EXPECT_FALSE(disturbed(timed(1.27, 1.0)));  // the worst seen on an idle machine
+  EXPECT_TRUE(disturbed(timed(1.51, 1.0)));
+  EXPECT_TRUE(disturbed(timed(13.0, 1.0)));     // a worker thread waiting a scheduler tick
+  EXPECT_FALSE(disturbed(timed(3.0, 1.0, 1)));  // one run: nothing to compare
+  CandidateResult failed = timed(3.0, 1.0);
+  failed.state = State::kFailed;
+  EXPECT_FALSE(disturbed(failed));
+  EXPECT_FALSE(timings_unreliable(0, 19));
+  EXPECT_FALSE(timings_unreliable(1, 5));  // a single outlier
+  EXPECT_FALSE(timings_unreliable(2, 40));
+  EXPECT_TRUE(timings_unreliable(5, 19));  // measured with two busy processes on the 2 cores
+}
+
 }  // namespace
 }  // namespace kiln::tune
