@@ -64,9 +64,9 @@ def conv_flops(model_path, batch):
                 kind = f"{w[2]}x{w[3]} conv"
         elif n.op_type in ("Gemm", "MatMul"):
             w = inits.get(n.input[1])
-            a = shapes.get(n.input[0]) or [batch, w[0] if w else 0]
             if not w:
                 continue
+            a = shapes.get(n.input[0]) or [batch, w[0]]
             flops = 2 * (a[0] if len(a) == 2 else 1) * w[0] * w[1]
             kind = "gemm"
         else:

@@ -69,24 +69,18 @@ bool dtype_is_builtin(DataType t) {
   }
 }
 
-Tensor::Tensor(DataType dtype, Dims shape) : dtype_(dtype), shape_(std::move(shape)) {
+Tensor::Tensor(DataType dtype, Dims shape) : Tensor(dtype, std::move(shape), /*zero=*/true) {}
+
+Tensor::Tensor(DataType dtype, Dims shape, bool zero) : dtype_(dtype), shape_(std::move(shape)) {
   for (int64_t d : shape_) KILN_CHECK(d >= 0);
   if (dtype_ == DataType::kString) {
     strings_ = std::make_shared<std::vector<std::string>>(static_cast<size_t>(numel()));
   } else {
-    buffer_ = alloc_aligned(nbytes());
+    buffer_ = alloc_aligned(nbytes(), zero);
   }
 }
 
-Tensor Tensor::uninitialized(DataType dtype, Dims shape) {
-  if (dtype == DataType::kString) return Tensor(dtype, std::move(shape));
-  Tensor t;
-  t.dtype_ = dtype;
-  t.shape_ = std::move(shape);
-  for (int64_t d : t.shape_) KILN_CHECK(d >= 0);
-  t.buffer_ = alloc_aligned(t.nbytes(), /*zero=*/false);
-  return t;
-}
+Tensor Tensor::uninitialized(DataType dtype, Dims shape) { return Tensor(dtype, std::move(shape), /*zero=*/false); }
 
 Tensor Tensor::alias(DataType dtype, Dims shape, std::shared_ptr<uint8_t[]> buffer, size_t offset) {
   KILN_CHECK(dtype != DataType::kString);

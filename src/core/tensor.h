@@ -79,6 +79,8 @@ class Tensor {
   std::string describe() const;  // "float32[1,3,224,224]"
 
  private:
+  Tensor(DataType dtype, Dims shape, bool zero);  // zero: false leaves the bytes as allocated
+
   DataType dtype_ = DataType::kUndefined;
   Dims shape_;
   std::shared_ptr<uint8_t[]> buffer_;

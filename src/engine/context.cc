@@ -1,8 +1,6 @@
 // Engine (public) and ExecutionContext: running an engine with memory-planned activations.
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "core/mapped_file.h"
 #include "engine/engine_impl.h"

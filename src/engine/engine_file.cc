@@ -26,7 +26,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "backends/tactic.h"
 #include "core/checksum.h"

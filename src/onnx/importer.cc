@@ -8,7 +8,6 @@
 #include <limits>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "core/mapped_file.h"
 #include "core/parallel.h"
@@ -49,6 +48,11 @@ void unpack_sub_byte(const uint8_t* src, Tensor& t) {
 size_t packed_bytes(const Tensor& t) {
   int bits = dtype_packed_bits(t.dtype());
   return static_cast<size_t>((t.numel() * bits + 7) / 8);
+}
+
+// Whether n bytes are exactly t's elements as stored (no unpacking, no size error): a plain copy.
+bool plain_bytes(const Tensor& t, size_t n) {
+  return t.dtype() != DataType::kString && dtype_packed_bits(t.dtype()) >= 8 && n == t.nbytes();
 }
 
 Status fill_from_raw(std::string_view raw, Tensor& t, const std::string& what) {
@@ -113,8 +117,7 @@ Status read_external(const ExternalRef& ref, const std::string& base_dir, const 
     return InvalidModel(what, ": external data [", offset, ", ", offset + length, ") runs past the end of '",
                         full.string(), "' (", size, " bytes)");
   f.seekg(offset);
-  if (t.dtype() != DataType::kString && dtype_packed_bits(t.dtype()) >= 8 &&
-      static_cast<size_t>(length) == t.nbytes()) {  // the common case: one read into the tensor
+  if (plain_bytes(t, static_cast<size_t>(length))) {  // the common case: one read into the tensor
     f.read(static_cast<char*>(t.raw()), length);
     if (!f) return IOError(what, ": cannot read external data from '", full.string(), "'");
     return Status::Ok();
@@ -490,7 +493,7 @@ Result<Tensor> convert_tensor(const onnx::TensorProto& p, const std::string& bas
           static_cast<uint64_t>(ref.length) > all.size() - static_cast<uint64_t>(ref.offset))
         return Internal(what, ": detached raw_data [", ref.offset, ", +", ref.length, ") is outside the model");
       std::string_view raw = all.substr(static_cast<size_t>(ref.offset), static_cast<size_t>(ref.length));
-      if (dt != DataType::kString && dtype_packed_bits(dt) >= 8 && raw.size() == t.nbytes()) {
+      if (plain_bytes(t, raw.size())) {
         if (!raw.empty()) detached->copies.push_back({raw.data(), raw.size(), t.raw()});
         return t;
       }
