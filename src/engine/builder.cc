@@ -249,6 +249,8 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
 
   // Profiles: checked against the model's inputs (and completed), stored with the memory they plan.
   KILN_ASSIGN_OR_RETURN(std::vector<Profile> profiles, validate_profiles(*model.graph, cfg.profiles));
+  if (int pinned = specialize_fixed_dims(*model.graph, profiles))
+    log("[kiln build] " + std::to_string(pinned) + " input dim(s) fixed by every profile: specialized");
   // Kernels are tuned and memory planned at profile 0's opt shapes. The engine holds one kernel per
   // layer for every profile, so tuning at each profile's opt shapes would only choose between them by
   // some average; the first profile is the one the user names first (put the common case there).

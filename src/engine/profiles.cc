@@ -1,6 +1,7 @@
 // Optimization profiles (see profiles.h).
 #include "engine/profiles.h"
 
+#include <optional>
 #include <set>
 
 #include "engine/engine_impl.h"
@@ -46,6 +47,33 @@ struct SymRange {
 std::string input_signature(const ir::Graph& g, const std::string& input) {
   const ir::ValueInfo* d = find_input(g, input);
   return d ? d->type.shape.str() : "?";
+}
+
+int specialize_fixed_dims(ir::Graph& g, const std::vector<Profile>& profiles) {
+  if (profiles.empty()) return 0;
+  int pinned = 0;
+  for (auto& in : g.inputs) {
+    if (!in.type.is_tensor() || !in.type.shape.rank_known) continue;
+    for (size_t d = 0; d < in.type.shape.dims.size(); ++d) {
+      if (in.type.shape.dims[d].known()) continue;
+      std::optional<int64_t> value;
+      bool fixed = true;
+      for (const Profile& p : profiles) {
+        auto it = p.inputs.find(in.name);
+        if (it == p.inputs.end() || d >= it->second.min.size() || d >= it->second.max.size() ||
+            it->second.min[d] != it->second.max[d] || (value && *value != it->second.min[d])) {
+          fixed = false;
+          break;
+        }
+        value = it->second.min[d];
+      }
+      if (fixed && value && *value >= 0) {
+        in.type.shape.dims[d] = Dim(*value);
+        ++pinned;
+      }
+    }
+  }
+  return pinned;
 }
 
 Result<std::vector<Profile>> validate_profiles(const ir::Graph& g, std::vector<Profile> profiles) {

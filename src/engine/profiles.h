@@ -22,6 +22,12 @@ struct EngineImpl;
 // Errors name the profile, the input, the dim (and its symbol) and the values.
 Result<std::vector<Profile>> validate_profiles(const ir::Graph& g, std::vector<Profile> profiles);
 
+// Pins the dims of graph inputs that every profile fixes (min = max, the same in all profiles) to
+// their value, as TensorRT specializes a network built for static shapes: shape computations over
+// them (Shape -> Gather -> Concat, Range, position buckets, pads derived from sizes) become
+// constants the passes fold. Returns how many dims it pinned; none without profiles.
+int specialize_fixed_dims(ir::Graph& g, const std::vector<Profile>& profiles);
+
 nlohmann::json profiles_to_json(const std::vector<Profile>& profiles);
 Result<std::vector<Profile>> profiles_from_json(const nlohmann::json& j);
 

@@ -4,7 +4,9 @@
 // FusedMatMul already made (e.g. by fuse_matmul_bias), as long as they have no activation yet.
 // Each becomes (or stays) the kiln.Fused* node and gains:
 //   - a residual: Add(y, r) with y the layer's output -> input 3 (Residual), for a layer with no
-//     residual yet, when the Add's output has y's shape (r does not broadcast y up);
+//     residual yet, when r and the Add's output have y's type (no broadcast either way: every
+//     tactic reads the residual as an output-shaped tensor, so a broadcast one, e.g. Swin's
+//     relative position bias once shapes are static, would leave the layer on its reference kernel);
 //   - an activation read from y: Relu, LeakyRelu, Sigmoid, Tanh, HardSwish, Clip with constant
 //     scalar bounds (or the opset < 11 attributes), Gelu (ONNX, or kiln.Gelu from fuse_gelu),
 //     and SiLU written as Mul(y, Sigmoid(y)).
@@ -112,7 +114,7 @@ bool try_activation(ir::Graph& g, const ir::UseIndex& uses, int ai) {
       int p = uses.producer(y);
       ir::Node f;
       if (p < 0 || !uses.single_use(y) || !as_fused(node(p), &f) || has_residual(f) ||
-          !fusion::same_type(g, a.outputs[0], y))
+          !fusion::same_type(g, a.outputs[0], y) || !fusion::same_type(g, a.inputs[1 - k], y))
         continue;
       f.inputs.resize(4);
       f.inputs[3] = a.inputs[1 - k];

@@ -39,6 +39,8 @@ Result<int> fold_constants(ir::Graph& g);
 Result<int> remove_dead_nodes(ir::Graph& g);
 Result<int> eliminate_common_subexpressions(ir::Graph& g);
 Result<int> remove_noop_ops(ir::Graph& g);
+Result<int> fold_pad_into_window(ir::Graph& g);  // in fold_pad.cc
+Result<int> prune_padding_taps(ir::Graph& g);
 Result<int> fold_batch_norm(ir::Graph& g);
 Result<int> fuse_gelu(ir::Graph& g);
 Result<int> fuse_layer_norm(ir::Graph& g);

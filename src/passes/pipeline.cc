@@ -12,7 +12,15 @@ const std::vector<PassInfo>& pipeline() {
       // later pattern relies on (it matches constants, not Constant nodes).
       {"fold_constants", fold_constants, "evaluate nodes whose inputs are known at build time"},
       {"remove_noop_ops", remove_noop_ops,
-       "drop Identity/Dropout/no-op Cast/Reshape/Transpose, merge Reshape and Transpose pairs"},
+       "drop Identity/Dropout/zero Pad/no-op Cast/Reshape/Transpose, merge Reshape and Transpose pairs"},
+      // After remove_noop_ops (all-zero Pads are gone) and before fold_batch_norm / fuse_activation,
+      // which turn Conv into kiln.FusedConv: both match the plain ONNX Conv / AveragePool.
+      {"fold_pad_into_window", fold_pad_into_window,
+       "zero constant Pad -> the pads of the Conv / AveragePool reading it"},
+      // After fold_pad_into_window (its pads count) and with shapes static (the builder pins the dims
+      // every profile fixes): which taps read only padding depends on the input size.
+      {"prune_padding_taps", prune_padding_taps,
+       "Conv taps that only ever read padding (dilation >= input size) -> a smaller kernel"},
       {"eliminate_common_subexpressions", eliminate_common_subexpressions, "merge nodes computing the same values"},
       // Before activation fusion: Conv -> BatchNorm -> Relu must become Conv -> Relu first.
       {"fold_batch_norm", fold_batch_norm, "fold BatchNormalization into Conv/Gemm weights, or lower it to Mul+Add"},

@@ -1,7 +1,7 @@
 // remove_noop_ops: removes nodes that compute nothing at inference time: Identity; Dropout in
-// inference mode (its mask unused); Cast to the dtype the input already has; Reshape whose static
-// output shape equals its input's; Transpose with the identity permutation. Collapses Reshape of a
-// Reshape into one Reshape (when the outer target has no 0 entries, which would copy dims from the
+// inference mode or with a constant ratio of 0 (its mask unused); Pad with all-zero pads; Cast to the dtype the input
+// already has; Reshape whose static output shape equals its input's; Transpose with the identity permutation. Collapses
+// Reshape of a Reshape into one Reshape (when the outer target has no 0 entries, which would copy dims from the
 // intermediate) and Transpose of a Transpose into one Transpose (or none).
 #include <numeric>
 
@@ -43,11 +43,34 @@ bool dropout_is_identity(const ir::Graph& g, const ir::UseIndex& uses, const ir:
   if (n.outputs.size() > 1 && !n.outputs[1].empty() &&
       (!uses.consumers(n.outputs[1]).empty() || uses.is_graph_output(n.outputs[1])))
     return false;
+  // A constant ratio of 0 drops nothing, even in training mode (torchvision's Swin calls
+  // F.dropout(attn, p=0.0) with training=True; the export keeps both as constants).
+  if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+    const Tensor* r = ir::constant_value(g, n.inputs[1]);
+    if (r && r->numel() == 1 && r->get_f64(0) == 0.0) return true;
+  }
   if (n.inputs.size() > 2 && !n.inputs[2].empty()) {  // training_mode must be a constant false
     const Tensor* t = ir::constant_value(g, n.inputs[2]);
     if (!t || t->numel() != 1 || t->get_i64(0) != 0) return false;
   }
   return n.attr_int("is_test", 1) != 0 || n.opset >= 7;  // opset < 7 with is_test=0 is training
+}
+
+// Pad whose pads are all zero (an attribute before opset 11, a constant input since): any mode.
+bool pad_is_identity(const ir::Graph& g, const ir::Node& n) {
+  std::vector<int64_t> pads;
+  if (n.opset < 11) {
+    pads = n.attr_ints("pads");
+  } else {
+    if (n.inputs.size() < 2 || n.inputs[1].empty()) return false;
+    const Tensor* t = ir::constant_value(g, n.inputs[1]);
+    if (!t) return false;
+    for (int64_t k = 0; k < t->numel(); ++k) pads.push_back(t->get_i64(k));
+  }
+  if (pads.empty()) return false;
+  for (int64_t p : pads)
+    if (p != 0) return false;
+  return true;
 }
 
 std::vector<int64_t> transpose_perm(const ir::Graph& g, const ir::Node& n) {
@@ -77,6 +100,8 @@ Result<int> remove_noop_ops(ir::Graph& g) {
         noop = true;
       } else if (n.op_type == "Dropout") {
         noop = dropout_is_identity(g, uses, n);
+      } else if (n.op_type == "Pad") {
+        noop = pad_is_identity(g, n);
       } else if (n.op_type == "Cast") {
         const ir::TypeInfo* t = type_of(g, n.inputs[0]);
         noop = t && t->is_tensor() && static_cast<int64_t>(t->elem) == n.attr_int("to", -1);
