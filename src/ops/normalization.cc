@@ -197,6 +197,29 @@ bool bn_spatial(const ir::Node& n) { return n.opset >= 9 || n.attr_int("spatial"
 
 Status infer_batch_norm(InferContext& ctx) {
   const SymShape& in = ctx.input_shape(0);
+  // The kernel's parameter-count check where the shapes are known, with its message: the engine
+  // (fold_batch_norm) must not broadcast a scale of length 1 over C channels that a run refuses.
+  if (in.rank_known && in.rank() < 2)
+    return ctx.error(str_cat("X must have rank >= 2 (N, C, ...), got ", in.str()));
+  if (in.rank_known) {
+    const bool spatial = bn_spatial(ctx.node);
+    int64_t nstat = 1;
+    bool known = true;
+    for (size_t i = 1; i < in.rank() && known; ++i)
+      if (i == 1 || !spatial) {
+        known = in.dims[i].known();
+        if (known && __builtin_mul_overflow(nstat, in.dims[i].value, &nstat)) known = false;
+      }
+    const char* names[] = {"X", "scale", "B", "mean", "var"};
+    for (size_t i = 1; i < 5 && known; ++i) {
+      const SymShape& p = ctx.input_shape(i);
+      if (!ctx.has_input(i) || !p.fully_known()) continue;
+      const Dims d = p.concrete();
+      if (dims_numel(d) != nstat)
+        return ctx.error(str_cat(names[i], " must have ", nstat, " elements (", spatial ? "channels" : "C x D1 x ...",
+                                 "), got ", dtype_name(ctx.input_dtype(i)), dims_str(d)));
+    }
+  }
   ctx.set_output(0, ctx.input_dtype(0), in);
   for (size_t o = 1; o < ctx.outputs.size(); ++o) {
     size_t src = o % 2 == 1 ? 3 : 4;  // mean-like outputs follow input 'mean', var-like 'var'

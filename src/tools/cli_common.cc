@@ -4,7 +4,9 @@
 
 #include "tools/commands.h"
 
+#include <cerrno>
 #include <cmath>
+#include <new>
 #include <cstdio>
 #include <random>
 
@@ -21,11 +23,49 @@ int exit_code_for(const Status& s) {
     case ErrorCode::kOk: return kExitOk;
     case ErrorCode::kUnsupported: return kExitUnsupported;
     case ErrorCode::kInternal: return kExitInternal;
+    case ErrorCode::kDeadlineExceeded: return kExitDeadline;
     default: return kExitInvalidInput;
   }
 }
 
 Status detail_status(const Error& e) { return detail::status_of(e); }
+
+CLI::Validator bounded(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        char* end = nullptr;
+        double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(v)) return "'" + text + "' is not a finite number";
+        if (v < lo || v > hi) return "value " + text + " is out of range: " + str_cat(lo) + " to " + str_cat(hi);
+        return std::string();
+      },
+      "in [" + str_cat(lo) + ", " + str_cat(hi) + "]");
+}
+
+void add_deadline_option(CLI::App* cmd, double& seconds) {
+  cmd->add_option("--deadline", seconds,
+                  "stop each run with a 'deadline exceeded' error (exit 6) once it has run SECONDS (checked between "
+                  "layers and Loop/Scan iterations)")
+      ->check(bounded(0, kMaxSeconds));
+}
+
+std::optional<std::chrono::steady_clock::time_point> deadline_after(double seconds) {
+  if (!(seconds > 0)) return std::nullopt;
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+Result<int64_t> checked_numel(const Dims& d, const std::string& what) {
+  int64_t n = 1, bytes = 0;
+  for (int64_t x : d) {
+    if (x < 0) return InvalidArgument(what, ": negative dimension ", x);
+    if (__builtin_mul_overflow(n, x, &n))
+      return InvalidArgument(what, ": shape ", dims_str(d), " has more elements than a 64-bit count holds");
+  }
+  if (__builtin_mul_overflow(n, int64_t{16}, &bytes))
+    return InvalidArgument(what, ": shape ", dims_str(d), " has ", n, " elements, more than a 64-bit byte size holds");
+  return n;
+}
 
 int report_error(const Status& s) {
   std::fprintf(stderr, "kiln: error: %s\n", s.to_string().c_str());
@@ -62,7 +102,14 @@ Status fill_random_inputs(const ir::Graph& g, uint64_t seed, const std::map<std:
     } else {
       for (const auto& dim : in.type.shape.dims) d.push_back(dim.known() ? dim.value : 1);
     }
-    Tensor t(in.type.elem, d);
+    KILN_RETURN_IF_ERROR(checked_numel(d, "random input '" + in.name + "'").status());
+    Tensor t;
+    try {
+      t = Tensor(in.type.elem, d);
+    } catch (const std::bad_alloc&) {
+      return OutOfRange("random input '", in.name, "' of shape ", dims_str(d), " (", dims_numel(d), " elements of ",
+                        dtype_name(in.type.elem), ") does not fit in memory; give smaller --shapes");
+    }
     std::uniform_real_distribution<double> uf(-1.0, 1.0);
     std::uniform_int_distribution<int64_t> ui(0, 9);
     for (int64_t i = 0; i < t.numel(); ++i) {
@@ -97,13 +144,16 @@ Result<std::map<std::string, Dims>> parse_shapes(const std::string& spec) {
       size_t x = dims.find('x', q);
       std::string num = dims.substr(q, x == std::string::npos ? std::string::npos : x - q);
       char* end = nullptr;
+      errno = 0;
       long long v = std::strtoll(num.c_str(), &end, 10);
-      if (num.empty() || *end != '\0' || v < 0)
+      if (num.empty() || *end != '\0' || v < 0 || !std::isdigit(static_cast<unsigned char>(num[0])))
         return InvalidArgument("shape '", item, "': '", num, "' is not a dimension");
+      if (errno == ERANGE) return InvalidArgument("shape '", item, "': dimension '", num, "' is too large");
       d.push_back(v);
       if (x == std::string::npos) break;
       q = x + 1;
     }
+    KILN_RETURN_IF_ERROR(checked_numel(d, "shape '" + item + "'").status());
     out[item.substr(0, colon)] = d;
   }
   return out;
