@@ -261,7 +261,10 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
       auto typed = infer_at(*model.graph, at);
       if (!typed.ok())
         return typed.status().with_context("profile " + std::to_string(i) + " '" + profiles[i].name + "' at its " +
-                                           (which == 0 ? "min" : which == 1 ? "opt" : "max") + " shapes: ");
+                                           (which == 0   ? "min"
+                                            : which == 1 ? "opt"
+                                                         : "max") +
+                                           " shapes: ");
     }
   // Kernels are tuned and memory planned at profile 0's opt shapes. The engine holds one kernel per
   // layer for every profile, so tuning at each profile's opt shapes would only choose between them by

@@ -199,8 +199,7 @@ Status infer_batch_norm(InferContext& ctx) {
   const SymShape& in = ctx.input_shape(0);
   // The kernel's parameter-count check where the shapes are known, with its message: the engine
   // (fold_batch_norm) must not broadcast a scale of length 1 over C channels that a run refuses.
-  if (in.rank_known && in.rank() < 2)
-    return ctx.error(str_cat("X must have rank >= 2 (N, C, ...), got ", in.str()));
+  if (in.rank_known && in.rank() < 2) return ctx.error(str_cat("X must have rank >= 2 (N, C, ...), got ", in.str()));
   if (in.rank_known) {
     const bool spatial = bn_spatial(ctx.node);
     int64_t nstat = 1;

@@ -211,7 +211,8 @@ Status reshape_infer(InferContext& ctx) {
   // With every dim known, the kernel's count checks hold now: a build refuses what a run would
   // (with the kernel's message).
   bool all_known = in.fully_known();
-  for (size_t i = 0; i < out.size() && all_known; ++i) all_known = static_cast<int64_t>(i) == infer_at || out[i].known();
+  for (size_t i = 0; i < out.size() && all_known; ++i)
+    all_known = static_cast<int64_t>(i) == infer_at || out[i].known();
   if (all_known) {
     const std::string x = str_cat(dtype_name(dt), dims_str(in.concrete()));
     int64_t n_in = 1, n_out = 1;

@@ -351,8 +351,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure latency and throughput of a model or engine (trtexec-like)");
   cmd->add_option("model", o->model, "model.onnx (built in memory) or model.kiln")->required();
-  cmd->add_option("--shapes", o->in.shapes,
-                  "input shapes NAME:1x3x224x224,... (also the build profile for .onnx)");
+  cmd->add_option("--shapes", o->in.shapes, "input shapes NAME:1x3x224x224,... (also the build profile for .onnx)");
   add_input_options(cmd, o->in, /*with_shapes=*/false);
   cmd->add_option("--min-shapes", o->min_shapes, ".onnx: smallest shapes of the build profile");
   cmd->add_option("--opt-shapes", o->opt_shapes, ".onnx: shapes to tune for");

@@ -6,8 +6,8 @@
 
 #include <cerrno>
 #include <cmath>
-#include <new>
 #include <cstdio>
+#include <new>
 #include <random>
 
 #include "core/npy.h"

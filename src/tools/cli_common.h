@@ -26,9 +26,9 @@ constexpr int kExitDeadline = 6;  // a run passed its --deadline
 
 // Bounds of the flags that size a run's resources: beyond them libgomp or the thread library abort,
 // or the process just runs out of memory.
-constexpr int kMaxThreads = 1024;             // --threads
-constexpr int kMaxStreams = 256;              // bench --streams: one thread and one context each
-constexpr int kMaxIterations = 1000000000;    // bench --iterations, --warmup
+constexpr int kMaxThreads = 1024;              // --threads
+constexpr int kMaxStreams = 256;               // bench --streams: one thread and one context each
+constexpr int kMaxIterations = 1000000000;     // bench --iterations, --warmup
 constexpr double kMaxSeconds = 7 * 24 * 3600;  // --duration, --warmup-ms (as seconds), --deadline
 
 // A CLI11 check: a finite number in [lo, hi] (NaN and inf are refused; CLI11's Range lets NaN pass).

@@ -21,9 +21,9 @@
 #include "engine/engine_impl.h"
 #include "ir/rewrite.h"
 #include "onnx/importer.h"
+#include "ops/deadline.h"
 #include "ops/interpreter.h"
 #include "ops/kiln_layout.h"
-#include "ops/deadline.h"
 #include "tools/commands.h"
 #include "tools/inputs.h"
 
@@ -66,10 +66,9 @@ struct CompareOptions {
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CompareOptions, model, ref, test, engine_file, min_shapes, opt_shapes,
                                                 max_shapes, build_shapes, disabled_passes, workspace_mb, inputs,
-                                                input_files, shapes, seed, input_ranges, random_inputs, save_inputs, atol,
-                                                rtol,
-                                                rel_floor, check_error_stat, top_k, classifiers, thresholds, worst,
-                                                find_divergence)
+                                                input_files, shapes, seed, input_ranges, random_inputs, save_inputs,
+                                                atol, rtol, rel_floor, check_error_stat, top_k, classifiers, thresholds,
+                                                worst, find_divergence)
 
 constexpr double kDefaultAtol = 1e-4, kDefaultRtol = 1e-3;
 constexpr const char* kPercentiles[] = {"p50", "p90", "p99", "p99.9", "max"};

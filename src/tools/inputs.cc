@@ -114,8 +114,8 @@ Result<LoadedInputs> load_inputs(const InputOptions& o, const ir::Graph& g,
       for (auto& [name, t] : entries) {
         const ir::ValueInfo* decl = decl_of(name);
         if (!decl)
-          return InvalidArgument("'", o.inputs, "' has '", name, "', which is not an input of the model (its inputs: ",
-                                 input_list(g), ")");
+          return InvalidArgument("'", o.inputs, "' has '", name,
+                                 "', which is not an input of the model (its inputs: ", input_list(g), ")");
         inputs[decl->name] = ops::Value(std::move(t));
       }
     }
@@ -125,8 +125,8 @@ Result<LoadedInputs> load_inputs(const InputOptions& o, const ir::Graph& g,
     if (eq == std::string::npos || eq == 0) return InvalidArgument("--input '", spec, "' must look like NAME=FILE");
     const ir::ValueInfo* decl = decl_of(spec.substr(0, eq));
     if (!decl)
-      return InvalidArgument("--input: '", spec.substr(0, eq), "' is not an input of the model (its inputs: ",
-                             input_list(g), ")");
+      return InvalidArgument("--input: '", spec.substr(0, eq),
+                             "' is not an input of the model (its inputs: ", input_list(g), ")");
     KILN_ASSIGN_OR_RETURN(ops::Value v, read_value_file(spec.substr(eq + 1), &decl->type));
     inputs[decl->name] = std::move(v);
   }
@@ -153,8 +153,7 @@ Result<LoadedInputs> load_inputs(const InputOptions& o, const ir::Graph& g,
     KILN_ASSIGN_OR_RETURN(auto given_shapes, parse_shapes(o.shapes));
     for (const auto& [name, d] : given_shapes) {
       if (!decl_of(name))
-        return InvalidArgument("--shapes: '", name, "' is not an input of the model (its inputs: ", input_list(g),
-                               ")");
+        return InvalidArgument("--shapes: '", name, "' is not an input of the model (its inputs: ", input_list(g), ")");
       shapes[name] = d;
     }
   }
@@ -163,8 +162,8 @@ Result<LoadedInputs> load_inputs(const InputOptions& o, const ir::Graph& g,
     KILN_ASSIGN_OR_RETURN(InputRange r, parse_input_range(spec));
     const ir::ValueInfo* decl = decl_of(r.name);
     if (!decl)
-      return InvalidArgument("--input-range: '", r.name, "' is not an input of the model (its inputs: ",
-                             input_list(g), ")");
+      return InvalidArgument("--input-range: '", r.name, "' is not an input of the model (its inputs: ", input_list(g),
+                             ")");
     r.name = decl->name;
     if (inputs.count(r.name))
       return InvalidArgument("--input-range '", spec, "': input '", r.name,
@@ -182,9 +181,9 @@ Result<LoadedInputs> load_inputs(const InputOptions& o, const ir::Graph& g,
       const Tensor& t = inputs[name].tensor;
       std::string range = dtype_is_float(t.dtype()) ? "[-1, 1]" : t.dtype() == DataType::kBool ? "{0, 1}" : "0..9";
       for (const auto& r : ranges)
-        if (r.name == name) range = (dtype_is_float(t.dtype()) ? "[" : "") + str_cat(r.lo) +
-                                    (dtype_is_float(t.dtype()) ? ", " : "..") + str_cat(r.hi) +
-                                    (dtype_is_float(t.dtype()) ? "]" : "");
+        if (r.name == name)
+          range = (dtype_is_float(t.dtype()) ? "[" : "") + str_cat(r.lo) + (dtype_is_float(t.dtype()) ? ", " : "..") +
+                  str_cat(r.hi) + (dtype_is_float(t.dtype()) ? "]" : "");
       list += (list.empty() ? "" : ", ") + name + " " + dims_str(t.shape()) + " " + dtype_name(t.dtype()) + " " + range;
     }
     std::fprintf(stderr, "kiln: note: random inputs (seed %llu): %s%s\n", static_cast<unsigned long long>(o.seed),

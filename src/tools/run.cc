@@ -6,8 +6,8 @@
 #include "core/npy.h"
 #include "engine/engine_impl.h"
 #include "onnx/importer.h"
-#include "ops/interpreter.h"
 #include "ops/deadline.h"
+#include "ops/interpreter.h"
 #include "tools/commands.h"
 #include "tools/inputs.h"
 

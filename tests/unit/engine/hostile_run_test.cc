@@ -196,21 +196,28 @@ TEST(BuildValidates, ABuildAtTheProfileShapesRefusesWhatARunRefuses) {
     const char* fragment;
   };
   std::vector<Case> cases = {
-      {"Reshape count", {-1, 2}, {2, 2},
+      {"Reshape count",
+       {-1, 2},
+       {2, 2},
        [](GraphBuilder& b) {
          b.init("sh", Tensor::from_vector<int64_t>(DataType::kInt64, {2}, {3, 3}));
          b.node("Reshape", {"x", "sh"}, {"y"});
        },
        "cannot reshape float32[2,2] (4 elements) to [3,3] (9 elements)"},
-      {"BatchNormalization scale length", {1, -1, 2, 2}, {1, 3, 2, 2},
+      {"BatchNormalization scale length",
+       {1, -1, 2, 2},
+       {1, 3, 2, 2},
        [](GraphBuilder& b) {
          b.init("s", testing::random_tensor({1}, 2)).init("bb", testing::random_tensor({3}, 3));
          b.init("m", testing::random_tensor({3}, 4)).init("v", testing::random_tensor({3}, 5));
          b.node("BatchNormalization", {"x", "s", "bb", "m", "v"}, {"y"});
        },
        "scale must have 3 elements (channels), got float32[1]"},
-      {"DFT of an empty signal", {1, -1, 1}, {1, 0, 1},
-       [](GraphBuilder& b) { b.node("DFT", {"x"}, {"y"}); }, "dft_length must be in [1, "},
+      {"DFT of an empty signal",
+       {1, -1, 1},
+       {1, 0, 1},
+       [](GraphBuilder& b) { b.node("DFT", {"x"}, {"y"}); },
+       "dft_length must be in [1, "},
   };
   for (const auto& c : cases) {
     GraphBuilder b(c.what[0] == 'D' ? 17 : 13);
