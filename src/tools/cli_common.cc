@@ -77,11 +77,14 @@ Result<ops::Value> read_value_file(const std::string& path, const ir::TypeInfo* 
     size_t n = std::strlen(suf);
     return path.size() >= n && path.compare(path.size() - n, n, suf) == 0;
   };
-  if (ends_with(".npy")) {
-    KILN_ASSIGN_OR_RETURN(Tensor t, read_npy(path));
-    return ops::Value(std::move(t));
-  }
-  return onnx_import::read_value_pb(path, expected);
+  // A reader that throws (an allocation a hostile header asks for) still names the file.
+  return detail::guarded("reading '" + path + "'", [&]() -> Result<ops::Value> {
+    if (ends_with(".npy")) {
+      KILN_ASSIGN_OR_RETURN(Tensor t, read_npy(path));
+      return ops::Value(std::move(t));
+    }
+    return onnx_import::read_value_pb(path, expected);
+  });
 }
 
 Status fill_random_inputs(const ir::Graph& g, uint64_t seed, const std::map<std::string, Dims>& shapes,

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/npy.h"
+#include "engine/engine_impl.h"
 #include "tools/cli_common.h"
 
 namespace kiln::tools {
@@ -110,7 +111,8 @@ Result<LoadedInputs> load_inputs(const InputOptions& o, const ir::Graph& g,
         inputs[decl->name] = std::move(v);
       }
     } else {
-      KILN_ASSIGN_OR_RETURN(auto entries, read_npz(o.inputs));
+      KILN_ASSIGN_OR_RETURN(auto entries,
+                            detail::guarded("reading '" + o.inputs + "'", [&] { return read_npz(o.inputs); }));
       for (auto& [name, t] : entries) {
         const ir::ValueInfo* decl = decl_of(name);
         if (!decl)

@@ -37,9 +37,7 @@ EXPECTED_FAILURES = {
     "input_is_fifo": "files: opening a FIFO blocks (item 1: O_NONBLOCK + fstat)",
     "sparse_indices_shorter_than_values": "files: sparse indices are not checked against values (item 2)",
     "engine_4gib_sparse_file": "files: the whole file is copied before its magic is checked (item 2)",
-    "npy_declares_1e12_elements": "files: 'out of memory' names neither the file nor the bytes (item 2)",
     "npy_numel_overflow": "files: the .npy element count is not overflow-checked (item 2)",
-    "npz_member_declares_1e12_elements": "files: member size not checked against its header (item 2)",
 }
 
 shutil.rmtree(WORK, ignore_errors=True)
@@ -309,7 +307,7 @@ cases = [
     ("engine_4gib_sparse_file", ["run", path("sparse4g.kiln")], INVALID, "not a kiln engine file"),
     ("engine_header_deep_json", ["run", path("deep_header.kiln")], INVALID, "engine header is malformed"),
     ("model_truncated", ["run", path("truncated.onnx")], INVALID, "truncated.onnx"),
-    ("npy_declares_1e12_elements", ["run", dyn, "--input", "x=" + path("huge.npy")], INVALID, "huge.npy"),
+    ("npy_declares_1e12_elements", ["run", dyn, "--input", "x=" + path("huge.npy")], INVALID, "reading '"),
     ("npy_numel_overflow", ["run", dyn, "--input", "x=" + path("overflow.npy")], INVALID, "6148914691236517206"),
     ("npz_member_declares_1e12_elements", ["run", dyn, "--inputs", path("bomb.npz")], INVALID, "bomb.npz"),
     ("external_data_symlink_outside", ["run", path("ext/model.onnx"), "--input", "a=" + path("a.npy")], INVALID,
