@@ -222,6 +222,14 @@ sp_model.graph.sparse_initializer.append(helper.make_sparse_tensor(
     numpy_helper.from_array(np.ones(4, np.float32), "b"), numpy_helper.from_array(np.array([0], np.int64), ""), [2, 3]))
 onnx.save(sp_model, path("sparse_short.onnx"))
 
+with open(path("garbage.pb"), "wb") as f:
+    f.write(b"\xff" * 64)
+os.makedirs(path("in_dir"), exist_ok=True)  # a directory of inputs with a file that names no input
+np.save(path("in_dir/a.npy"), np.ones((2, 3), np.float32))
+np.save(path("in_dir/zz.npy"), np.ones((2, 3), np.float32))
+os.makedirs(path("bundle_bad"), exist_ok=True)
+with open(path("bundle_bad/bundle.json"), "w") as f:
+    f.write('{"options": {"model": 7, "seed": "x"}}')  # fields of the wrong JSON type
 out_is_file = path("out_is_file")
 with open(out_is_file, "w") as f:
     f.write("not a directory")
@@ -276,6 +284,16 @@ cases = [
     ("threads_negative", ["run", add2, "--threads", "-5"], USAGE, "out of range"),
     ("deadline_negative", ["run", add2, "--deadline", "-1"], USAGE, "out of range"),
     ("deadline_nan", ["run", add2, "--deadline", "nan"], USAGE, "not a finite number"),
+    ("shapes_empty_dims", ["run", dyn, "--shapes", "x:1xx3"], INVALID, "is not a dimension"),
+    ("shapes_no_name", ["run", dyn, "--shapes", ":1x3"], INVALID, "must look like NAME:1x3x224x224"),
+    ("shapes_plus_sign", ["run", dyn, "--shapes", "x:+1x3"], INVALID, "is not a dimension"),
+    ("input_pb_garbage", ["run", add2, "--input", "a=" + path("garbage.pb"), "--input", "b=" + path("a.npy")], INVALID,
+     "garbage.pb"),
+    ("inputs_dir_names_no_input", ["run", add2, "--inputs", path("in_dir")], INVALID, "zz.npy' names no input"),
+    ("save_outputs_into_missing_dir", ["run", add2, "--save-outputs", path("no/such/dir/o.npz")], INVALID,
+     "no/such/dir/o.npz"),
+    ("replay_without_bundle", ["compare", "--replay", path("in_dir")], INVALID, "bundle.json' not found"),
+    ("replay_bundle_wrong_types", ["compare", "--replay", path("bundle_bad")], INVALID, "malformed JSON"),
     ("output_dir_is_a_file", ["run", add2, "--output-dir", out_is_file], INVALID, "exists and is not a directory"),
     ("missing_model_file", ["run", path("nope.onnx")], INVALID, "nope.onnx"),
     # bounded execution
