@@ -145,6 +145,44 @@ branch2 = helper.make_graph([helper.make_node("Identity", ["x"], ["o1"]), helper
 if_more = save_model([helper.make_node("If", ["cond"], ["y"], then_branch=branch2, else_branch=branch2)],
                      [vi("cond", B, []), vi("x", F, [1])], [vi("y", F, [1])], "if_branch_more_outputs")
 
+# Ops whose kernel refuses what a build used to accept (the engine then failed at run, or fused it away).
+N = helper.make_node
+x4 = [vi("x", F, [1, 3, 4, 4])]
+agree = [  # (name, model, fragment of the kernel's message)
+    ("conv_bias_length", save_model([N("Conv", ["x", "w", "b"], ["y"])], x4, [vi("y", F, None)], "conv_bias",
+                                    [const("w", np.ones((4, 3, 3, 3), np.float32)), const("b", np.ones(2, np.float32))]),
+     "bias B float32[2] must be 1-D of 4 elements"),
+    ("gemm_bias_broadcast", save_model([N("Gemm", ["x", "w", "b"], ["y"], transB=1)], [vi("x", F, [2, 8])],
+                                       [vi("y", F, None)], "gemm_bias",
+                                       [const("w", np.ones((4, 8), np.float32)), const("b", np.ones(3, np.float32))]),
+     "C float32[3] cannot be broadcast to the output [2,4]"),
+    ("layernorm_scale", save_model([N("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)], [vi("x", F, [2, 8])],
+                                   [vi("y", F, None)], "layernorm_scale",
+                                   [const("s", np.ones(3, np.float32)), const("b", np.ones(8, np.float32))], opset=17),
+     "Scale float32[3] cannot be broadcast to [8]"),
+    ("instancenorm_scale", save_model([N("InstanceNormalization", ["x", "s", "b"], ["y"])], x4, [vi("y", F, None)],
+                                      "instancenorm_scale",
+                                      [const("s", np.ones(1, np.float32)), const("b", np.ones(3, np.float32))]),
+     "scale and bias must have 3 (channels) elements"),
+    ("groupnorm_groups", save_model([N("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)], x4,
+                                    [vi("y", F, None)], "groupnorm_groups",
+                                    [const("s", np.ones(3, np.float32)), const("b", np.ones(3, np.float32))], opset=21),
+     "num_groups 2 must be positive and divide the channel count 3"),
+    ("prelu_slope", save_model([N("PRelu", ["x", "s"], ["y"])], x4, [vi("y", F, None)], "prelu_slope",
+                               [const("s", np.ones(2, np.float32))]), "slope [2] does not broadcast onto X [1,3,4,4]"),
+    ("lrn_size_0", save_model([N("LRN", ["x"], ["y"], size=0)], x4, [vi("y", F, None)], "lrn_size0"),
+     "size must be positive, got 0"),
+    ("matmul_batch_broadcast", save_model([N("MatMul", ["x", "w"], ["y"])], [vi("x", F, [2, 3, 4])], [vi("y", F, None)],
+                                          "matmul_batch", [const("w", np.ones((5, 4, 2), np.float32))]),
+     "cannot be broadcast (dim 0: 2 vs 5)"),
+    ("range_delta_0", save_model([N("Range", ["s", "l", "d"], ["y"])], [], [vi("y", F, None)], "range_delta0",
+                                 [const("s", np.float32(0)), const("l", np.float32(5)), const("d", np.float32(0))]),
+     "invalid range: start 0, limit 5, delta 0"),
+    ("onehot_depth_0", save_model([N("OneHot", ["i", "d", "v"], ["y"])], [vi("i", I64, [3])], [vi("y", F, None)],
+                                  "onehot_depth0", [const("d", np.array([0], np.int64)), const("v", np.array([0, 1], np.float32))]),
+     "depth must be a positive number, got 0"),
+]
+
 # ---- files
 
 with open(path("garbage.kiln"), "wb") as f:
@@ -320,6 +358,8 @@ cases = [
     ("batchnorm_scale1_run", ["run", bn_bad], INVALID, "scale must have 3 elements (channels)"),
     ("conv_batchnorm_scale1_build", ["build", bn_conv, "-o", path("r.kiln")], INVALID, "scale must have 3 elements"),
     ("if_branch_more_outputs", ["run", if_more], INVALID, "then_branch has 2 outputs, the node 1"),
+] + [(name + "_" + cmd, [cmd, model] + (["-o", path("agree.kiln")] if cmd == "build" else []), INVALID, fragment)
+      for name, model, fragment in agree for cmd in ("run", "build")] + [
     # files
     ("engine_random_bytes", ["run", path("garbage.kiln")], INVALID, "not a kiln engine file"),
     ("engine_4gib_sparse_file", ["run", path("sparse4g.kiln")], INVALID, "not a kiln engine file"),
