@@ -356,7 +356,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--min-shapes", o->min_shapes, ".onnx: smallest shapes of the build profile");
   cmd->add_option("--opt-shapes", o->opt_shapes, ".onnx: shapes to tune for");
   cmd->add_option("--max-shapes", o->max_shapes, ".onnx: largest shapes of the build profile");
-  cmd->add_option("--batch", o->batch, "first dim of every input whose first dim is dynamic (not given by --shapes)");
+  cmd->add_option("--batch", o->batch, "first dim of every input whose first dim is dynamic (not given by --shapes)")
+      ->check(bounded(1, 1 << 30));
   cmd->add_option("--warmup", o->warmup, "warm-up runs per stream, excluded from statistics (default 1)")
       ->check(bounded(0, kMaxIterations));
   cmd->add_option("--warmup-ms", o->warmup_ms, "keep warming up for at least this long, ms (default 200)")

@@ -4,6 +4,8 @@
 
 #include "tools/commands.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -105,7 +107,16 @@ Status fill_random_inputs(const ir::Graph& g, uint64_t seed, const std::map<std:
     } else {
       for (const auto& dim : in.type.shape.dims) d.push_back(dim.known() ? dim.value : 1);
     }
-    KILN_RETURN_IF_ERROR(checked_numel(d, "random input '" + in.name + "'").status());
+    KILN_ASSIGN_OR_RETURN(int64_t numel, checked_numel(d, "random input '" + in.name + "'"));
+    // Random inputs larger than half the machine's memory only end in the OOM killer (the run needs
+    // its outputs and activations too): refuse them with the sizes.
+    const double bytes =
+        static_cast<double>(numel) * static_cast<double>(std::max<size_t>(dtype_size(in.type.elem), 1));
+    const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    if (phys > 0 && bytes > phys / 2)
+      return OutOfRange("random input '", in.name, "' of shape ", dims_str(d), " needs ",
+                        static_cast<int64_t>(bytes / (1 << 20)), " MiB, more than half of this machine's memory (",
+                        static_cast<int64_t>(phys / (1 << 20)), " MiB); give smaller --shapes / --batch");
     Tensor t;
     try {
       t = Tensor(in.type.elem, d);
