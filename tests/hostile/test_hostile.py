@@ -35,6 +35,7 @@ EXPECTED_FAILURES = {
     "external_data_symlinked_dir": "files: a symlinked sub-folder is followed (item 1)",
     "external_data_is_directory": "files: reported as 'needs more memory' (item 1, misleading message)",
     "input_is_fifo": "files: opening a FIFO blocks (item 1: O_NONBLOCK + fstat)",
+    "nested_ifs_200": "files: protobuf's recursion limit reads as 'truncated or corrupted file?' (item 5, message)",
     "sparse_indices_shorter_than_values": "files: sparse indices are not checked against values (item 2)",
     "engine_4gib_sparse_file": "files: the whole file is copied before its magic is checked (item 2)",
     "npy_numel_overflow": "files: the .npy element count is not overflow-checked (item 2)",
@@ -109,6 +110,19 @@ def nested_loops(depth):
 
 
 nested60 = nested_loops(60)
+
+
+def nested_ifs(depth):
+    """If inside the then-branch of an If, `depth` deep (protobuf nests ~4 messages a level)."""
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["o%d" % depth])], "leaf", [], [vi("o%d" % depth, F, [1])])
+    for d in range(depth - 1, -1, -1):
+        e = helper.make_graph([helper.make_node("Identity", ["x"], ["e%d" % d])], "e%d" % d, [], [vi("e%d" % d, F, [1])])
+        g = helper.make_graph([helper.make_node("If", ["c"], ["o%d" % d], then_branch=g, else_branch=e)], "g%d" % d, [],
+                              [vi("o%d" % d, F, [1])])
+    return save_model(list(g.node), [vi("c", B, []), vi("x", F, [1])], [vi("o0", F, [1])], "nested_ifs_%d" % depth)
+
+
+nested_if200 = nested_ifs(200)
 np.save(path("zero1.npy"), np.zeros(1, np.float32))
 
 
@@ -345,6 +359,7 @@ cases = [
                                   "--iterations", "1", "--duration", "0"], DEADLINE, "the run passed its deadline"),
     ("loop_1e18_compare_engine_deadline", ["compare", forever, "--deadline", "1"], DEADLINE, "deadline exceeded"),
     ("nested_loops_60_run", ["run", nested60, "--input", "x=" + path("zero1.npy")], OK, "min 3 max 3 mean 3"),
+    ("nested_ifs_200", ["run", nested_if200], INVALID, "nesting"),
     ("nested_loops_60_build", ["build", nested60, "-o", path("nested60.kiln")], OK, "[kiln build] wrote"),
     # build validates what run validates (the same message both ways)
     ("resize_scales_nan_build", ["build", resize_nan, "-o", path("r.kiln")], INVALID, "scales value nan must be positive and finite"),
