@@ -11,6 +11,7 @@
 /// Errors are thrown as kiln::Error with a category; messages name the node, the values and the fix.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -22,7 +23,16 @@
 namespace kiln {
 
 /// Error categories; the CLI maps them to exit codes (see README).
-enum class ErrorCategory { kInvalidArgument, kInvalidModel, kUnsupported, kNotFound, kIOError, kOutOfRange, kInternal };
+enum class ErrorCategory {
+  kInvalidArgument,
+  kInvalidModel,
+  kUnsupported,
+  kNotFound,
+  kIOError,
+  kOutOfRange,
+  kInternal,
+  kDeadlineExceeded,  ///< a run passed its deadline (ExecutionContext::set_deadline)
+};
 
 /// The exception every public entry point throws.
 class Error : public std::runtime_error {
@@ -164,6 +174,11 @@ class ExecutionContext {
   /// far, with -1 for dims that depend on data (NonZero, NonMaxSuppression, Unique, TopK with a runtime k).
   std::vector<int64_t> output_shape(const std::string& name) const;
   void run();
+  /// Every later run() stops with ErrorCategory::kDeadlineExceeded once this time has passed: checked
+  /// between layers and between the iterations of Loop and Scan (a Loop with 10^18 trips is stoppable).
+  /// The work of a single layer is not interrupted.
+  void set_deadline(std::chrono::steady_clock::time_point deadline);
+  void clear_deadline();
   HostTensor output(const std::string& name) const;  ///< valid until the next run()
   std::vector<std::string> output_names() const;
   /// Peak bytes of planned activation memory used by the last run.

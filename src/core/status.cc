@@ -12,6 +12,7 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kIOError: return "I/O error";
     case ErrorCode::kOutOfRange: return "out of range";
     case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kDeadlineExceeded: return "deadline exceeded";
   }
   return "unknown error";
 }

@@ -20,6 +20,9 @@ enum class ErrorCode {
   kIOError,          // reading or writing failed
   kOutOfRange,       // shape outside a profile, index out of bounds
   kInternal,         // a bug in kiln
+  // A run stopped at its deadline (ExecutionContext::set_deadline, --deadline): neither the input's
+  // fault nor a bug, and worth telling apart (a caller may retry with more time).
+  kDeadlineExceeded,
 };
 
 const char* error_code_name(ErrorCode code);
@@ -77,6 +80,10 @@ Status IOError(Args&&... args) {
 template <typename... Args>
 Status OutOfRange(Args&&... args) {
   return Status(ErrorCode::kOutOfRange, str_cat(std::forward<Args>(args)...));
+}
+template <typename... Args>
+Status DeadlineExceeded(Args&&... args) {
+  return Status(ErrorCode::kDeadlineExceeded, str_cat(std::forward<Args>(args)...));
 }
 template <typename... Args>
 Status Internal(Args&&... args) {

@@ -25,6 +25,7 @@ constexpr std::pair<ErrorCode, ErrorCategory> kErrorMap[] = {
     {ErrorCode::kNotFound, ErrorCategory::kNotFound},
     {ErrorCode::kIOError, ErrorCategory::kIOError},
     {ErrorCode::kOutOfRange, ErrorCategory::kOutOfRange},
+    {ErrorCode::kDeadlineExceeded, ErrorCategory::kDeadlineExceeded},
 };
 }  // namespace
 
@@ -249,6 +250,24 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
 
   // Profiles: checked against the model's inputs (and completed), stored with the memory they plan.
   KILN_ASSIGN_OR_RETURN(std::vector<Profile> profiles, validate_profiles(*model.graph, cfg.profiles));
+  // Build validates what run validates: the model as imported is inferred at every profile's min, opt
+  // and max shapes before the passes rewrite it (fold_batch_norm would hide a BatchNormalization the
+  // interpreter refuses), so an op check that a run at those shapes would fail fails the build, with
+  // the message of the op's shape inference (which repeats its kernel's checks).
+  for (size_t i = 0; i < profiles.size(); ++i)
+    for (int which = 0; which < 3; ++which) {
+      std::map<std::string, Dims> at;
+      for (const auto& [name, r] : profiles[i].inputs) at[name] = which == 0 ? r.min : which == 1 ? r.opt : r.max;
+      auto typed = infer_at(*model.graph, at);
+      if (!typed.ok())
+        return typed.status().with_context("profile " + std::to_string(i) + " '" + profiles[i].name + "' at its " +
+                                           (which == 0   ? "min"
+                                            : which == 1 ? "opt"
+                                                         : "max") +
+                                           " shapes: ");
+    }
+  // After the validation (which sees the model as the user declared it): dims every profile fixes
+  // become constants, so the passes fold the shape arithmetic over them.
   if (int pinned = specialize_fixed_dims(*model.graph, profiles))
     log("[kiln build] " + std::to_string(pinned) + " input dim(s) fixed by every profile: specialized");
   // Kernels are tuned and memory planned at profile 0's opt shapes. The engine holds one kernel per
@@ -326,20 +345,24 @@ Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderC
 
 Builder::Builder(BuilderConfig config) : config_(std::move(config)) {}
 
-std::shared_ptr<Engine> Builder::build_from_file(const std::string& onnx_path) const {
+std::shared_ptr<Engine> Builder::build_from_file(const std::string& onnx_path) const try {
   auto m = onnx_import::load_model(onnx_path);
   if (!m.ok()) detail::throw_error(m.status());
   auto e = detail::build_engine(std::move(m).value(), config_);
   if (!e.ok()) detail::throw_error(e.status());
   return std::make_shared<Engine>(std::move(e).value());
+} catch (...) {
+  detail::rethrow_as_error("building an engine from '" + onnx_path + "'");
 }
 
-std::shared_ptr<Engine> Builder::build_from_memory(const std::string& onnx_bytes) const {
+std::shared_ptr<Engine> Builder::build_from_memory(const std::string& onnx_bytes) const try {
   auto m = onnx_import::parse_model(onnx_bytes, "");
   if (!m.ok()) detail::throw_error(m.status());
   auto e = detail::build_engine(std::move(m).value(), config_);
   if (!e.ok()) detail::throw_error(e.status());
   return std::make_shared<Engine>(std::move(e).value());
+} catch (...) {
+  detail::rethrow_as_error("building an engine from memory");
 }
 
 const char* version() { return KILN_VERSION; }

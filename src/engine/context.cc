@@ -24,6 +24,7 @@ struct ContextImpl {
   size_t arena_capacity = 0;
   ShapeState shape_state;  // declared shapes and profile choice (profiles.cc)
   LayerTimer layer_timer;  // kiln bench's per-layer profile (set_layer_timer)
+  ops::Deadline deadline;  // set_deadline: installed around each run (ops/deadline.h)
 
   Status run();
 };
@@ -123,6 +124,9 @@ Status ContextImpl::run() {
       return Tensor();
     return Tensor::alias(dt, shape, arena, off->second);
   };
+  // The executor's layer loop, the interpreter and Loop/Scan iterations all check this scope's
+  // deadline (one ops::check_deadline call each), whatever executes the layers.
+  ops::DeadlineScope scope(deadline);
   KILN_ASSIGN_OR_RETURN(outputs, interp->run(inputs));
   shape_state.ran_with_current = true;
   return Status::Ok();
@@ -185,29 +189,37 @@ int64_t HostTensor::numel() const {
 
 Engine::Engine(std::shared_ptr<detail::EngineImpl> impl) : impl_(std::move(impl)) {}
 
-std::shared_ptr<Engine> Engine::deserialize(const std::string& bytes) {
+std::shared_ptr<Engine> Engine::deserialize(const std::string& bytes) try {
   auto e = detail::deserialize_engine(bytes);
   if (!e.ok()) detail::throw_error(e.status());
   return std::make_shared<Engine>(std::move(e).value());
+} catch (...) {
+  detail::rethrow_as_error("deserializing an engine");
 }
 
-std::shared_ptr<Engine> Engine::load(const std::string& path) {
+std::shared_ptr<Engine> Engine::load(const std::string& path) try {
   // Mapped, not read: deserialize_engine copies the bytes once, into the storage the weights alias.
   auto file = MappedFile::open(path);
   if (!file.ok()) detail::throw_error(file.status().with_context("cannot open engine file: "));
   auto e = detail::deserialize_engine(file.value()->view());
   if (!e.ok()) detail::throw_error(e.status().with_context("'" + path + "': "));
   return std::make_shared<Engine>(std::move(e).value());
+} catch (...) {
+  detail::rethrow_as_error("loading engine file '" + path + "'");
 }
 
-std::string Engine::serialize() const {
+std::string Engine::serialize() const try {
   auto s = detail::serialize_engine(*impl_);
   if (!s.ok()) detail::throw_error(s.status());
   return std::move(s).value();
+} catch (...) {
+  detail::rethrow_as_error("serializing the engine");
 }
 
-void Engine::save(const std::string& path) const {
+void Engine::save(const std::string& path) const try {
   if (Status s = detail::write_engine(*impl_, path); !s.ok()) detail::throw_error(s);
+} catch (...) {
+  detail::rethrow_as_error("saving the engine to '" + path + "'");
 }
 
 namespace {
@@ -236,8 +248,10 @@ std::vector<TensorDesc> Engine::outputs() const {
   return out;
 }
 
-std::unique_ptr<ExecutionContext> Engine::create_context() const {
+std::unique_ptr<ExecutionContext> Engine::create_context() const try {
   return std::make_unique<ExecutionContext>(shared_from_this());
+} catch (...) {
+  detail::rethrow_as_error("creating an execution context");
 }
 
 std::string Engine::inspect_json() const { return detail::inspect(*impl_).dump(1); }
@@ -252,7 +266,7 @@ ExecutionContext::ExecutionContext(std::shared_ptr<const Engine> engine) : engin
 
 ExecutionContext::~ExecutionContext() = default;
 
-void ExecutionContext::set_input(const std::string& name, HostTensor t) {
+void ExecutionContext::set_input(const std::string& name, HostTensor t) try {
   const ir::Graph& g = *impl_->engine->model.graph;
   bool known = false;
   for (const auto& in : g.inputs) known |= in.name == name;
@@ -268,11 +282,15 @@ void ExecutionContext::set_input(const std::string& name, HostTensor t) {
   if (t.nbytes) std::memcpy(x.raw(), t.data.get(), t.nbytes);
   impl_->inputs[name] = ops::Value(std::move(x));
   detail::declare_shape(impl_->shape_state, name, t.shape);
+} catch (...) {
+  detail::rethrow_as_error("binding input '" + name + "'");
 }
 
-void ExecutionContext::set_input_shape(const std::string& name, std::vector<int64_t> dims) {
+void ExecutionContext::set_input_shape(const std::string& name, std::vector<int64_t> dims) try {
   Status s = detail::set_input_shape(*impl_->engine, impl_->shape_state, name, std::move(dims));
   if (!s.ok()) detail::throw_error(s);
+} catch (...) {
+  detail::rethrow_as_error("declaring the shape of input '" + name + "'");
 }
 
 void ExecutionContext::set_profile(int index) {
@@ -286,16 +304,24 @@ int ExecutionContext::profile_index() const {
   return r.value();
 }
 
-std::vector<int64_t> ExecutionContext::output_shape(const std::string& name) const {
+std::vector<int64_t> ExecutionContext::output_shape(const std::string& name) const try {
   auto r = detail::output_shape(*impl_->engine, impl_->shape_state, impl_->outputs, name);
   if (!r.ok()) detail::throw_error(r.status());
   return r.value();
+} catch (...) {
+  detail::rethrow_as_error("computing the shape of output '" + name + "'");
 }
 
-void ExecutionContext::run() {
+void ExecutionContext::run() try {
   Status s = impl_->run();
   if (!s.ok()) detail::throw_error(s);
+} catch (...) {
+  detail::rethrow_as_error("running the engine");
 }
+
+void ExecutionContext::set_deadline(std::chrono::steady_clock::time_point deadline) { impl_->deadline = deadline; }
+
+void ExecutionContext::clear_deadline() { impl_->deadline.reset(); }
 
 std::vector<std::string> ExecutionContext::output_names() const {
   std::vector<std::string> out;
@@ -303,7 +329,7 @@ std::vector<std::string> ExecutionContext::output_names() const {
   return out;
 }
 
-HostTensor ExecutionContext::output(const std::string& name) const {
+HostTensor ExecutionContext::output(const std::string& name) const try {
   const auto& outs = impl_->engine->model.graph->outputs;
   for (size_t i = 0; i < outs.size(); ++i) {
     if (outs[i].name != name) continue;
@@ -320,6 +346,8 @@ HostTensor ExecutionContext::output(const std::string& name) const {
     return h;
   }
   detail::throw_error(InvalidArgument("'", name, "' is not an output of the engine"));
+} catch (...) {
+  detail::rethrow_as_error("reading output '" + name + "'");
 }
 
 size_t ExecutionContext::activation_bytes() const { return impl_->plan ? impl_->plan->arena_bytes : 0; }

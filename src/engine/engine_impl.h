@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -55,6 +56,22 @@ struct EngineImpl {
 [[noreturn]] void throw_error(const Status& s);
 // The Status behind a public kiln::Error (the inverse of throw_error).
 Status status_of(const Error& e);
+// The Status for an exception (errors.cc): kiln::Error keeps its category, bad_alloc and
+// length_error are kOutOfRange, filesystem and system errors kIOError, JSON errors kInvalidModel,
+// anything else kInternal. `what` ("loading the engine") prefixes the message.
+Status status_of_exception(std::exception_ptr p, const std::string& what);
+// In a catch (...) of a public entry point (a function-try-block): rethrows a kiln::Error as it
+// is, anything else as the kiln::Error of status_of_exception.
+[[noreturn]] void rethrow_as_error(const std::string& what);
+// Calls f (returning Status or Result<T>); an exception escaping it becomes its Status.
+template <typename F>
+auto guarded(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (...) {
+    return status_of_exception(std::current_exception(), what);
+  }
+}
 
 // A copy of `g` with shapes inferred for these concrete input shapes (others keep their declaration).
 Result<std::shared_ptr<ir::Graph>> infer_at(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes);

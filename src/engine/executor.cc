@@ -64,6 +64,7 @@ Result<std::vector<ops::Value>> LayerExecutor::run(const std::map<std::string, o
   std::vector<Tensor*> out_ptrs;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& n = g.nodes[i];
+    KILN_RETURN_IF_ERROR(ops::check_deadline(n));  // the caller's DeadlineScope (ContextImpl::run)
     ins.clear();
     for (const auto& name : n.inputs) {
       if (name.empty()) {

@@ -113,9 +113,9 @@ Status shrink_kernel(KernelContext& ctx) {
 
 // PRelu: slope * x where x < 0. Slope broadcasts onto X (unidirectionally). Before opset 7 the
 // slope was either one value or one per channel (X's axis 1).
-Result<Dims> prelu_slope_shape(const KernelContext& ctx, const Dims& x, const Dims& slope) {
+Result<Dims> prelu_slope_shape(int opset, const Dims& x, const Dims& slope) {
   Dims s = slope;
-  if (ctx.opset() < 7 && dims_numel(slope) != 1 && slope.size() == 1 && x.size() >= 2 && slope[0] == x[1]) {
+  if (opset < 7 && dims_numel(slope) != 1 && slope.size() == 1 && x.size() >= 2 && slope[0] == x[1]) {
     s.assign(x.size() - 1, 1);
     s[0] = slope[0];
   }
@@ -125,13 +125,23 @@ Result<Dims> prelu_slope_shape(const KernelContext& ctx, const Dims& x, const Di
   return s;
 }
 
+// The kernel's slope check where both shapes are known: a build refuses what a run would.
+Status infer_prelu(InferContext& ctx) {
+  const SymShape &x = ctx.input_shape(0), &slope = ctx.input_shape(1);
+  if (x.fully_known() && slope.fully_known()) {
+    auto s = prelu_slope_shape(ctx.opset(), x.concrete(), slope.concrete());
+    if (!s.ok()) return ctx.error(s.status().message());
+  }
+  return infer_same_as_input0(ctx);
+}
+
 Status prelu_kernel(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(check_same_dtype(ctx, 0, 1));
   const Tensor& x0 = ctx.input(0);
   Tensor x = upcast_float(x0), slope = upcast_float(ctx.input(1));
   if (!dtype_is_builtin(x.dtype()) || x.dtype() == DataType::kBool)
     return ctx.unsupported(str_cat("dtype ", dtype_name(x0.dtype()), " is not supported"));
-  auto sshape = prelu_slope_shape(ctx, x.shape(), slope.shape());
+  auto sshape = prelu_slope_shape(ctx.opset(), x.shape(), slope.shape());
   if (!sshape.ok()) return ctx.error(sshape.status().message());
   BroadcastIndex is(*sshape, x.shape());
   Tensor out(x.dtype(), x.shape());
@@ -215,7 +225,7 @@ KILN_REGISTER_OP_ARITY("", Shrink, 9, infer_same_as_input0, shrink_kernel, 1, 1)
 KILN_REGISTER_OP_ARITY("", Mish, 18, infer_same_as_input0, mish_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("", Gelu, 20, infer_same_as_input0, gelu_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("", Swish, 24, infer_same_as_input0, swish_kernel, 1, 1);
-KILN_REGISTER_OP_ARITY("", PRelu, 1, infer_same_as_input0, prelu_kernel, 2, 2);
+KILN_REGISTER_OP_ARITY("", PRelu, 1, infer_prelu, prelu_kernel, 2, 2);
 KILN_REGISTER_OP_ARITY("", Clip, 1, infer_same_as_input0, clip_kernel, 1, 3);
 
 }  // namespace kiln::ops

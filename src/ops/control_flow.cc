@@ -3,6 +3,7 @@
 // of enclosing graphs visible inside them.
 #include "ops/common.h"
 #include "ops/control_flow_util.h"
+#include "ops/deadline.h"
 
 namespace kiln::ops {
 namespace {
@@ -95,8 +96,9 @@ Status infer_if(InferContext& ctx) {
   auto else_t = known == 1 ? Result<std::vector<ir::TypeInfo>>(Status()) : ctx.infer_subgraph(*else_g, {});
   if (!then_t.ok() && !else_t.ok()) return known == 0 ? else_t.status() : then_t.status();
   size_t n = ctx.outputs.size();
+  // ONNX: each branch yields exactly the node's outputs (extra ones would be silently dropped).
   for (const auto* r : {&then_t, &else_t})
-    if (r->ok() && r->value().size() < n)
+    if (r->ok() && r->value().size() != n)
       return ctx.error(
           str_cat(r == &then_t ? "then_branch" : "else_branch", " has ", r->value().size(), " outputs, the node ", n));
   if (!then_t.ok() || !else_t.ok()) {
@@ -122,7 +124,7 @@ Status if_kernel(KernelContext& ctx) {
   bool c = cond.dtype() == DataType::kBool ? cond.data<bool>()[0] : cond.get_f64(0) != 0.0;
   KILN_ASSIGN_OR_RETURN(const ir::Graph* g, cf::graph_attr(ctx.node, c ? "then_branch" : "else_branch"));
   KILN_ASSIGN_OR_RETURN(std::vector<Value> outs, ctx.subgraphs->run_subgraph(*g, {}));
-  if (outs.size() < ctx.num_outputs())
+  if (outs.size() != ctx.num_outputs())
     return ctx.error(str_cat(c ? "then_branch" : "else_branch", " produced ", outs.size(), " outputs, the node has ",
                              ctx.num_outputs()));
   for (size_t i = 0; i < ctx.num_outputs(); ++i) ctx.set_output_value(i, std::move(outs[i]));
@@ -201,6 +203,9 @@ Status loop_kernel(KernelContext& ctx) {
   for (size_t i = 0; i < n; ++i) feed[2 + i] = ctx.inputs[2 + i] ? *ctx.inputs[2 + i] : Value::none();
   std::vector<std::vector<Tensor>> scans(k);
   for (int64_t it = 0; cond && (!has_m || it < max_trips); ++it) {
+    // Between iterations: a body with no nodes (or only cheap ones) never reaches the interpreter's
+    // per-node check, and M may be 10^18.
+    KILN_RETURN_IF_ERROR(check_deadline(ctx.node, it));
     feed[0] = Tensor::scalar<int64_t>(DataType::kInt64, it);
     feed[1] = Tensor::scalar<bool>(DataType::kBool, cond);
     KILN_ASSIGN_OR_RETURN(std::vector<Value> outs, ctx.subgraphs->run_subgraph(*body, feed));
@@ -347,6 +352,7 @@ Status run_scan(KernelContext& ctx, const ir::Graph& body, const ScanSpec& s, st
                 std::vector<std::vector<Tensor>>& scan_out) {
   std::vector<Value> feed(s.n_state + s.n_scan_in);
   for (int64_t t = 0; t < len; ++t) {
+    KILN_RETURN_IF_ERROR(check_deadline(ctx.node, t));
     for (size_t i = 0; i < s.n_state; ++i) feed[i] = states[i];
     for (size_t i = 0; i < s.n_scan_in; ++i) {
       int64_t idx = s.in_dirs[i] ? len - 1 - t : t;

@@ -99,7 +99,16 @@ Status infer_conv_shape(InferContext& ctx, size_t x_idx, size_t w_idx, DataType 
 
 namespace {
 
-Status infer_conv(InferContext& ctx) { return infer_conv_shape(ctx, 0, 1, ctx.input_dtype(0)); }
+Status infer_conv(InferContext& ctx) {
+  // The kernel's bias check where W's output channels and B's shape are known, with its message.
+  const SymShape& w = ctx.input_shape(1);
+  const SymShape& b = ctx.input_shape(2);
+  if (ctx.has_input(2) && w.rank_known && w.rank() >= 1 && w.dims[0].known() && b.fully_known() &&
+      (b.rank() != 1 || b.dims[0].value != w.dims[0].value))
+    return ctx.error(str_cat("bias B ", dtype_name(ctx.input_dtype(2)), dims_str(b.concrete()), " must be 1-D of ",
+                             w.dims[0].value, " elements of ", dtype_name(ctx.input_dtype(0))));
+  return infer_conv_shape(ctx, 0, 1, ctx.input_dtype(0));
+}
 
 Status conv_kernel(KernelContext& ctx) {
   const Tensor& x0 = ctx.input(0);

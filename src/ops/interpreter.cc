@@ -150,8 +150,7 @@ Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame
   std::vector<const Value*> ins;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& n = g.nodes[i];
-    if (deadline_ && std::chrono::steady_clock::now() > *deadline_)
-      return OutOfRange(n.where(), "the run exceeded its time limit");
+    KILN_RETURN_IF_ERROR(check_deadline(n));
     ins.clear();
     for (const auto& name : n.inputs) {
       if (name.empty()) {
@@ -185,6 +184,7 @@ Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame
 }
 
 Result<std::vector<Value>> Interpreter::run(const std::map<std::string, Value>& inputs) {
+  DeadlineScope deadline(deadline_);
   Frame frame;
   for (const auto& decl : graph_->inputs) {
     auto it = inputs.find(decl.name);

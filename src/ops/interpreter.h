@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ops/deadline.h"
 #include "ops/registry.h"
 #include "ops/value.h"
 
@@ -39,7 +40,9 @@ class Interpreter : public SubgraphRunner {
   // moves them into its memory-planned arena here.
   std::function<void(const ir::Node&, std::vector<Value>&)> place_outputs;
 
-  // Runs stop with an error at the next node once this time has passed (fuzzing, services).
+  // Runs stop with a kDeadlineExceeded error at the next node (or Loop/Scan iteration) once this
+  // time has passed (fuzzing, services). A deadline installed by an enclosing DeadlineScope (the
+  // engine's context) applies too; the earlier one wins.
   void set_deadline(std::chrono::steady_clock::time_point t) { deadline_ = t; }
 
   Result<std::vector<Value>> run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs) override;
@@ -59,8 +62,8 @@ class Interpreter : public SubgraphRunner {
 
   std::shared_ptr<const ir::Graph> graph_;
   std::unordered_map<const ir::Graph*, std::unique_ptr<Plan>> plans_;
-  std::vector<Frame*> frames_;
-  std::optional<std::chrono::steady_clock::time_point> deadline_;  // innermost last; subgraphs see these
+  std::vector<Frame*> frames_;  // innermost last; subgraphs see these
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
 };
 
 // Runs one node's reference kernel on concrete inputs (used by constant folding too).

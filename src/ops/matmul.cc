@@ -99,6 +99,10 @@ Status infer_matmul_like(InferContext& ctx, DataType out_dt) {
   if (ka.known() && kb.known() && ka.value != kb.value)
     return ctx.error(
         str_cat("inner dimensions differ: A ", a.str(), " has K = ", ka.value, ", B ", b.str(), " has K = ", kb.value));
+  if (a.fully_known() && b.fully_known()) {  // batch broadcast: the kernel's check, with its message
+    auto sh = matmul_shape(a.concrete(), b.concrete());
+    if (!sh.ok()) return ctx.error(sh.status().message());
+  }
   SymShape ab(std::vector<Dim>(pa.begin(), pa.end() - 2)), bb(std::vector<Dim>(pb.begin(), pb.end() - 2));
   SymShape out = broadcast_sym(ab, bb);
   if (a.rank() > 1) out.dims.push_back(pa[pa.size() - 2]);
@@ -155,7 +159,19 @@ Status infer_gemm(InferContext& ctx) {
   if (ka.known() && kb.known() && ka.value != kb.value)
     return ctx.error(str_cat("inner dimensions differ: A' has K = ", ka.value, ", B' has K = ", kb.value, " (A ",
                              a.str(), ", B ", b.str(), ", transA ", ta, ", transB ", tb, ")"));
-  ctx.set_output(0, dt, SymShape(std::vector<Dim>{a.dims[ta ? 1 : 0], b.dims[tb ? 0 : 1]}));
+  const Dim& m = a.dims[ta ? 1 : 0];
+  const Dim& n = b.dims[tb ? 0 : 1];
+  // C's broadcast where the shapes are known: the kernel's check with its message (a build must not
+  // fuse a bias that a run refuses).
+  const SymShape& c = ctx.input_shape(2);
+  if (ctx.has_input(2) && ctx.node.attr_float("beta", 1.0f) != 0 && m.known() && n.known() && c.fully_known()) {
+    const Dims cd = c.concrete(), out{m.value, n.value};
+    auto bc = broadcast_dims(cd, out);
+    if (!bc.ok() || *bc != out || cd.size() > 2)
+      return ctx.error(str_cat("C ", dtype_name(ctx.input_dtype(2)), dims_str(cd),
+                               " cannot be broadcast to the output [", m.value, ",", n.value, "]"));
+  }
+  ctx.set_output(0, dt, SymShape(std::vector<Dim>{m, n}));
   return Status::Ok();
 }
 

@@ -10,16 +10,23 @@
 namespace kiln::ops {
 namespace {
 
+// Whether a parameter of shape `p` (described as `desc`) broadcasts (numpy, unidirectionally) to
+// `target`: the kernel's check, also run by inference on known shapes.
+Status check_broadcast_param(const Dims& p, const std::string& desc, const Dims& target, const char* name) {
+  bool ok = p.size() <= target.size();
+  for (size_t i = 0; ok && i < p.size(); ++i) {
+    int64_t d = p[p.size() - 1 - i], t = target[target.size() - 1 - i];
+    ok = d == t || d == 1;
+  }
+  if (!ok) return InvalidArgument(name, " ", desc, " cannot be broadcast to ", dims_str(target));
+  return Status::Ok();
+}
+
 // Values of `p` broadcast (numpy, unidirectionally) to `target`.
 Result<std::vector<double>> broadcast_param(const Tensor& p, const Dims& target, const char* name) {
   if (!dtype_is_float(p.dtype()) && !dtype_is_integer(p.dtype()))
     return InvalidArgument(name, " must be numeric, got ", p.describe());
-  bool ok = p.rank() <= static_cast<int64_t>(target.size());
-  for (int64_t i = 0; ok && i < p.rank(); ++i) {
-    int64_t d = p.dim(p.rank() - 1 - i), t = target[target.size() - 1 - static_cast<size_t>(i)];
-    ok = d == t || d == 1;
-  }
-  if (!ok) return InvalidArgument(name, " ", p.describe(), " cannot be broadcast to ", dims_str(target));
+  KILN_RETURN_IF_ERROR(check_broadcast_param(p.shape(), p.describe(), target, name));
   std::vector<double> v(static_cast<size_t>(dims_numel(target)));
   BroadcastIndex bi(p.shape(), target);
   for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) v[static_cast<size_t>(i)] = p.get_f64(bi(i));
@@ -62,6 +69,18 @@ Status infer_layer_norm(InferContext& ctx) {
     std::vector<Dim> d(in.dims);
     for (int64_t i = *axis; i < rank; ++i) d[static_cast<size_t>(i)] = Dim(1);
     stat = SymShape(d);
+    // Scale and B as the kernel expands them (to the normalized shape, or to X), where known.
+    if (in.fully_known()) {
+      const Dims x = in.concrete(), norm(x.begin() + *axis, x.end());
+      for (size_t i = 1; i < 3; ++i) {
+        const SymShape& p = ctx.input_shape(i);
+        if (!ctx.has_input(i) || !p.fully_known()) continue;
+        const Dims pd = p.concrete();
+        Status st = check_broadcast_param(pd, str_cat(dtype_name(ctx.input_dtype(i)), dims_str(pd)),
+                                          pd.size() <= norm.size() ? norm : x, i == 1 ? "Scale" : "B");
+        if (!st.ok()) return ctx.error(st.message());
+      }
+    }
   }
   for (size_t o = 1; o < ctx.outputs.size(); ++o) ctx.set_output(o, stash_dtype(ctx.node), stat);
   return Status::Ok();
@@ -166,6 +185,37 @@ Status group_norm_common(KernelContext& ctx, int64_t groups, bool per_group_para
   return Status::Ok();
 }
 
+// group_norm_common's checks where X's channels and the parameter shapes are known, with its
+// messages: a build refuses what a run would.
+Status infer_group_norm_common(InferContext& ctx, int64_t groups, bool per_group_params) {
+  const SymShape& x = ctx.input_shape(0);
+  if (x.rank_known && x.rank() < 2) return ctx.error(str_cat("X must have rank >= 2 (N, C, ...), got ", x.str()));
+  if (x.rank_known && x.dims[1].known()) {
+    const int64_t c = x.dims[1].value;
+    if (groups <= 0 || c % groups != 0)
+      return ctx.error(str_cat("num_groups ", groups, " must be positive and divide the channel count ", c));
+    const int64_t nparam = per_group_params ? groups : c;
+    const SymShape &s = ctx.input_shape(1), &b = ctx.input_shape(2);
+    if (s.fully_known() && b.fully_known() &&
+        (dims_numel(s.concrete()) != nparam || dims_numel(b.concrete()) != nparam))
+      return ctx.error(str_cat("scale and bias must have ", nparam, per_group_params ? " (num_groups)" : " (channels)",
+                               " elements, got ", dtype_name(ctx.input_dtype(1)), dims_str(s.concrete()), " and ",
+                               dtype_name(ctx.input_dtype(2)), dims_str(b.concrete())));
+  }
+  return infer_same_as_input0(ctx);
+}
+
+Status infer_instance_norm(InferContext& ctx) {
+  const SymShape& x = ctx.input_shape(0);
+  if (!x.rank_known || x.rank() < 2 || !x.dims[1].known()) return infer_group_norm_common(ctx, 1, true);
+  return infer_group_norm_common(ctx, x.dims[1].value, false);
+}
+
+Status infer_group_norm(InferContext& ctx) {
+  if (!ctx.node.attr("num_groups")) return ctx.error("attribute 'num_groups' is required");
+  return infer_group_norm_common(ctx, ctx.node.attr_int("num_groups", 1), ctx.opset() < 21);
+}
+
 Status instance_norm_kernel(KernelContext& ctx) {
   const Tensor& x0 = ctx.input(0);
   int64_t c = x0.rank() >= 2 ? x0.dim(1) : 0;
@@ -197,6 +247,28 @@ bool bn_spatial(const ir::Node& n) { return n.opset >= 9 || n.attr_int("spatial"
 
 Status infer_batch_norm(InferContext& ctx) {
   const SymShape& in = ctx.input_shape(0);
+  // The kernel's parameter-count check where the shapes are known, with its message: the engine
+  // (fold_batch_norm) must not broadcast a scale of length 1 over C channels that a run refuses.
+  if (in.rank_known && in.rank() < 2) return ctx.error(str_cat("X must have rank >= 2 (N, C, ...), got ", in.str()));
+  if (in.rank_known) {
+    const bool spatial = bn_spatial(ctx.node);
+    int64_t nstat = 1;
+    bool known = true;
+    for (size_t i = 1; i < in.rank() && known; ++i)
+      if (i == 1 || !spatial) {
+        known = in.dims[i].known();
+        if (known && __builtin_mul_overflow(nstat, in.dims[i].value, &nstat)) known = false;
+      }
+    const char* names[] = {"X", "scale", "B", "mean", "var"};
+    for (size_t i = 1; i < 5 && known; ++i) {
+      const SymShape& p = ctx.input_shape(i);
+      if (!ctx.has_input(i) || !p.fully_known()) continue;
+      const Dims d = p.concrete();
+      if (dims_numel(d) != nstat)
+        return ctx.error(str_cat(names[i], " must have ", nstat, " elements (", spatial ? "channels" : "C x D1 x ...",
+                                 "), got ", dtype_name(ctx.input_dtype(i)), dims_str(d)));
+    }
+  }
   ctx.set_output(0, ctx.input_dtype(0), in);
   for (size_t o = 1; o < ctx.outputs.size(); ++o) {
     size_t src = o % 2 == 1 ? 3 : 4;  // mean-like outputs follow input 'mean', var-like 'var'
@@ -280,8 +352,8 @@ Status batch_norm_kernel(KernelContext& ctx) {
 
 KILN_REGISTER_OP_ARITY("", LayerNormalization, 17, infer_layer_norm, layer_norm_kernel<false>, 2, 3);
 KILN_REGISTER_OP_ARITY("", RMSNormalization, 23, infer_same_as_input0, layer_norm_kernel<true>, 2, 2);
-KILN_REGISTER_OP_ARITY("", GroupNormalization, 18, infer_same_as_input0, group_norm_kernel, 3, 3);
-KILN_REGISTER_OP_ARITY("", InstanceNormalization, 1, infer_same_as_input0, instance_norm_kernel, 3, 3);
+KILN_REGISTER_OP_ARITY("", GroupNormalization, 18, infer_group_norm, group_norm_kernel, 3, 3);
+KILN_REGISTER_OP_ARITY("", InstanceNormalization, 1, infer_instance_norm, instance_norm_kernel, 3, 3);
 KILN_REGISTER_OP_ARITY("", BatchNormalization, 1, infer_batch_norm, batch_norm_kernel, 5, 5);
 
 }  // namespace kiln::ops

@@ -86,6 +86,14 @@ Status mvn_kernel(KernelContext& ctx) {
 
 // ---- LRN: x / (bias + alpha / size * sum of squares over neighbouring channels)^beta ----
 
+// The kernel's attribute checks: a build refuses what a run would.
+Status infer_lrn(InferContext& ctx) {
+  if (!ctx.node.attr("size")) return ctx.error("attribute 'size' is required");
+  int64_t size = ctx.node.attr_int("size", 1);
+  if (size <= 0) return ctx.error(str_cat("size must be positive, got ", size));
+  return infer_same_as_input0(ctx);
+}
+
 Status lrn_kernel(KernelContext& ctx) {
   const Tensor& x0 = ctx.input(0);
   if (!dtype_is_float(x0.dtype())) return ctx.unsupported(str_cat("input must be a float tensor, got ", x0.describe()));
@@ -183,7 +191,7 @@ Status dropout_kernel(KernelContext& ctx) {
 
 KILN_REGISTER_OP_ARITY("", LpNormalization, 1, infer_same_as_input0, lp_norm_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("", MeanVarianceNormalization, 9, infer_same_as_input0, mvn_kernel, 1, 1);
-KILN_REGISTER_OP_ARITY("", LRN, 1, infer_same_as_input0, lrn_kernel, 1, 1);
+KILN_REGISTER_OP_ARITY("", LRN, 1, infer_lrn, lrn_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("", Dropout, 1, infer_dropout, dropout_kernel, 1, 3);
 
 }  // namespace kiln::ops

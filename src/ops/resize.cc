@@ -428,19 +428,30 @@ Status infer_resize(InferContext& ctx) {
   } else if (st && st->numel() > 0 && dtype_is_float(st->dtype())) {
     scales = to_f64_vector(*st);
   }
-  if (!scales.empty() && scales.size() == axes.size()) {
+  // Constant scales are checked as the kernel checks them (make_plan, same messages): a build
+  // refuses what a run would. Sizes given too are the kernel's error as well.
+  const bool sizes_given = zt && zt->numel() > 0;
+  if (!scales.empty() && sizes_given) return ctx.error("only one of scales and sizes may be given");
+  if (!scales.empty() && scales.size() != axes.size())
+    return ctx.error(str_cat("scales has ", scales.size(), " values, expected ", axes.size()));
+  if (!scales.empty()) {
     for (size_t j = 0; j < axes.size(); ++j) {
       const Dim& d = xs.dims[static_cast<size_t>(axes[j])];
+      if (!(scales[j] > 0) || !std::isfinite(scales[j]))
+        return ctx.error(str_cat("scales value ", scales[j], " must be positive and finite"));
       if (scales[j] == 1.0) {
         out[static_cast<size_t>(axes[j])] = d;
       } else if (d.known()) {
         auto e = scaled_extent(d.value, scales[j]);
-        if (e.ok() && scales[j] > 0) out[static_cast<size_t>(axes[j])] = Dim(*e);
+        if (!e.ok()) return ctx.error(e.status().message());
+        out[static_cast<size_t>(axes[j])] = Dim(*e);
       }
     }
   } else if (zt && zt->numel() > 0 && dtype_is_integer(zt->dtype()) &&
              zt->numel() == static_cast<int64_t>(axes.size())) {
     std::vector<int64_t> sizes = to_i64_vector(*zt);
+    for (int64_t v : sizes)
+      if (v < 0 || v > (int64_t{1} << 40)) return ctx.error(str_cat("sizes value ", v, " is out of range"));
     if (a.keep_aspect == "stretch") {
       for (size_t j = 0; j < axes.size(); ++j)
         if (sizes[j] >= 0) out[static_cast<size_t>(axes[j])] = Dim(sizes[j]);

@@ -96,6 +96,32 @@ Result<int> num_directions(const ir::Node& n) {
   return InvalidModel("direction must be forward, reverse or bidirectional, got '", d, "'");
 }
 
+// The kernel's weight-shape checks (with its messages) where the shapes are known at build time, so
+// that a build refuses what a run would (hidden_size against R, W, B, P).
+template <Cell C>
+Status check_weight_shapes(const InferContext& ctx, int64_t ND, const Dim& input_size) {
+  auto fixed = [&](size_t i, Dims* d) {
+    if (!ctx.has_input(i) || !ctx.input(i).is_tensor() || !ctx.input_shape(i).fully_known()) return false;
+    *d = ctx.input_shape(i).concrete();
+    return true;
+  };
+  auto desc = [&](size_t i, const Dims& d) { return str_cat(dtype_name(ctx.input_dtype(i)), dims_str(d)); };
+  Dims R, W, B, P;
+  if (!fixed(2, &R)) return Status::Ok();
+  if (R.size() != 3) return ctx.error(str_cat("R must be 3-D, got ", desc(2, R)));
+  const int64_t G = gates_of(C);
+  const int64_t H = ctx.node.attr_int("hidden_size", R[2]);
+  if (H <= 0 || H > (int64_t{1} << 31)) return ctx.error(str_cat("hidden_size must be in [1, 2^31], got ", H));
+  if (fixed(1, &W) && input_size.known() && W != Dims{ND, G * H, input_size.value})
+    return ctx.error(str_cat("W ", desc(1, W), " must be [", ND, ",", G * H, ",", input_size.value, "]"));
+  if (R != Dims{ND, G * H, H}) return ctx.error(str_cat("R ", desc(2, R), " must be [", ND, ",", G * H, ",", H, "]"));
+  if (fixed(3, &B) && B != Dims{ND, 2 * G * H})
+    return ctx.error(str_cat("B ", desc(3, B), " must be [", ND, ",", 2 * G * H, "]"));
+  if (C == Cell::kLstm && fixed(7, &P) && P != Dims{ND, 3 * H})
+    return ctx.error(str_cat("P ", desc(7, P), " must be [", ND, ",", 3 * H, "]"));
+  return Status::Ok();
+}
+
 template <Cell C>
 Status infer_rnn(InferContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int num_dir, num_directions(ctx.node));
@@ -113,6 +139,7 @@ Status infer_rnn(InferContext& ctx) {
   if (w.rank_known && w.rank() == 3 && w.dims[0].known() && w.dims[0].value != num_dir)
     return ctx.error(
         str_cat("W ", w.str(), " has ", w.dims[0].value, " directions, the direction attribute says ", num_dir));
+  KILN_RETURN_IF_ERROR(check_weight_shapes<C>(ctx, num_dir, dim_at(x, 2)));
   DataType dt = ctx.input_dtype(0);
   Dim nd(num_dir);
   if (ctx.outputs.size() > 0)

@@ -10,9 +10,9 @@ namespace {
 
 // ---- CumSum / CumProd ----
 
-// Reads the scan axis: a scalar or one-element 1-D integer tensor.
-Result<int64_t> scan_axis(const KernelContext& ctx, int64_t rank) {
-  const Tensor& a = ctx.input(1);
+// Reads the scan axis: a scalar or one-element 1-D integer tensor (the kernel and, for a constant
+// axis, inference: a build refuses what a run would).
+Result<int64_t> scan_axis(const Tensor& a, int64_t rank) {
   if (!dtype_is_integer(a.dtype()) || a.numel() != 1 || a.rank() > 1)
     return InvalidArgument("axis must be an integer scalar, got ", a.describe());
   return normalize_axis(a.get_i64(0), rank);
@@ -25,7 +25,7 @@ Status scan_kernel(KernelContext& ctx) {
   if (dt == DataType::kBool || (!dtype_is_builtin(dt) && !is_low_precision_float(dt)))
     return ctx.unsupported(str_cat("dtype ", dtype_name(dt), " is not supported"));
   if (x0.rank() == 0) return ctx.error("input must have rank >= 1, got a scalar");
-  auto axis = scan_axis(ctx, x0.rank());
+  auto axis = scan_axis(ctx.input(1), x0.rank());
   if (!axis.ok()) return ctx.error(axis.status().message());
   bool exclusive = ctx.node.attr_int("exclusive", 0) != 0;
   bool reverse = ctx.node.attr_int("reverse", 0) != 0;
@@ -176,7 +176,15 @@ Status topk_kernel(KernelContext& ctx) {
   return Status::Ok();
 }
 
-Status infer_scan(InferContext& ctx) { return infer_same_as_input0(ctx); }
+Status infer_scan(InferContext& ctx) {
+  const SymShape& x = ctx.input_shape(0);
+  if (x.rank_known && x.rank() == 0) return ctx.error("input must have rank >= 1, got a scalar");
+  if (const Tensor* a = ctx.constant(1); a && x.rank_known) {
+    auto axis = scan_axis(*a, static_cast<int64_t>(x.rank()));
+    if (!axis.ok()) return ctx.error(axis.status().message());
+  }
+  return infer_same_as_input0(ctx);
+}
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 // empty optional is Value::none(), a present one is the tensor or sequence itself.
 #include "ops/common.h"
 #include "ops/control_flow_util.h"
+#include "ops/deadline.h"
 
 namespace kiln::ops {
 namespace {
@@ -379,6 +380,7 @@ Status sequence_map_kernel(KernelContext& ctx) {
   std::vector<std::vector<Tensor>> results(body->outputs.size());
   std::vector<Value> feed(ctx.num_inputs());
   for (size_t k = 0; k < n; ++k) {
+    KILN_RETURN_IF_ERROR(check_deadline(ctx.node, static_cast<int64_t>(k)));
     for (size_t i = 0; i < ctx.num_inputs(); ++i) {
       const Value& v = ctx.input_value(i);
       feed[i] = v.is_sequence() ? Value(v.sequence[k]) : v;

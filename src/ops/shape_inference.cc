@@ -154,6 +154,12 @@ class GraphInferencer {
         std::vector<const Value*> ptrs;
         for (size_t i = 0; i < n.inputs.size(); ++i) ptrs.push_back(n.inputs[i].empty() ? nullptr : &in_vals[i]);
         auto res = run_node(n, *s, ptrs, nullptr);
+        // A node whose inputs are all known and whose kernel refuses them (Range with delta 0, OneHot
+        // of depth 0) fails every run: the build says so now, with the kernel's message. Other
+        // failures (unsupported, out of memory on a huge constant) only skip the fold.
+        if (!res.ok() &&
+            (res.status().code() == ErrorCode::kInvalidArgument || res.status().code() == ErrorCode::kInvalidModel))
+          return res.status().message().rfind("node '", 0) == 0 ? res.status() : res.status().with_context(n.where());
         if (res.ok()) {
           for (size_t o = 0; o < n.outputs.size(); ++o) {
             if (!n.has_output(o) || !res.value()[o].is_tensor()) continue;

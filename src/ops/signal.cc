@@ -93,6 +93,11 @@ Status infer_dft(InferContext& ctx) {
   } else {
     n = x.dims[a];
   }
+  // The kernel's checks where the values are known: a build refuses what a run would.
+  if (n.known() && (n.value <= 0 || n.value > kMaxLength))
+    return ctx.error(str_cat("dft_length must be in [1, ", kMaxLength, "], got ", n.value));
+  if (x.fully_known() && x.dims.back().value != 1 && x.dims.back().value != 2)
+    return ctx.error(str_cat("last dim must be 1 (real) or 2 (complex), got ", dtype_name(dt), dims_str(x.concrete())));
   if (!inverse && onesided)
     out[a] = n.known() ? Dim(n.value / 2 + 1) : Dim();
   else

@@ -280,7 +280,8 @@ Status onehot_infer(InferContext& ctx) {
   Dim depth = ctx.new_symbol();
   if (const Tensor* d = ctx.constant(1)) {
     auto v = onehot_depth(*d);
-    if (v.ok()) depth = Dim(*v);
+    if (!v.ok()) return ctx.error(v.status().message());  // as the kernel: a build refuses what a run would
+    depth = Dim(*v);
   }
   std::vector<Dim> out = in.dims;
   out.insert(out.begin() + axis, depth);

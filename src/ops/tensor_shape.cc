@@ -208,6 +208,29 @@ Status reshape_infer(InferContext& ctx) {
       out.push_back(Dim(x.value));
     }
   }
+  // With every dim known, the kernel's count checks hold now: a build refuses what a run would
+  // (with the kernel's message).
+  bool all_known = in.fully_known();
+  for (size_t i = 0; i < out.size() && all_known; ++i)
+    all_known = static_cast<int64_t>(i) == infer_at || out[i].known();
+  if (all_known) {
+    const std::string x = str_cat(dtype_name(dt), dims_str(in.concrete()));
+    int64_t n_in = 1, n_out = 1;
+    bool overflow = false;
+    for (const Dim& d : in.dims) overflow |= __builtin_mul_overflow(n_in, d.value, &n_in);
+    for (size_t i = 0; i < out.size(); ++i)
+      if (static_cast<int64_t>(i) != infer_at) overflow |= __builtin_mul_overflow(n_out, out[i].value, &n_out);
+    Dims raw;  // the shape input as given (kernel messages print it)
+    for (const SymInt& t : target) raw.push_back(t.known ? t.value : -2);
+    if (!overflow && infer_at < 0 && n_in != n_out) {
+      Dims o;
+      for (const Dim& d : out) o.push_back(d.value);
+      return ctx.error(
+          str_cat("cannot reshape ", x, " (", n_in, " elements) to ", dims_str(o), " (", n_out, " elements)"));
+    }
+    if (!overflow && infer_at >= 0 && (n_out == 0 || n_in % n_out != 0))
+      return ctx.error(str_cat("cannot reshape ", x, " to ", dims_str(raw), ": -1 cannot be inferred"));
+  }
   if (infer_at >= 0) {
     // Resolve -1: cancel equal symbols between input and output, then divide the known parts.
     Dim resolved = ctx.new_symbol();

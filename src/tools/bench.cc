@@ -18,6 +18,7 @@
 
 #include "engine/engine_impl.h"
 #include "tools/commands.h"
+#include "tools/inputs.h"
 
 namespace kiln::tools {
 
@@ -26,15 +27,16 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
   std::string model;
-  std::string shapes, min_shapes, opt_shapes, max_shapes;
+  InputOptions in;  // in.shapes: --shapes, also the build profile for .onnx
+  std::string min_shapes, opt_shapes, max_shapes;
   int64_t batch = 0;
   int warmup = 1;
   double warmup_ms = 200;
   int iterations = 10;
   double duration_s = 3;
   int streams = 1;
-  uint64_t seed = 0;
   int profile_index = -1;
+  double deadline_s = 0;  // --deadline: per run
   std::string export_times, export_profile;
   bool dump_profile = false, json = false;
 };
@@ -65,14 +67,16 @@ Status write_file(const std::string& path, const std::string& text) {
 }
 
 Result<nlohmann::json> bench(const BenchOptions& o) {
-  if (o.streams < 1) return InvalidArgument("--streams must be at least 1, got ", o.streams);
+  // Flag ranges are checked by CLI11 (bounded()); these hold for API-style callers too.
+  if (o.streams < 1 || o.streams > kMaxStreams)
+    return InvalidArgument("--streams must be in 1..", kMaxStreams, ", got ", o.streams);
   if (o.iterations < 1) return InvalidArgument("--iterations must be at least 1, got ", o.iterations);
-  if (o.warmup < 0 || o.warmup_ms < 0 || o.duration_s < 0)
+  if (o.warmup < 0 || !(o.warmup_ms >= 0) || !(o.duration_s >= 0))
     return InvalidArgument("--warmup, --warmup-ms and --duration must not be negative");
   bool is_engine = o.model.size() > 5 && o.model.compare(o.model.size() - 5, 5, ".kiln") == 0;
   std::map<std::string, Dims> shapes;
-  if (!o.shapes.empty()) {
-    KILN_ASSIGN_OR_RETURN(shapes, parse_shapes(o.shapes));
+  if (!o.in.shapes.empty()) {
+    KILN_ASSIGN_OR_RETURN(shapes, parse_shapes(o.in.shapes));
   }
   std::shared_ptr<Engine> engine;
   double build_ms = 0;
@@ -84,7 +88,7 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
       auto t0 = Clock::now();
       // The --shapes used at run time also form the build's profile, as in trtexec; --batch alone
       // builds for any shape the model allows.
-      std::string fixed = o.shapes;
+      std::string fixed = o.in.shapes;
       KILN_ASSIGN_OR_RETURN(auto profiles, profiles_from_flags(o.min_shapes, o.opt_shapes, o.max_shapes, fixed));
       cfg.profiles = profiles;
       engine = Builder(cfg).build_from_file(o.model);
@@ -115,8 +119,9 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
     for (const auto& [name, r] : p.inputs)
       if (!shapes.count(name)) shapes[name] = r.opt;
   }
-  std::map<std::string, ops::Value> values;
-  KILN_RETURN_IF_ERROR(fill_random_inputs(g, o.seed, shapes, values));
+  // Inputs from --inputs / --input (trtexec's --loadInputs), else random (--input-range bounds them).
+  KILN_ASSIGN_OR_RETURN(LoadedInputs loaded, load_inputs(o.in, g, shapes));
+  const std::map<std::string, ops::Value>& values = loaded.values;
   int64_t batch = o.batch;
   nlohmann::json in_json = nlohmann::json::object();
   for (const auto& [name, v] : values) {
@@ -162,6 +167,7 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
       auto w0 = Clock::now();
       while (warmups[s] < o.warmup ||
              std::chrono::duration<double, std::milli>(Clock::now() - w0).count() < o.warmup_ms) {
+        if (o.deadline_s > 0) ctx->set_deadline(*deadline_after(o.deadline_s));
         ctx->run();
         ++warmups[s];
       }
@@ -182,6 +188,7 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
       for (int i = 0;; ++i) {
         double elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
         if (i >= o.iterations && elapsed_s >= o.duration_s) break;
+        if (o.deadline_s > 0) ctx->set_deadline(*deadline_after(o.deadline_s));
         auto b = Clock::now();
         ctx->run();
         auto e = Clock::now();
@@ -344,17 +351,24 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure latency and throughput of a model or engine (trtexec-like)");
   cmd->add_option("model", o->model, "model.onnx (built in memory) or model.kiln")->required();
-  cmd->add_option("--shapes", o->shapes, "input shapes NAME:1x3x224x224,... (also the build profile for .onnx)");
+  cmd->add_option("--shapes", o->in.shapes, "input shapes NAME:1x3x224x224,... (also the build profile for .onnx)");
+  add_input_options(cmd, o->in, /*with_shapes=*/false);
   cmd->add_option("--min-shapes", o->min_shapes, ".onnx: smallest shapes of the build profile");
   cmd->add_option("--opt-shapes", o->opt_shapes, ".onnx: shapes to tune for");
   cmd->add_option("--max-shapes", o->max_shapes, ".onnx: largest shapes of the build profile");
-  cmd->add_option("--batch", o->batch, "first dim of every input whose first dim is dynamic (not given by --shapes)");
-  cmd->add_option("--warmup", o->warmup, "warm-up runs per stream, excluded from statistics (default 1)");
-  cmd->add_option("--warmup-ms", o->warmup_ms, "keep warming up for at least this long, ms (default 200)");
-  cmd->add_option("--iterations", o->iterations, "measure at least this many runs per stream (default 10)");
-  cmd->add_option("--duration", o->duration_s, "measure for at least this many seconds (default 3)");
-  cmd->add_option("--streams", o->streams, "contexts running concurrently on their own threads (default 1)");
-  cmd->add_option("--seed", o->seed, "seed for the random inputs");
+  cmd->add_option("--batch", o->batch, "first dim of every input whose first dim is dynamic (not given by --shapes)")
+      ->check(bounded(1, 1 << 30));
+  cmd->add_option("--warmup", o->warmup, "warm-up runs per stream, excluded from statistics (default 1)")
+      ->check(bounded(0, kMaxIterations));
+  cmd->add_option("--warmup-ms", o->warmup_ms, "keep warming up for at least this long, ms (default 200)")
+      ->check(bounded(0, kMaxSeconds * 1000));
+  cmd->add_option("--iterations", o->iterations, "measure at least this many runs per stream (default 10)")
+      ->check(bounded(1, kMaxIterations));
+  cmd->add_option("--duration", o->duration_s, "measure for at least this many seconds (default 3)")
+      ->check(bounded(0, kMaxSeconds));
+  cmd->add_option("--streams", o->streams, "contexts running concurrently on their own threads (default 1)")
+      ->check(bounded(1, kMaxStreams));
+  add_deadline_option(cmd, o->deadline_s);
   cmd->add_option("--profile-index", o->profile_index, "engines: run on this optimization profile");
   cmd->add_option("--export-times", o->export_times, "write every measured iteration's latency to FILE.json");
   cmd->add_flag("--dump-profile", o->dump_profile, "print a per-layer time table");

@@ -118,7 +118,8 @@ void add_build_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--fp16", o->fp16, "FP16 precision (not implemented yet)");
   cmd->add_flag("--bf16", o->bf16, "BF16 precision (not implemented yet)");
   cmd->add_flag("--int8", o->int8, "INT8 precision (not implemented yet)");
-  cmd->add_option("--workspace", o->workspace_mb, "activation memory limit per context, MiB");
+  cmd->add_option("--workspace", o->workspace_mb, "activation memory limit per context, MiB")
+      ->check(bounded(0, 1 << 30));
   cmd->add_option("--disable-pass", o->disabled_passes, "skip a graph pass by name (repeatable)");
   cmd->add_option("--tactics", o->tactics,
                   "only these kernels (names as kiln inspect shows them, comma-separated); 'reference': "

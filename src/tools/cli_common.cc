@@ -4,8 +4,12 @@
 
 #include "tools/commands.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <new>
 #include <random>
 
 #include "core/npy.h"
@@ -21,11 +25,49 @@ int exit_code_for(const Status& s) {
     case ErrorCode::kOk: return kExitOk;
     case ErrorCode::kUnsupported: return kExitUnsupported;
     case ErrorCode::kInternal: return kExitInternal;
+    case ErrorCode::kDeadlineExceeded: return kExitDeadline;
     default: return kExitInvalidInput;
   }
 }
 
 Status detail_status(const Error& e) { return detail::status_of(e); }
+
+CLI::Validator bounded(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        char* end = nullptr;
+        double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(v)) return "'" + text + "' is not a finite number";
+        if (v < lo || v > hi) return "value " + text + " is out of range: " + str_cat(lo) + " to " + str_cat(hi);
+        return std::string();
+      },
+      "in [" + str_cat(lo) + ", " + str_cat(hi) + "]");
+}
+
+void add_deadline_option(CLI::App* cmd, double& seconds) {
+  cmd->add_option("--deadline", seconds,
+                  "stop each run with a 'deadline exceeded' error (exit 6) once it has run SECONDS (checked between "
+                  "layers and Loop/Scan iterations)")
+      ->check(bounded(0, kMaxSeconds));
+}
+
+std::optional<std::chrono::steady_clock::time_point> deadline_after(double seconds) {
+  if (!(seconds > 0)) return std::nullopt;
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+Result<int64_t> checked_numel(const Dims& d, const std::string& what) {
+  int64_t n = 1, bytes = 0;
+  for (int64_t x : d) {
+    if (x < 0) return InvalidArgument(what, ": negative dimension ", x);
+    if (__builtin_mul_overflow(n, x, &n))
+      return InvalidArgument(what, ": shape ", dims_str(d), " has more elements than a 64-bit count holds");
+  }
+  if (__builtin_mul_overflow(n, int64_t{16}, &bytes))
+    return InvalidArgument(what, ": shape ", dims_str(d), " has ", n, " elements, more than a 64-bit byte size holds");
+  return n;
+}
 
 int report_error(const Status& s) {
   std::fprintf(stderr, "kiln: error: %s\n", s.to_string().c_str());
@@ -37,11 +79,14 @@ Result<ops::Value> read_value_file(const std::string& path, const ir::TypeInfo* 
     size_t n = std::strlen(suf);
     return path.size() >= n && path.compare(path.size() - n, n, suf) == 0;
   };
-  if (ends_with(".npy")) {
-    KILN_ASSIGN_OR_RETURN(Tensor t, read_npy(path));
-    return ops::Value(std::move(t));
-  }
-  return onnx_import::read_value_pb(path, expected);
+  // A reader that throws (an allocation a hostile header asks for) still names the file.
+  return detail::guarded("reading '" + path + "'", [&]() -> Result<ops::Value> {
+    if (ends_with(".npy")) {
+      KILN_ASSIGN_OR_RETURN(Tensor t, read_npy(path));
+      return ops::Value(std::move(t));
+    }
+    return onnx_import::read_value_pb(path, expected);
+  });
 }
 
 Status fill_random_inputs(const ir::Graph& g, uint64_t seed, const std::map<std::string, Dims>& shapes,
@@ -62,7 +107,23 @@ Status fill_random_inputs(const ir::Graph& g, uint64_t seed, const std::map<std:
     } else {
       for (const auto& dim : in.type.shape.dims) d.push_back(dim.known() ? dim.value : 1);
     }
-    Tensor t(in.type.elem, d);
+    KILN_ASSIGN_OR_RETURN(int64_t numel, checked_numel(d, "random input '" + in.name + "'"));
+    // Random inputs larger than half the machine's memory only end in the OOM killer (the run needs
+    // its outputs and activations too): refuse them with the sizes.
+    const double bytes =
+        static_cast<double>(numel) * static_cast<double>(std::max<size_t>(dtype_size(in.type.elem), 1));
+    const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    if (phys > 0 && bytes > phys / 2)
+      return OutOfRange("random input '", in.name, "' of shape ", dims_str(d), " needs ",
+                        static_cast<int64_t>(bytes / (1 << 20)), " MiB, more than half of this machine's memory (",
+                        static_cast<int64_t>(phys / (1 << 20)), " MiB); give smaller --shapes / --batch");
+    Tensor t;
+    try {
+      t = Tensor(in.type.elem, d);
+    } catch (const std::bad_alloc&) {
+      return OutOfRange("random input '", in.name, "' of shape ", dims_str(d), " (", dims_numel(d), " elements of ",
+                        dtype_name(in.type.elem), ") does not fit in memory; give smaller --shapes");
+    }
     std::uniform_real_distribution<double> uf(-1.0, 1.0);
     std::uniform_int_distribution<int64_t> ui(0, 9);
     for (int64_t i = 0; i < t.numel(); ++i) {
@@ -97,13 +158,16 @@ Result<std::map<std::string, Dims>> parse_shapes(const std::string& spec) {
       size_t x = dims.find('x', q);
       std::string num = dims.substr(q, x == std::string::npos ? std::string::npos : x - q);
       char* end = nullptr;
+      errno = 0;
       long long v = std::strtoll(num.c_str(), &end, 10);
-      if (num.empty() || *end != '\0' || v < 0)
+      if (num.empty() || *end != '\0' || v < 0 || !std::isdigit(static_cast<unsigned char>(num[0])))
         return InvalidArgument("shape '", item, "': '", num, "' is not a dimension");
+      if (errno == ERANGE) return InvalidArgument("shape '", item, "': dimension '", num, "' is too large");
       d.push_back(v);
       if (x == std::string::npos) break;
       q = x + 1;
     }
+    KILN_RETURN_IF_ERROR(checked_numel(d, "shape '" + item + "'").status());
     out[item.substr(0, colon)] = d;
   }
   return out;

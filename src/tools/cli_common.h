@@ -1,7 +1,11 @@
 // Shared pieces of the kiln subcommands: loading inputs, summarizing outputs, exit codes.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
+#include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +22,28 @@ constexpr int kExitUsage = 2;         // bad command line
 constexpr int kExitInvalidInput = 3;  // bad model, input file or value
 constexpr int kExitUnsupported = 4;   // valid but unsupported
 constexpr int kExitInternal = 5;
+constexpr int kExitDeadline = 6;  // a run passed its --deadline
+
+// Bounds of the flags that size a run's resources: beyond them libgomp or the thread library abort,
+// or the process just runs out of memory.
+constexpr int kMaxThreads = 1024;              // --threads
+constexpr int kMaxStreams = 256;               // bench --streams: one thread and one context each
+constexpr int kMaxIterations = 1000000000;     // bench --iterations, --warmup
+constexpr double kMaxSeconds = 7 * 24 * 3600;  // --duration, --warmup-ms (as seconds), --deadline
+
+// A CLI11 check: a finite number in [lo, hi] (NaN and inf are refused; CLI11's Range lets NaN pass).
+CLI::Validator bounded(double lo, double hi);
+
+// Adds --deadline SECONDS (every run of the command stops with a 'deadline exceeded' error, exit 6,
+// once it has run that long); 0: none.
+void add_deadline_option(CLI::App* cmd, double& seconds);
+// The deadline of a run starting now (nullopt when seconds is 0).
+std::optional<std::chrono::steady_clock::time_point> deadline_after(double seconds);
+
+// Element count of `d`, or an error when it overflows (also at 16 bytes an element, the largest
+// dtype), naming `what`. Until the overflow-checked size helper of src/core lands (issue 15 item 2,
+// the 'files' work), this is the one place the CLI checks it: swap it for that helper then.
+Result<int64_t> checked_numel(const Dims& d, const std::string& what);
 
 int exit_code_for(const Status& s);
 int report_error(const Status& s);  // prints "kiln: error: ..." and returns the exit code

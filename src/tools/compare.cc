@@ -21,9 +21,11 @@
 #include "engine/engine_impl.h"
 #include "ir/rewrite.h"
 #include "onnx/importer.h"
+#include "ops/deadline.h"
 #include "ops/interpreter.h"
 #include "ops/kiln_layout.h"
 #include "tools/commands.h"
+#include "tools/inputs.h"
 
 namespace kiln::tools {
 
@@ -47,7 +49,9 @@ struct CompareOptions {
   std::string shapes;                    // shapes of generated inputs
   uint64_t seed = 0;
   std::vector<std::string> input_ranges;  // NAME:lo,hi
+  bool random_inputs = false;             // --random-inputs: fill inputs the files lack
   std::string save_inputs;
+  double deadline_s = 0;  // --deadline: per run (reference, engine, divergence search)
   // Checks.
   std::vector<std::string> atol, rtol;  // VALUE or NAME:VALUE
   double rel_floor = 1e-6;
@@ -62,9 +66,9 @@ struct CompareOptions {
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CompareOptions, model, ref, test, engine_file, min_shapes, opt_shapes,
                                                 max_shapes, build_shapes, disabled_passes, workspace_mb, inputs,
-                                                input_files, shapes, seed, input_ranges, save_inputs, atol, rtol,
-                                                rel_floor, check_error_stat, top_k, classifiers, thresholds, worst,
-                                                find_divergence)
+                                                input_files, shapes, seed, input_ranges, random_inputs, save_inputs,
+                                                atol, rtol, rel_floor, check_error_stat, top_k, classifiers, thresholds,
+                                                worst, find_divergence)
 
 constexpr double kDefaultAtol = 1e-4, kDefaultRtol = 1e-3;
 constexpr const char* kPercentiles[] = {"p50", "p90", "p99", "p99.9", "max"};
@@ -295,92 +299,20 @@ struct Runners {
   json build;  // build record
 };
 
-std::vector<const ir::ValueInfo*> real_inputs(const ir::Graph& g) {
-  std::vector<const ir::ValueInfo*> v;
-  for (const auto& in : g.inputs)
-    if (!g.initializers.count(in.name)) v.push_back(&in);
-  return v;
-}
-
-Status load_inputs(const CompareOptions& o, const ir::Graph& g, std::map<std::string, ops::Value>& inputs, json& info) {
-  auto decl_of = [&](const std::string& name) -> const ir::ValueInfo* {
-    for (const auto* in : real_inputs(g))
-      if (in->name == name || sanitize_name(in->name) == name) return in;
-    return nullptr;
-  };
-  if (!o.inputs.empty()) {
-    if (fs::is_directory(o.inputs)) {
-      std::vector<fs::path> files;
-      for (const auto& e : fs::directory_iterator(o.inputs))
-        if (e.path().extension() == ".npy" || e.path().extension() == ".pb") files.push_back(e.path());
-      std::sort(files.begin(), files.end());
-      auto ins = real_inputs(g);
-      for (const auto& f : files) {
-        std::string stem = f.stem().string();
-        const ir::ValueInfo* decl = decl_of(stem);
-        if (!decl && stem.rfind("input_", 0) == 0) {  // ONNX test-data layout: input_<i>.pb
-          size_t i = std::strtoul(stem.c_str() + 6, nullptr, 10);
-          if (i < ins.size()) decl = ins[i];
-        }
-        if (!decl) return InvalidArgument("'", f.string(), "' names no input of the model");
-        KILN_ASSIGN_OR_RETURN(ops::Value v, read_value_file(f.string(), &decl->type));
-        inputs[decl->name] = std::move(v);
-      }
-    } else {
-      KILN_ASSIGN_OR_RETURN(auto entries, read_npz(o.inputs));
-      for (auto& [name, t] : entries) {
-        const ir::ValueInfo* decl = decl_of(name);
-        if (!decl) return InvalidArgument("'", o.inputs, "' has '", name, "', which is not an input of the model");
-        inputs[decl->name] = ops::Value(std::move(t));
-      }
-    }
-    info["source"] = o.inputs;
-  }
-  for (const auto& spec : o.input_files) {
-    size_t eq = spec.find('=');
-    if (eq == std::string::npos) return InvalidArgument("--input '", spec, "' must look like NAME=FILE");
-    const ir::ValueInfo* decl = decl_of(spec.substr(0, eq));
-    if (!decl) return InvalidArgument("'", spec.substr(0, eq), "' is not an input of the model");
-    KILN_ASSIGN_OR_RETURN(ops::Value v, read_value_file(spec.substr(eq + 1), &decl->type));
-    inputs[decl->name] = std::move(v);
-  }
-  std::map<std::string, Dims> shapes;
-  if (!o.shapes.empty()) {
-    KILN_ASSIGN_OR_RETURN(shapes, parse_shapes(o.shapes));
-  }
-  std::set<std::string> given;
-  for (const auto& [k, v] : inputs) given.insert(k);
-  KILN_RETURN_IF_ERROR(fill_random_inputs(g, o.seed, shapes, inputs));
-  json generated = json::array();
-  for (const auto& [name, v] : inputs)
-    if (!given.count(name)) generated.push_back(name);
-  // Ranges rescale generated values (uniform in [-1, 1]) to [lo, hi]; integers are redrawn.
-  for (const auto& spec : o.input_ranges) {
-    size_t c = spec.rfind(':'), comma = spec.find(',', c == std::string::npos ? 0 : c);
-    if (c == std::string::npos || comma == std::string::npos)
-      return InvalidArgument("--input-range '", spec, "' must look like NAME:lo,hi");
-    std::string name = spec.substr(0, c);
-    char *e1 = nullptr, *e2 = nullptr;
-    std::string los = spec.substr(c + 1, comma - c - 1), his = spec.substr(comma + 1);
-    double lo = std::strtod(los.c_str(), &e1), hi = std::strtod(his.c_str(), &e2);
-    if (*e1 || *e2 || los.empty() || his.empty() || !(lo <= hi))
-      return InvalidArgument("--input-range '", spec, "': need numbers lo <= hi");
-    auto it = inputs.find(name);
-    if (it == inputs.end()) return InvalidArgument("--input-range names '", name, "', which is not an input");
-    if (given.count(name)) return InvalidArgument("--input-range '", name, "': that input was given from a file");
-    Tensor& t = it->second.tensor;
-    uint64_t state = o.seed * 6364136223846793005ULL + 1442695040888963407ULL;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      if (dtype_is_float(t.dtype())) {
-        t.set_f64(i, lo + (t.get_f64(i) + 1.0) * 0.5 * (hi - lo));
-      } else {
-        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-        double u = static_cast<double>(state >> 11) / 9007199254740992.0;
-        t.set_i64(i, static_cast<int64_t>(std::floor(lo + u * (hi - lo + 1))));
-      }
-    }
-  }
-  info["generated"] = generated;
+// Inputs through the shared loader (tools/inputs.h); `info` records where they came from.
+Status compare_inputs(const CompareOptions& o, const ir::Graph& g, std::map<std::string, ops::Value>& inputs,
+                      json& info) {
+  InputOptions in;
+  in.inputs = o.inputs;
+  in.files = o.input_files;
+  in.shapes = o.shapes;
+  in.ranges = o.input_ranges;
+  in.seed = o.seed;
+  in.random = o.random_inputs;
+  KILN_ASSIGN_OR_RETURN(LoadedInputs loaded, load_inputs(in, g));
+  inputs = std::move(loaded.values);
+  if (!o.inputs.empty()) info["source"] = o.inputs;
+  info["generated"] = loaded.generated;
   info["seed"] = o.seed;
   json list = json::array();
   for (const auto& [name, v] : inputs) list.push_back({{"name", name}, {"summary", summarize(name, v)}});
@@ -905,7 +837,7 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
   const ir::Graph& g = *r.model.graph;
   std::map<std::string, ops::Value> inputs;
   json in_info = json::object();
-  KILN_RETURN_IF_ERROR(load_inputs(o, g, inputs, in_info));
+  KILN_RETURN_IF_ERROR(compare_inputs(o, g, inputs, in_info));
   if (!o.save_inputs.empty()) {
     std::vector<std::pair<std::string, Tensor>> ins;
     for (const auto& [k, v] : inputs)
@@ -919,6 +851,7 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
   auto run_onnx = [&]() -> Status {
     if (have_onnx) return Status::Ok();
     ops::Interpreter interp(r.model.graph);
+    ops::DeadlineScope deadline(deadline_after(o.deadline_s));
     KILN_ASSIGN_OR_RETURN(onnx_outs, interp.run(inputs));
     have_onnx = true;
     return Status::Ok();
@@ -941,6 +874,7 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
     KILN_RETURN_IF_ERROR(run_onnx());
     touts = onnx_outs;
   } else {
+    ops::DeadlineScope deadline(deadline_after(o.deadline_s));
     KILN_ASSIGN_OR_RETURN(touts, detail::run_engine(*r.engine, inputs));
   }
   for (size_t i = 0; i < touts.size() && i < g.outputs.size(); ++i)
@@ -1011,6 +945,7 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
   rep["outputs_passed"] = passed;
   if (o.find_divergence) {
     Status st = Status::Ok();
+    ops::DeadlineScope deadline(deadline_after(o.deadline_s));
     json d = find_divergence(o, r, inputs, &st);
     KILN_RETURN_IF_ERROR(st);
     rep["divergence"] = d;
@@ -1096,12 +1031,17 @@ void add_compare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-shapes", o->max_shapes, "build option (as kiln build)");
   cmd->add_option("--build-shapes", o->build_shapes, "build option: fixed shapes (kiln build --shapes)");
   cmd->add_option("--disable-pass", o->disabled_passes, "build option: skip a graph pass (repeatable)");
-  cmd->add_option("--workspace", o->workspace_mb, "build option: activation memory limit, MiB");
+  cmd->add_option("--workspace", o->workspace_mb, "build option: activation memory limit, MiB")
+      ->check(bounded(0, 1 << 30));
   cmd->add_option("--inputs", o->inputs, "inputs: FILE.npz or a directory of NAME.npy / NAME.pb / input_<i>.pb");
   cmd->add_option("--input", o->input_files, "NAME=FILE (.npy or .pb), repeatable");
+  cmd->add_flag("--random-inputs", o->random_inputs,
+                "random values for the inputs that --inputs/--input do not give (without it a missing input is an "
+                "error)");
   cmd->add_option("--shapes", o->shapes, "shapes of generated inputs: NAME:1x3x224x224,...");
   cmd->add_option("--seed", o->seed, "seed of generated inputs");
   cmd->add_option("--input-range", o->input_ranges, "NAME:lo,hi range of a generated input (repeatable)");
+  add_deadline_option(cmd, o->deadline_s);
   cmd->add_option("--save-inputs", o->save_inputs, "write the inputs used to FILE.npz");
   cmd->add_option("--atol", o->atol, "absolute tolerance: VALUE or NAME:VALUE (repeatable; default 1e-4)");
   cmd->add_option("--rtol", o->rtol, "relative tolerance: VALUE or NAME:VALUE (repeatable; default 1e-3)");

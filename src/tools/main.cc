@@ -1,6 +1,7 @@
 // kiln: the command-line front end. One file per subcommand; each registers itself here.
 #include <CLI/CLI.hpp>
 
+#include "engine/engine_impl.h"
 #include "kiln/kiln.h"
 #include "tools/commands.h"
 
@@ -16,16 +17,22 @@ int main(int argc, char** argv) {
   kiln::tools::add_compare_command(app, exit_code);
   kiln::tools::add_bench_command(app, exit_code);
   // --threads on every subcommand: one OpenMP team for kiln's kernels and oneDNN's, set before the
-  // command builds (the auto-tuner times candidates at this count) or runs anything.
+  // command builds (the auto-tuner times candidates at this count) or runs anything. Bounded: libgomp
+  // aborts when it cannot create the threads asked for.
   for (CLI::App* sub : app.get_subcommands({}))
     sub->add_option_function<int>(
-        "--threads", [](const int& n) { kiln::set_threads(n); },
-        "threads for the kernels (default: one per core, or OMP_NUM_THREADS); build tunes for this count");
+           "--threads", [](const int& n) { kiln::set_threads(n); },
+           "threads for the kernels (default: one per core, or OMP_NUM_THREADS); build tunes for this count")
+        ->check(kiln::tools::bounded(1, kiln::tools::kMaxThreads));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kiln::tools::kExitUsage;
+  } catch (...) {
+    // The subcommands return Status; whatever still escapes one (an allocation failing on a hostile
+    // size, a library throwing) is reported in kiln's categories, never as an abort.
+    return kiln::tools::report_error(kiln::detail::status_of_exception(std::current_exception(), ""));
   }
   return exit_code;
 }

@@ -6,25 +6,35 @@
 #include "core/npy.h"
 #include "engine/engine_impl.h"
 #include "onnx/importer.h"
+#include "ops/deadline.h"
 #include "ops/interpreter.h"
 #include "tools/commands.h"
+#include "tools/inputs.h"
 
 namespace kiln::tools {
 
 namespace {
 struct RunOptions {
   std::string model;
-  std::vector<std::string> inputs;  // NAME=FILE
-  std::string inputs_npz;
+  InputOptions in;
   std::string output_dir;
   std::string output_format = "npy";  // npy | pb, for --output-dir
   std::string save_outputs;           // all outputs in one .npz
-  std::string shapes;
-  uint64_t seed = 0;
-  int profile_index = -1;      // engines: force a profile
-  std::string expect_outputs;  // .npz with expected outputs by name
+  int profile_index = -1;             // engines: force a profile
+  std::string expect_outputs;         // .npz with expected outputs by name
   Tolerance tol{1e-3, 1e-4};
+  double deadline_s = 0;  // --deadline; 0: none
 };
+
+// A directory to write into: created when missing; an existing file there is an error.
+Status prepare_output_dir(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+    return InvalidArgument("--output-dir '", dir, "' exists and is not a directory");
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return IOError("cannot create --output-dir '", dir, "': ", ec.message());
+  return Status::Ok();
+}
 
 // Returns whether every expected output matched (true when none were given).
 Result<bool> run_model(const RunOptions& o) {
@@ -45,41 +55,21 @@ Result<bool> run_model(const RunOptions& o) {
     graph = model.graph;
   }
   const ir::Graph& g = *graph;
-  std::map<std::string, ops::Value> inputs;
-  auto decl_of = [&](const std::string& name) -> const ir::ValueInfo* {
-    for (const auto& in : g.inputs)
-      if (in.name == name) return &in;
-    return nullptr;
-  };
-  if (!o.inputs_npz.empty()) {
-    KILN_ASSIGN_OR_RETURN(auto entries, read_npz(o.inputs_npz));
-    for (auto& [name, t] : entries) inputs[name] = ops::Value(std::move(t));
-  }
-  for (const auto& spec : o.inputs) {
-    size_t eq = spec.find('=');
-    if (eq == std::string::npos) return InvalidArgument("--input '", spec, "' must look like NAME=FILE");
-    std::string name = spec.substr(0, eq);
-    const ir::ValueInfo* decl = decl_of(name);
-    if (!decl) return InvalidArgument("'", name, "' is not an input of the model");
-    KILN_ASSIGN_OR_RETURN(ops::Value v, read_value_file(spec.substr(eq + 1), &decl->type));
-    inputs[name] = std::move(v);
-  }
+  if (!o.output_dir.empty()) KILN_RETURN_IF_ERROR(prepare_output_dir(o.output_dir));
   std::map<std::string, Dims> shapes;
-  if (!o.shapes.empty()) {
-    KILN_ASSIGN_OR_RETURN(shapes, parse_shapes(o.shapes));
-  }
   if (is_engine) {  // random dynamic inputs default to the opt shapes of the profile
     auto profiles = engine->profiles();
     if (!profiles.empty()) {
       const Profile& p =
           profiles[o.profile_index >= 0 && o.profile_index < static_cast<int>(profiles.size()) ? o.profile_index : 0];
-      for (const auto& [name, r] : p.inputs)
-        if (!shapes.count(name)) shapes[name] = r.opt;
+      for (const auto& [name, r] : p.inputs) shapes[name] = r.opt;
     }
   }
-  KILN_RETURN_IF_ERROR(fill_random_inputs(g, o.seed, shapes, inputs));
+  KILN_ASSIGN_OR_RETURN(LoadedInputs loaded, load_inputs(o.in, g, shapes));
+  const std::map<std::string, ops::Value>& inputs = loaded.values;
   for (const auto& [name, v] : inputs) std::printf("input  %s\n", summarize(name, v).c_str());
   std::vector<ops::Value> outs;
+  ops::DeadlineScope deadline(deadline_after(o.deadline_s));  // the engine's and the interpreter's run
   if (is_engine) {
     detail::RunInfo info;
     KILN_ASSIGN_OR_RETURN(outs, detail::run_engine(engine->impl(), inputs, o.profile_index, &info));
@@ -90,7 +80,6 @@ Result<bool> run_model(const RunOptions& o) {
     ops::Interpreter interp(graph);
     KILN_ASSIGN_OR_RETURN(outs, interp.run(inputs));
   }
-  if (!o.output_dir.empty()) std::filesystem::create_directories(o.output_dir);
   for (size_t i = 0; i < outs.size(); ++i) {
     const std::string& name = g.outputs[i].name;
     std::printf("output %s\n", summarize(name, outs[i]).c_str());
@@ -134,20 +123,18 @@ void add_run_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model (reference interpreter) or an engine (.kiln)");
   cmd->add_option("model", o->model, "model.onnx or model.kiln")->required();
-  cmd->add_option("--input", o->inputs, "NAME=FILE (.npy or ONNX .pb), repeatable");
-  cmd->add_option("--inputs", o->inputs_npz, "all inputs from one .npz");
+  add_input_options(cmd, o->in);
   cmd->add_option("--output-dir", o->output_dir, "write each output to DIR/NAME.npy");
   cmd->add_option("--output-format", o->output_format, "file format for --output-dir: npy or pb (TensorProto)")
       ->check(CLI::IsMember({"npy", "pb"}));
   cmd->add_option("--save-outputs", o->save_outputs, "write all outputs to one .npz (by output name)");
-  cmd->add_option("--shapes", o->shapes, "shapes for random inputs: NAME:1x3x224x224,...");
-  cmd->add_option("--seed", o->seed, "seed for random inputs");
   cmd->add_option("--profile-index", o->profile_index,
                   "engines: run on this optimization profile (default: the first whose ranges hold the input "
                   "shapes); random inputs take its opt shapes");
   cmd->add_option("--expect-outputs", o->expect_outputs, "compare outputs with this .npz (by output name)");
   cmd->add_option("--rtol", o->tol.rtol, "relative tolerance for --expect-outputs");
   cmd->add_option("--atol", o->tol.atol, "absolute tolerance for --expect-outputs");
+  add_deadline_option(cmd, o->deadline_s);
   cmd->callback([o, &exit_code]() {
     auto r = run_model(*o);
     exit_code = !r.ok() ? report_error(r.status()) : (r.value() ? kExitOk : kExitMismatch);
