@@ -67,6 +67,13 @@ bool is_blockable_conv(const ir::Graph& g, const ir::Node& n, int64_t* channels)
   if (!x->shape.dims[1].known() || x->shape.dims[1].value != c || c <= 0 || m <= 0) return false;
   if (!(group == 1 || (group == c && group == m))) return false;
   if (n.has_input(3) && !fusion::same_type(g, n.inputs[3], n.outputs[0])) return false;
+  // Pads as large as the (dilated) kernel: the blocked kernels decline them (onednn_conv.cc's
+  // resolve_conv), the plain tactics too; no blocked layer would run on the reference kernel.
+  const std::vector<int64_t> pads = n.attr_ints("pads"), dil = n.attr_ints("dilations", {1, 1});
+  for (size_t i = 0; i < pads.size(); ++i) {
+    const size_t d = i % 2;
+    if (dil.size() == 2 && pads[i] >= (w->dim(static_cast<int64_t>(d) + 2) - 1) * dil[d] + 1) return false;
+  }
   *channels = c;
   return true;
 }
