@@ -15,6 +15,8 @@
 //     see the same values as before. Blocked values get new names ("<value>.blocked"); each
 //     blocked node names the plain value it stands for (kiln.plain_value, kiln.plain_channels),
 //     so kiln compare still checks every layer against the reference.
+// A Concat along the channels of blocked values, all but the last filling whole blocks, stays the
+// same Concat on their blocked forms (along the channel blocks).
 // Leaves alone: grouped (non-depthwise) convs, 1-D/3-D convs, non-constant weights, other dtypes,
 // and every other op (elementwise ops stay on plain tensors; after the fusions resnets and
 // mobilenets have none between their convs).
@@ -164,6 +166,9 @@ class Rewriter {
       } else if (int64_t ch = elementwise_channels(n, blocked_channels); ch > 0) {
         kind_[i] = Kind::kElementwise;
         blocked_channels[n.outputs[0]] = ch;
+      } else if (int64_t cc = concat_channels(n, blocked_channels); cc > 0) {
+        kind_[i] = Kind::kConcat;
+        blocked_channels[n.outputs[0]] = cc;
       }
       if (kind_[i] != Kind::kPlain) ++changed, made_or_blocked_.insert(n.outputs[0]);
     }
@@ -193,10 +198,11 @@ class Rewriter {
       const std::string y = n.outputs[0];
       std::string yb = fresh(y + ".blocked");
       ir::Node b;
-      if (kind_[i] == Kind::kElementwise) {
+      if (kind_[i] == Kind::kElementwise || kind_[i] == Kind::kConcat) {
         b = std::move(n);  // the same op, on blocked operands
         for (size_t j = 0; j < b.inputs.size(); ++j)
           if (reads_blocked(i, j)) b.inputs[j] = blocked_form(b.inputs[j], out);
+        if (kind_[i] == Kind::kConcat) fusion::set_int(b, "axis", 1);  // the channel blocks of [N, Cb, H, W, B]
       } else {
         b = fusion::kiln_node(kind_[i] == Kind::kConv ? "BlockedConv" : "BlockedPool", n.name);
         b.attrs = n.attrs;
@@ -230,7 +236,7 @@ class Rewriter {
   }
 
  private:
-  enum class Kind { kPlain, kConv, kPool, kElementwise };
+  enum class Kind { kPlain, kConv, kPool, kElementwise, kConcat };
 
   // Whether node i (decided blocked) reads input j in the blocked layout: a conv its X (unless a
   // plain X with fewer channels than a block) and residual, a pool its X, an elementwise op every
@@ -246,6 +252,7 @@ class Rewriter {
                ir::constant_value(g_, n.inputs[1])->dim(1) * n.attr_int("group", 1) >= block_;
       case Kind::kPool: return j == 0;
       case Kind::kElementwise: return !ir::is_constant(g_, n.inputs[j]);
+      case Kind::kConcat: return true;
       default: return false;
     }
   }
@@ -267,6 +274,24 @@ class Rewriter {
       ch = it->second;
     }
     if (!ch || !preserves_zero(g_, n)) return 0;
+    return ch;
+  }
+
+  // The channels of a channel Concat the layout can carry (0: none): every input a blocked value,
+  // all but the last filling whole blocks, so the blocked inputs concatenated along their channel
+  // blocks are the blocked output, its padding lanes (the last input's) at the end. SqueezeNet's
+  // fire modules end so: without it, two ReorderFromBlocked and a ReorderToBlocked per module.
+  int64_t concat_channels(const ir::Node& n, const std::map<std::string, int64_t>& blocked_channels) {
+    if (!is_onnx(n, "Concat") || n.outputs.size() != 1 || n.outputs[0].empty() || n.inputs.empty()) return 0;
+    const int64_t axis = n.attr_int("axis", 1);
+    if ((axis != 1 && axis != -3) || !is_f32_rank(g_, n.outputs[0], 4)) return 0;
+    int64_t ch = 0;
+    for (size_t j = 0; j < n.inputs.size(); ++j) {
+      auto it = blocked_channels.find(n.inputs[j]);
+      if (it == blocked_channels.end() || !is_f32_rank(g_, n.inputs[j], 4)) return 0;
+      if (j + 1 < n.inputs.size() && it->second % block_ != 0) return 0;
+      ch += it->second;
+    }
     return ch;
   }
 
