@@ -2,8 +2,9 @@
 // nChw8c, see ops/kiln_layout.h) from one layer to the next, so that the fast convolutions do not
 // reorder their input and output around every layer; reorders remain only at the boundaries.
 //
-// Matches: 2-D Conv and kiln.FusedConv with a constant float32 W (and constant B), group 1 or
-// depthwise (group = C = M), a 4-D float32 X, and a residual of the output's shape; each becomes a
+// Matches: 2-D Conv and kiln.FusedConv with a constant float32 W (and constant B), group 1,
+// depthwise (group = C = M) or groups of whole blocks (C / group and M / group multiples of the
+// block), a 4-D float32 X, and a residual of the output's shape; each becomes a
 // kiln.BlockedConv. A MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool (without Indices)
 // whose input is already blocked becomes a kiln.BlockedPool (pools never pull a value into the
 // layout on their own). Then the boundaries:
@@ -17,7 +18,7 @@
 //     so kiln compare still checks every layer against the reference.
 // A Concat along the channels of blocked values, all but the last filling whole blocks, stays the
 // same Concat on their blocked forms (along the channel blocks).
-// Leaves alone: grouped (non-depthwise) convs, 1-D/3-D convs, non-constant weights, other dtypes,
+// Leaves alone: other grouped convs, 1-D/3-D convs, non-constant weights, other dtypes,
 // and every other op (elementwise ops stay on plain tensors; after the fusions resnets and
 // mobilenets have none between their convs).
 //
@@ -56,7 +57,7 @@ bool is_f32_rank(const ir::Graph& g, const std::string& v, size_t rank) {
 }
 
 // A conv the blocked kernels take; `channels` receives its input channels C.
-bool is_blockable_conv(const ir::Graph& g, const ir::Node& n, int64_t* channels) {
+bool is_blockable_conv(const ir::Graph& g, const ir::Node& n, int64_t block, int64_t* channels) {
   bool onnx = is_onnx(n, "Conv"), fusedc = is_kiln(n, "FusedConv");
   if (!(onnx || fusedc) || n.outputs.size() != 1 || n.outputs[0].empty()) return false;
   if (n.inputs.size() < 2 || n.inputs.size() > (fusedc ? 4u : 3u) || n.inputs[0].empty()) return false;
@@ -67,7 +68,9 @@ bool is_blockable_conv(const ir::Graph& g, const ir::Node& n, int64_t* channels)
   const ir::TypeInfo* x = fusion::type_of(g, n.inputs[0]);
   const int64_t group = n.attr_int("group", 1), c = w->dim(1) * group, m = w->dim(0);
   if (!x->shape.dims[1].known() || x->shape.dims[1].value != c || c <= 0 || m <= 0) return false;
-  if (!(group == 1 || (group == c && group == m))) return false;
+  // Grouped: when each group is whole blocks (oneDNN's blocked kernels take those).
+  if (!(group == 1 || (group == c && group == m) || ((c / group) % block == 0 && (m / group) % block == 0)))
+    return false;
   if (n.has_input(3) && !fusion::same_type(g, n.inputs[3], n.outputs[0])) return false;
   // Pads as large as the (dilated) kernel: the blocked kernels decline them (onednn_conv.cc's
   // resolve_conv), the plain tactics too; no blocked layer would run on the reference kernel.
@@ -87,6 +90,11 @@ bool is_blockable_pool(const ir::Graph& g, const ir::Node& n) {
   for (size_t i = 1; i < n.outputs.size(); ++i)
     if (!n.outputs[i].empty()) return false;  // MaxPool's Indices are positions in the plain layout
   if (n.attr("kernel_shape") && n.attr_ints("kernel_shape").size() != 2) return false;
+  // Pads as large as the window: the blocked pool declines them (onednn_pool.cc; the undilated
+  // window here, the smaller: such a pool stays plain, on a plain tactic).
+  const std::vector<int64_t> ks = n.attr_ints("kernel_shape"), pads = n.attr_ints("pads");
+  for (size_t i = 0; i < pads.size() && ks.size() == 2; ++i)
+    if (pads[i] >= ks[i % 2]) return false;
   return is_f32_rank(g, n.inputs[0], 4) && is_f32_rank(g, n.outputs[0], 4);
 }
 
@@ -157,7 +165,7 @@ class Rewriter {
     for (size_t i = 0; i < count; ++i) {
       const ir::Node& n = g_.nodes[i];
       int64_t c = 0;
-      if (is_blockable_conv(g_, n, &c)) {
+      if (is_blockable_conv(g_, n, block_, &c)) {
         kind_[i] = Kind::kConv;
         blocked_channels[n.outputs[0]] = ir::constant_value(g_, n.inputs[1])->dim(0);
       } else if (is_blockable_pool(g_, n) && blocked_channels.count(n.inputs[0])) {

@@ -198,6 +198,28 @@ LayerCase conv_dw_case(std::mt19937& rng, uint64_t seed, int64_t block) {
   return lc;
 }
 
+// A kiln.BlockedConv grouped into whole blocks (ResNeXt's later stages): 2-4 groups of 1-2 blocks in
+// and out, 3x3 or 1x1, stride 1 or 2, with an epilogue and maybe a (blocked) residual; X plain in
+// a quarter of them.
+LayerCase grouped_blocks_conv_case(std::mt19937& rng, uint64_t seed) {
+  const int64_t block = rng() % 2 ? 16 : 8;
+  const int64_t group = pick(rng, 2, 4), c = group * block * pick(rng, 1, 2), m = group * block * pick(rng, 1, 2);
+  const int64_t k = rng() % 3 ? 3 : 1, s = pick(rng, 1, 2), p = k / 2, h = pick(rng, 3, 11), w = pick(rng, 3, 13);
+  const bool bias = rng() % 2, residual = rng() % 2;
+  LayerCase lc;
+  lc.node = make_node("kiln", "FusedConv", residual ? 4 : (bias ? 3 : 2));
+  if (residual && !bias) lc.node.inputs[2] = "";
+  testing::GraphBuilder::set_int(lc.node, "group", group);
+  testing::GraphBuilder::set_ints(lc.node, "strides", {s, s});
+  testing::GraphBuilder::set_ints(lc.node, "pads", {p, p, p, p});
+  add_epilogue(rng, lc.node);
+  testing::add_conv_inputs(lc, seed, {pick(rng, 1, 2), c, h, w}, {m, c / group, k, k}, bias, residual);
+  to_blocked_node(lc.node, "BlockedConv", block);
+  if (rng() % 4) lc.inputs[0] = blocked(lc.inputs[0], block);
+  if (residual) lc.inputs[3] = blocked(lc.inputs[3], block);
+  return lc;
+}
+
 LayerCase blocked_case(std::mt19937& rng, uint64_t seed) {
   int64_t block = rng() % 4 ? 16 : 8;
   const int kind = static_cast<int>(rng() % 12);
@@ -759,12 +781,15 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
     check_tactics(lc, want, iter, isas, checked, &took);
     if (::testing::Test::HasFatalFailure()) return;
   }
-  // Convolution and pooling of every rank and variant (their own random stream, so the cases
-  // above stay as they were): each must be taken by a tactic, none left to the reference kernel.
+  // Convolution and pooling of every rank and variant, and blocked convs grouped into whole blocks
+  // (their own random stream, so the cases above stay as they were): each must be taken by a
+  // tactic, none left to the reference kernel.
   std::mt19937 rng_nd(4321);
   for (int iter = 0; iter < cases; ++iter) {
     uint64_t seed = 500000 + 10 * iter;
-    LayerCase lc = iter % 2 ? conv_nd_case(rng_nd, seed) : pool_nd_case(rng_nd, seed);
+    LayerCase lc = iter % 5 == 4  ? grouped_blocks_conv_case(rng_nd, seed)
+                   : iter % 5 % 2 ? conv_nd_case(rng_nd, seed)
+                                  : pool_nd_case(rng_nd, seed);
     Tensor want = testing::reference_output(lc);
     ASSERT_TRUE(want.defined()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
     int took = 0;

@@ -186,6 +186,29 @@ TEST(LayoutBlocked, DepthwiseAndOddChannelsConvertGroupedStayPlain) {
   EXPECT_LT(max_abs_diff(before, after), 1e-6);
 }
 
+// A grouped conv goes blocked when each of its groups is whole blocks in and out (ResNeXt: 32
+// groups of 8 channels take blocks of 8, not of 16).
+TEST(LayoutBlocked, GroupsOfWholeBlocksConvert) {
+  for (int64_t block : {8, 16}) {
+    GraphBuilder b(13);
+    b.input("x", {1, 32, 7, 7}).output("y");
+    b.init("w1", random_tensor({32, 32, 1, 1}, 1)).init("wg", random_tensor({32, 8, 3, 3}, 2));
+    b.init("w2", random_tensor({16, 32, 1, 1}, 3));
+    conv(b, "x", "w1", "a", 0);
+    auto& gc = conv(b, "a", "wg", "g", 1);  // 4 groups of 8 channels
+    GraphBuilder::set_int(gc, "group", 4);
+    conv(b, "g", "w2", "y", 0);
+    ir::Model before = b.finish();
+    int changed = 0;
+    ir::Model after = apply_pass(before, block == 8 ? blocked8 : blocked16, &changed);
+    const ir::Graph& g = *after.graph;
+    EXPECT_EQ(count_kiln(g, "BlockedConv"), block == 8 ? 3 : 2) << block;
+    EXPECT_EQ(count_op(g, "Conv"), block == 8 ? 0 : 1) << block;
+    EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), block == 8 ? 1 : 2) << block;
+    EXPECT_LT(max_abs_diff(before, after), 1e-5);
+  }
+}
+
 TEST(LayoutBlocked, PoolsFollowOnlyBlockedInputs) {
   GraphBuilder b(13);
   b.input("x", {1, 4, 8, 8}).output("y").output("z").output("i");
