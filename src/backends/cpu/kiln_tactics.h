@@ -18,6 +18,9 @@ const Tactic* conv2d_kiln_depthwise();
 // MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool on 4-D NCHW.
 const Tactic* pool2d_kiln_nchw();
 
+// Concat of 5-D channel-blocked values along axis 1 (the Concat layout_blocked keeps blocked).
+const Tactic* concat_blocked_kiln();
+
 // "" when the layer is a float32 CPU layer (every present input float32, computing in float32).
 std::string float32_cpu_layer(const LayerSignature& sig);
 // The checks every 2-D Conv / kiln.FusedConv tactic shares: a float32 CPU layer, X 4-D, W a 4-D

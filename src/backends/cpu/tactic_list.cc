@@ -74,6 +74,8 @@ const std::vector<const Tactic*>& all_tactics() {
     v.push_back(cpu::conv2d_kiln_1x1());
     v.push_back(cpu::conv2d_kiln_depthwise());
     v.push_back(cpu::pool2d_kiln_nchw());
+    // Concat of channel-blocked values (the one layout_blocked keeps blocked)
+    v.push_back(cpu::concat_blocked_kiln());
     // kiln.BlockedConv: kiln's own Winograd F(4x4, 3x3) (timed against oneDNN's Winograd and direct)
     v.push_back(cpu::conv2d_winograd_f4x3_nchw16c());
     return v;

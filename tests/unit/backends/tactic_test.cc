@@ -260,6 +260,22 @@ LayerCase blocked_case(std::mt19937& rng, uint64_t seed) {
   return lc;
 }
 
+// The Concat layout_blocked keeps blocked: 1-4 channel-blocked values [N, Cb_i, H, W, B] along axis
+// 1 (or -4), some of one block, some empty of blocks.
+LayerCase blocked_concat_case(std::mt19937& rng, uint64_t seed) {
+  const int64_t n = pick(rng, 1, 3), h = pick(rng, 1, 9), w = pick(rng, 1, 11), b = rng() % 2 ? 16 : 8;
+  const size_t k = static_cast<size_t>(pick(rng, 1, 4));
+  LayerCase lc;
+  lc.node = make_node("", "Concat", k);
+  lc.node.opset = 13;
+  testing::GraphBuilder::set_int(lc.node, "axis", rng() % 2 ? 1 : -4);
+  for (size_t i = 0; i < k; ++i) {
+    lc.inputs.push_back(testing::random_tensor({n, pick(rng, i == 0 ? 1 : 0, 5), h, w, b}, seed + i));
+    lc.constant.push_back(false);
+  }
+  return lc;
+}
+
 // ---- convolution and pooling of every rank (each case in the range some tactic must take) ----
 
 // A Conv / kiln.FusedConv over 1, 2 or 3 spatial dims (a third of them 1-D with many channels,
@@ -781,15 +797,16 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
     check_tactics(lc, want, iter, isas, checked, &took);
     if (::testing::Test::HasFatalFailure()) return;
   }
-  // Convolution and pooling of every rank and variant, and blocked convs grouped into whole blocks
-  // (their own random stream, so the cases above stay as they were): each must be taken by a
+  // Convolution and pooling of every rank and variant, blocked convs grouped into whole blocks and
+  // blocked Concats (their own random stream, so the cases above stay as they were): each must be taken by a
   // tactic, none left to the reference kernel.
   std::mt19937 rng_nd(4321);
   for (int iter = 0; iter < cases; ++iter) {
     uint64_t seed = 500000 + 10 * iter;
-    LayerCase lc = iter % 5 == 4  ? grouped_blocks_conv_case(rng_nd, seed)
-                   : iter % 5 % 2 ? conv_nd_case(rng_nd, seed)
-                                  : pool_nd_case(rng_nd, seed);
+    LayerCase lc = iter % 10 == 9  ? blocked_concat_case(rng_nd, seed)
+                   : iter % 5 == 4 ? grouped_blocks_conv_case(rng_nd, seed)
+                   : iter % 5 % 2  ? conv_nd_case(rng_nd, seed)
+                                   : pool_nd_case(rng_nd, seed);
     Tensor want = testing::reference_output(lc);
     ASSERT_TRUE(want.defined()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
     int took = 0;
