@@ -99,25 +99,30 @@ class PreparedPool : public PreparedLayer {
   dnnl::pooling_v2_forward::primitive_desc pd;
   dnnl::pooling_v2_forward prim;
 
-  // Multiplies each output position by the product of its dims' factors (g.rescale): per plane
-  // of N * C (blocked: N * C / block planes of `block` lanes each).
-  void rescale(float* y) const {
+  // Per spatial output position (row-major), the product of its dims' factors (g.rescale); empty
+  // when no position needs one. Made at prepare: run() allocates nothing.
+  std::vector<float> factors;
+  void make_factors() {
+    if (g.rescale.empty()) return;
     const Dims& out = g.w.out;
-    const int64_t lanes = block > 0 ? block : 1, planes = g.n * g.c / lanes;
     int64_t plane = 1;
     for (int64_t o : out) plane *= o;
-    std::vector<float> f(static_cast<size_t>(plane));
-    for (int64_t i = 0; i < plane; ++i) {  // spatial position i, row-major over `out`
-      float v = 1.f;
+    factors.assign(static_cast<size_t>(plane), 1.f);
+    for (int64_t i = 0; i < plane; ++i)
       for (size_t d = out.size(), r = static_cast<size_t>(i); d-- > 0; r /= static_cast<size_t>(out[d]))
-        v *= g.rescale[d][r % static_cast<size_t>(out[d])];
-      f[static_cast<size_t>(i)] = v;
-    }
+        factors[static_cast<size_t>(i)] *= g.rescale[d][r % static_cast<size_t>(out[d])];
+  }
+  // Multiplies each output position by its factor: per plane of N * C (blocked: N * C / block
+  // planes of `block` lanes each).
+  void rescale(float* y) const {
+    const int64_t lanes = block > 0 ? block : 1, planes = g.n * g.c / lanes;
+    const int64_t plane = static_cast<int64_t>(factors.size());
     for (int64_t p = 0; p < planes; ++p)
       for (int64_t i = 0; i < plane; ++i) {
-        if (f[static_cast<size_t>(i)] == 1.f) continue;
+        const float f = factors[static_cast<size_t>(i)];
+        if (f == 1.f) continue;
         float* v = y + (p * plane + i) * lanes;
-        for (int64_t l = 0; l < lanes; ++l) v[l] *= f[static_cast<size_t>(i)];
+        for (int64_t l = 0; l < lanes; ++l) v[l] *= f;
       }
   }
 
@@ -133,7 +138,7 @@ class PreparedPool : public PreparedLayer {
       execute(prim, scratch_md,
               {{DNNL_ARG_SRC, memory(src_md, eng, const_cast<void*>(in[0]->raw()))},
                {DNNL_ARG_DST, memory(dst_md, eng, out[0]->raw())}});
-      if (!g.rescale.empty()) rescale(out[0]->data<float>());
+      if (!factors.empty()) rescale(out[0]->data<float>());
       return Status::Ok();
     });
   }
@@ -178,6 +183,7 @@ class OnednnPool : public Tactic {
     plain_input(sig, &x);
     resolve_pool(*sig.node, op_of(sig), opset_of(sig), x, g);
     p->block = blocked_ ? sig.node->attr_int("block", 0) : 0;
+    p->make_factors();
     Status st = guarded(name(), [&]() -> Status {
       using A = dnnl::algorithm;
       A alg = g.max ? A::pooling_max : g.include_pad ? A::pooling_avg_include_padding : A::pooling_avg_exclude_padding;

@@ -827,6 +827,44 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
   }
 }
 
+// AveragePool with count_include_pad whose last ceil_mode window reaches past the declared pads
+// (in 6, kernel 3, stride 2, pads 1 + 1: the last window covers input 5, the end pad and one
+// position beyond it, which ONNX does not count): oneDNN's divisor is rescaled there. 1-D, 2-D,
+// 3-D and blocked; each must be taken by a oneDNN tactic and match.
+TEST(Tactics, CeilModeAverageCountingPadsMatchesReference) {
+  std::map<std::string, int> checked;
+  for (int shape = 0; shape < 4; ++shape) {
+    const size_t rank = shape == 3 ? 2 : static_cast<size_t>(shape + 1);
+    LayerCase lc;
+    lc.node = make_node("", "AveragePool", 1);
+    lc.node.opset = 19;
+    Dims x{2, 5}, pads;
+    for (size_t d = 0; d < rank; ++d) x.push_back(6 + static_cast<int64_t>(d));
+    testing::GraphBuilder::set_ints(lc.node, "kernel_shape", Dims(rank, 3));
+    testing::GraphBuilder::set_ints(lc.node, "strides", Dims(rank, 2));
+    testing::GraphBuilder::set_ints(lc.node, "pads", Dims(2 * rank, 1));
+    testing::GraphBuilder::set_int(lc.node, "ceil_mode", 1);
+    testing::GraphBuilder::set_int(lc.node, "count_include_pad", 1);
+    lc.inputs = {testing::random_tensor(x, 77 + shape)};
+    lc.constant = {false};
+    if (shape == 3) {
+      to_blocked_node(lc.node, "BlockedPool", 8);
+      set_string(lc.node, "pool", "AveragePool");
+      testing::GraphBuilder::set_int(lc.node, "pool_opset", 19);
+      lc.inputs[0] = blocked(lc.inputs[0], 8);
+    }
+    Tensor want = testing::reference_output(lc);
+    ASSERT_TRUE(want.defined());
+    int took = 0;
+    check_tactics(lc, want, shape, {isas_to_test().back()}, checked, &took);
+    EXPECT_GT(took, 0) << describe_case(lc);
+  }
+  EXPECT_EQ(checked["pool1d_onednn_ncw"], 1);
+  EXPECT_EQ(checked["pool2d_onednn_nchw"], 1);
+  EXPECT_EQ(checked["pool3d_onednn_ncdhw"], 1);
+  EXPECT_EQ(checked["pool2d_onednn_nchwc"], 1);
+}
+
 TEST(Tactics, LibrariesNameTheirRuntimeVersion) {
   std::string libs = backends::tactic_libraries();
   bool onednn = false;
