@@ -18,9 +18,8 @@
 //     so kiln compare still checks every layer against the reference.
 // A Concat along the channels of blocked values, all but the last filling whole blocks, stays the
 // same Concat on their blocked forms (along the channel blocks).
-// Leaves alone: other grouped convs, 1-D/3-D convs, non-constant weights, other dtypes,
-// and every other op (elementwise ops stay on plain tensors; after the fusions resnets and
-// mobilenets have none between their convs).
+// Leaves alone: other grouped convs, 1-D/3-D convs, non-constant weights, other dtypes, convs and
+// pools with a pad as large as their window (no blocked tactic takes them), and every other op.
 //
 // The block is the build machine's vector width in floats: 16 with AVX-512, 8 with AVX2; without
 // either, or without oneDNN (whose kernels are the point), the pass changes nothing.
