@@ -16,58 +16,6 @@ struct TransposePlan {
   Dims out_shape;
 };
 
-// output_shape may list only the spatial dims or the whole shape; returns the spatial part.
-Result<Dims> spatial_output_shape(const ir::Node& node, size_t n) {
-  Dims os = node.attr_ints("output_shape");
-  if (os.empty()) return os;
-  if (os.size() == n + 2) os.erase(os.begin(), os.begin() + 2);
-  if (os.size() != n)
-    return InvalidModel(node.where(), "output_shape ", dims_str(os), " must have ", n, " (spatial) values");
-  for (int64_t v : os)
-    if (v < 0 || v > (int64_t{1} << 40))
-      return InvalidModel(node.where(), "output_shape ", dims_str(os), " is invalid");
-  return os;
-}
-
-Result<Dims> output_padding(const ir::Node& node, size_t n) {
-  Dims op = node.attr_ints("output_padding", Dims(n, 0));
-  if (op.empty()) op.assign(n, 0);
-  if (op.size() != n)
-    return InvalidModel(node.where(), "output_padding ", dims_str(op), " must have ", n,
-                        " values (one per spatial dim)");
-  for (int64_t v : op)
-    if (v < 0 || v > kMaxWindowAttr) return InvalidModel(node.where(), "output_padding ", dims_str(op), " is invalid");
-  return op;
-}
-
-// Output extent and begin pad of spatial dim d for input extent `in`.
-Status transpose_dim(const Window& w, size_t d, int64_t in, const Dims& out_shape, const Dims& out_pad, int64_t* out,
-                     int64_t* pad_begin) {
-  if (in < 0 || in > kMaxExtent) return InvalidArgument("spatial dim ", d, " has invalid extent ", in);
-  const int64_t s = w.strides[d], ext = w.extent(d);
-  // Output extent before removing pads (computed wide: stride * in can exceed 64 bits).
-  const __int128 wide = static_cast<__int128>(s) * (in - 1) + out_pad[d] + ext;
-  if (wide > kMaxExtent)
-    return InvalidArgument("spatial dim ", d, ": output extent ", static_cast<double>(wide), " is too large");
-  const int64_t natural = static_cast<int64_t>(wide);
-  const bool same = w.auto_pad == "SAME_UPPER" || w.auto_pad == "SAME_LOWER";
-  if (!out_shape.empty() || same) {
-    int64_t o = !out_shape.empty() ? out_shape[d] : in * s;
-    int64_t total = std::max<int64_t>(0, natural - o);
-    *pad_begin = w.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-    *out = o;
-    return Status::Ok();
-  }
-  int64_t pb = w.auto_pad == "VALID" ? 0 : w.pad_begin[d], pe = w.auto_pad == "VALID" ? 0 : w.pad_end[d];
-  int64_t o = natural - pb - pe;
-  if (o < 0)
-    return InvalidArgument("spatial dim ", d, ": output extent ", o, " is negative (pads ", pb, "+", pe,
-                           " exceed the full extent ", natural, ")");
-  *pad_begin = pb;
-  *out = o;
-  return Status::Ok();
-}
-
 Result<Window> read_transpose_window(const ir::Node& node, size_t n, const Dims* wk) {
   return read_window(node, n, wk, {});
 }
@@ -94,8 +42,8 @@ Status infer_conv_transpose(InferContext& ctx) {
     if (wk_known) wk.push_back(ws.dims[d].value);
   }
   KILN_ASSIGN_OR_RETURN(Window win, read_transpose_window(ctx.node, n, wk_known ? &wk : nullptr));
-  KILN_ASSIGN_OR_RETURN(Dims os, spatial_output_shape(ctx.node, n));
-  KILN_ASSIGN_OR_RETURN(Dims op, output_padding(ctx.node, n));
+  KILN_ASSIGN_OR_RETURN(Dims os, transpose_output_shape(ctx.node, n));
+  KILN_ASSIGN_OR_RETURN(Dims op, transpose_output_padding(ctx.node, n));
   std::vector<Dim> out(rank);
   out[0] = xs.rank_known ? xs.dims[0] : Dim();
   if (ws.rank_known && ws.dims[1].known() && ws.dims[1].value <= (int64_t{1} << 31))
@@ -187,8 +135,8 @@ Status conv_transpose_kernel(KernelContext& ctx) {
   const size_t n = static_cast<size_t>(x0.rank() - 2);
   Dims wk(w0.shape().begin() + 2, w0.shape().end());
   KILN_ASSIGN_OR_RETURN(Window win, read_transpose_window(ctx.node, n, &wk));
-  KILN_ASSIGN_OR_RETURN(Dims os, spatial_output_shape(ctx.node, n));
-  KILN_ASSIGN_OR_RETURN(Dims op, output_padding(ctx.node, n));
+  KILN_ASSIGN_OR_RETURN(Dims os, transpose_output_shape(ctx.node, n));
+  KILN_ASSIGN_OR_RETURN(Dims op, transpose_output_padding(ctx.node, n));
   TransposePlan p;
   p.group = ctx.node.attr_int("group", 1);
   if (p.group < 1 || p.group > kMaxWindowAttr) return ctx.error(str_cat("group must be in [1, 2^31], got ", p.group));

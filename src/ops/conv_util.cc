@@ -143,4 +143,56 @@ Result<int64_t> checked_numel(const Dims& d) {
   return n;
 }
 
+// output_shape may list only the spatial dims or the whole shape; returns the spatial part.
+Result<Dims> transpose_output_shape(const ir::Node& node, size_t n) {
+  Dims os = node.attr_ints("output_shape");
+  if (os.empty()) return os;
+  if (os.size() == n + 2) os.erase(os.begin(), os.begin() + 2);
+  if (os.size() != n)
+    return InvalidModel(node.where(), "output_shape ", dims_str(os), " must have ", n, " (spatial) values");
+  for (int64_t v : os)
+    if (v < 0 || v > (int64_t{1} << 40))
+      return InvalidModel(node.where(), "output_shape ", dims_str(os), " is invalid");
+  return os;
+}
+
+Result<Dims> transpose_output_padding(const ir::Node& node, size_t n) {
+  Dims op = node.attr_ints("output_padding", Dims(n, 0));
+  if (op.empty()) op.assign(n, 0);
+  if (op.size() != n)
+    return InvalidModel(node.where(), "output_padding ", dims_str(op), " must have ", n,
+                        " values (one per spatial dim)");
+  for (int64_t v : op)
+    if (v < 0 || v > kMaxWindowAttr) return InvalidModel(node.where(), "output_padding ", dims_str(op), " is invalid");
+  return op;
+}
+
+// Output extent and begin pad of spatial dim d for input extent `in`.
+Status transpose_dim(const Window& w, size_t d, int64_t in, const Dims& out_shape, const Dims& out_pad, int64_t* out,
+                     int64_t* pad_begin) {
+  if (in < 0 || in > kMaxExtent) return InvalidArgument("spatial dim ", d, " has invalid extent ", in);
+  const int64_t s = w.strides[d], ext = w.extent(d);
+  // Output extent before removing pads (computed wide: stride * in can exceed 64 bits).
+  const __int128 wide = static_cast<__int128>(s) * (in - 1) + out_pad[d] + ext;
+  if (wide > kMaxExtent)
+    return InvalidArgument("spatial dim ", d, ": output extent ", static_cast<double>(wide), " is too large");
+  const int64_t natural = static_cast<int64_t>(wide);
+  const bool same = w.auto_pad == "SAME_UPPER" || w.auto_pad == "SAME_LOWER";
+  if (!out_shape.empty() || same) {
+    int64_t o = !out_shape.empty() ? out_shape[d] : in * s;
+    int64_t total = std::max<int64_t>(0, natural - o);
+    *pad_begin = w.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    *out = o;
+    return Status::Ok();
+  }
+  int64_t pb = w.auto_pad == "VALID" ? 0 : w.pad_begin[d], pe = w.auto_pad == "VALID" ? 0 : w.pad_end[d];
+  int64_t o = natural - pb - pe;
+  if (o < 0)
+    return InvalidArgument("spatial dim ", d, ": output extent ", o, " is negative (pads ", pb, "+", pe,
+                           " exceed the full extent ", natural, ")");
+  *pad_begin = pb;
+  *out = o;
+  return Status::Ok();
+}
+
 }  // namespace kiln::ops

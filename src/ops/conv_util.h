@@ -51,6 +51,16 @@ void valid_output_range(int64_t offset, int64_t stride, int64_t in, int64_t out,
 inline int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
+// ConvTranspose: the spatial part of output_shape (empty when absent; it may list the whole
+// shape), output_padding (zeros when absent), validated for `n` spatial dims.
+Result<Dims> transpose_output_shape(const ir::Node& node, size_t n);
+Result<Dims> transpose_output_padding(const ir::Node& node, size_t n);
+// ConvTranspose's output extent and begin pad along spatial dim d for input extent `in`
+// (output_shape or auto_pad SAME_* derive the pads; else stride * (in - 1) + output_padding +
+// dilated kernel - pads).
+Status transpose_dim(const Window& w, size_t d, int64_t in, const Dims& out_shape, const Dims& out_pad, int64_t* out,
+                     int64_t* pad_begin);
+
 // Checks that t has rank >= 3 (N, C, spatial...) for op `what`.
 Status check_nchw(const Tensor& t, const char* what, const char* input_name);
 

@@ -2,8 +2,9 @@
 // nChw8c, see ops/kiln_layout.h) from one layer to the next, so that the fast convolutions do not
 // reorder their input and output around every layer; reorders remain only at the boundaries.
 //
-// Matches: 2-D Conv and kiln.FusedConv with a constant float32 W (and constant B), group 1 or
-// depthwise (group = C = M), a 4-D float32 X, and a residual of the output's shape; each becomes a
+// Matches: 2-D Conv and kiln.FusedConv with a constant float32 W (and constant B), group 1,
+// depthwise (group = C = M) or groups of whole blocks (C / group and M / group multiples of the
+// block), a 4-D float32 X, and a residual of the output's shape; each becomes a
 // kiln.BlockedConv. A MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool (without Indices)
 // whose input is already blocked becomes a kiln.BlockedPool (pools never pull a value into the
 // layout on their own). Then the boundaries:
@@ -15,9 +16,10 @@
 //     see the same values as before. Blocked values get new names ("<value>.blocked"); each
 //     blocked node names the plain value it stands for (kiln.plain_value, kiln.plain_channels),
 //     so kiln compare still checks every layer against the reference.
-// Leaves alone: grouped (non-depthwise) convs, 1-D/3-D convs, non-constant weights, other dtypes,
-// and every other op (elementwise ops stay on plain tensors; after the fusions resnets and
-// mobilenets have none between their convs).
+// A Concat along the channels of blocked values, all but the last filling whole blocks, stays the
+// same Concat on their blocked forms (along the channel blocks).
+// Leaves alone: other grouped convs, 1-D/3-D convs, non-constant weights, other dtypes, convs and
+// pools with a pad as large as their window (no blocked tactic takes them), and every other op.
 //
 // The block is the build machine's vector width in floats: 16 with AVX-512, 8 with AVX2; without
 // either, or without oneDNN (whose kernels are the point), the pass changes nothing.
@@ -54,7 +56,7 @@ bool is_f32_rank(const ir::Graph& g, const std::string& v, size_t rank) {
 }
 
 // A conv the blocked kernels take; `channels` receives its input channels C.
-bool is_blockable_conv(const ir::Graph& g, const ir::Node& n, int64_t* channels) {
+bool is_blockable_conv(const ir::Graph& g, const ir::Node& n, int64_t block, int64_t* channels) {
   bool onnx = is_onnx(n, "Conv"), fusedc = is_kiln(n, "FusedConv");
   if (!(onnx || fusedc) || n.outputs.size() != 1 || n.outputs[0].empty()) return false;
   if (n.inputs.size() < 2 || n.inputs.size() > (fusedc ? 4u : 3u) || n.inputs[0].empty()) return false;
@@ -65,8 +67,17 @@ bool is_blockable_conv(const ir::Graph& g, const ir::Node& n, int64_t* channels)
   const ir::TypeInfo* x = fusion::type_of(g, n.inputs[0]);
   const int64_t group = n.attr_int("group", 1), c = w->dim(1) * group, m = w->dim(0);
   if (!x->shape.dims[1].known() || x->shape.dims[1].value != c || c <= 0 || m <= 0) return false;
-  if (!(group == 1 || (group == c && group == m))) return false;
+  // Grouped: when each group is whole blocks (oneDNN's blocked kernels take those).
+  if (!(group == 1 || (group == c && group == m) || ((c / group) % block == 0 && (m / group) % block == 0)))
+    return false;
   if (n.has_input(3) && !fusion::same_type(g, n.inputs[3], n.outputs[0])) return false;
+  // Pads as large as the (dilated) kernel: the blocked kernels decline them (onednn_conv.cc's
+  // resolve_conv), the plain tactics too; no blocked layer would run on the reference kernel.
+  const std::vector<int64_t> pads = n.attr_ints("pads"), dil = n.attr_ints("dilations", {1, 1});
+  for (size_t i = 0; i < pads.size(); ++i) {
+    const size_t d = i % 2;
+    if (dil.size() == 2 && pads[i] >= (w->dim(static_cast<int64_t>(d) + 2) - 1) * dil[d] + 1) return false;
+  }
   *channels = c;
   return true;
 }
@@ -78,6 +89,11 @@ bool is_blockable_pool(const ir::Graph& g, const ir::Node& n) {
   for (size_t i = 1; i < n.outputs.size(); ++i)
     if (!n.outputs[i].empty()) return false;  // MaxPool's Indices are positions in the plain layout
   if (n.attr("kernel_shape") && n.attr_ints("kernel_shape").size() != 2) return false;
+  // Pads as large as the window: the blocked pool declines them (onednn_pool.cc; the undilated
+  // window here, the smaller: such a pool stays plain, on a plain tactic).
+  const std::vector<int64_t> ks = n.attr_ints("kernel_shape"), pads = n.attr_ints("pads");
+  for (size_t i = 0; i < pads.size() && ks.size() == 2; ++i)
+    if (pads[i] >= ks[i % 2]) return false;
   return is_f32_rank(g, n.inputs[0], 4) && is_f32_rank(g, n.outputs[0], 4);
 }
 
@@ -148,7 +164,7 @@ class Rewriter {
     for (size_t i = 0; i < count; ++i) {
       const ir::Node& n = g_.nodes[i];
       int64_t c = 0;
-      if (is_blockable_conv(g_, n, &c)) {
+      if (is_blockable_conv(g_, n, block_, &c)) {
         kind_[i] = Kind::kConv;
         blocked_channels[n.outputs[0]] = ir::constant_value(g_, n.inputs[1])->dim(0);
       } else if (is_blockable_pool(g_, n) && blocked_channels.count(n.inputs[0])) {
@@ -157,6 +173,9 @@ class Rewriter {
       } else if (int64_t ch = elementwise_channels(n, blocked_channels); ch > 0) {
         kind_[i] = Kind::kElementwise;
         blocked_channels[n.outputs[0]] = ch;
+      } else if (int64_t cc = concat_channels(n, blocked_channels); cc > 0) {
+        kind_[i] = Kind::kConcat;
+        blocked_channels[n.outputs[0]] = cc;
       }
       if (kind_[i] != Kind::kPlain) ++changed, made_or_blocked_.insert(n.outputs[0]);
     }
@@ -186,10 +205,11 @@ class Rewriter {
       const std::string y = n.outputs[0];
       std::string yb = fresh(y + ".blocked");
       ir::Node b;
-      if (kind_[i] == Kind::kElementwise) {
+      if (kind_[i] == Kind::kElementwise || kind_[i] == Kind::kConcat) {
         b = std::move(n);  // the same op, on blocked operands
         for (size_t j = 0; j < b.inputs.size(); ++j)
           if (reads_blocked(i, j)) b.inputs[j] = blocked_form(b.inputs[j], out);
+        if (kind_[i] == Kind::kConcat) fusion::set_int(b, "axis", 1);  // the channel blocks of [N, Cb, H, W, B]
       } else {
         b = fusion::kiln_node(kind_[i] == Kind::kConv ? "BlockedConv" : "BlockedPool", n.name);
         b.attrs = n.attrs;
@@ -223,7 +243,7 @@ class Rewriter {
   }
 
  private:
-  enum class Kind { kPlain, kConv, kPool, kElementwise };
+  enum class Kind { kPlain, kConv, kPool, kElementwise, kConcat };
 
   // Whether node i (decided blocked) reads input j in the blocked layout: a conv its X (unless a
   // plain X with fewer channels than a block) and residual, a pool its X, an elementwise op every
@@ -239,6 +259,7 @@ class Rewriter {
                ir::constant_value(g_, n.inputs[1])->dim(1) * n.attr_int("group", 1) >= block_;
       case Kind::kPool: return j == 0;
       case Kind::kElementwise: return !ir::is_constant(g_, n.inputs[j]);
+      case Kind::kConcat: return true;
       default: return false;
     }
   }
@@ -260,6 +281,24 @@ class Rewriter {
       ch = it->second;
     }
     if (!ch || !preserves_zero(g_, n)) return 0;
+    return ch;
+  }
+
+  // The channels of a channel Concat the layout can carry (0: none): every input a blocked value,
+  // all but the last filling whole blocks, so the blocked inputs concatenated along their channel
+  // blocks are the blocked output, its padding lanes (the last input's) at the end. SqueezeNet's
+  // fire modules end so: without it, two ReorderFromBlocked and a ReorderToBlocked per module.
+  int64_t concat_channels(const ir::Node& n, const std::map<std::string, int64_t>& blocked_channels) {
+    if (!is_onnx(n, "Concat") || n.outputs.size() != 1 || n.outputs[0].empty() || n.inputs.empty()) return 0;
+    const int64_t axis = n.attr_int("axis", 1);
+    if ((axis != 1 && axis != -3) || !is_f32_rank(g_, n.outputs[0], 4)) return 0;
+    int64_t ch = 0;
+    for (size_t j = 0; j < n.inputs.size(); ++j) {
+      auto it = blocked_channels.find(n.inputs[j]);
+      if (it == blocked_channels.end() || !is_f32_rank(g_, n.inputs[j], 4)) return 0;
+      if (j + 1 < n.inputs.size() && it->second % block_ != 0) return 0;
+      ch += it->second;
+    }
     return ch;
   }
 

@@ -26,18 +26,24 @@ std::string residual_unsupported(const LayerSignature& sig, const Dims& out) {
   return "";
 }
 
-std::string conv2d_layer_unsupported(const LayerSignature& sig) {
+std::string conv_layer_unsupported(const LayerSignature& sig, size_t spatial) {
   bool fused = sig.domain() == "kiln";
   if (!((sig.domain().empty() && sig.op() == "Conv") || (fused && sig.op() == "FusedConv"))) return "not a Conv";
   if (auto e = float32_cpu_layer(sig); !e.empty()) return e;
-  if (!sig.has_input(0) || sig.inputs[0].shape.size() != 4) return "not a 2-D convolution (X must be 4-D)";
-  if (!sig.has_input(1) || !sig.inputs[1].constant || sig.inputs[1].shape.size() != 4) return "W is not a 4-D constant";
+  const size_t rank = spatial + 2;
+  const std::string r = std::to_string(rank) + "-D";
+  if (!sig.has_input(0) || sig.inputs[0].shape.size() != rank)
+    return "not a " + std::to_string(spatial) + "-D convolution (X must be " + r + ")";
+  if (!sig.has_input(1) || !sig.inputs[1].constant || sig.inputs[1].shape.size() != rank)
+    return "W is not a " + r + " constant";
   const Dims& w = sig.inputs[1].shape;
   if (sig.has_input(2) && (!sig.inputs[2].constant || sig.inputs[2].constant->numel() != w[0]))
     return "B is not a constant of M elements";
-  if (sig.has_input(3) && sig.inputs[3].shape.size() != 4) return "the residual is not 4-D";
+  if (sig.has_input(3) && sig.inputs[3].shape.size() != rank) return "the residual is not " + r;
   return "";
 }
+
+std::string conv2d_layer_unsupported(const LayerSignature& sig) { return conv_layer_unsupported(sig, 2); }
 
 bool is_gemm_layer(const LayerSignature& sig) { return sig.op() == "Gemm" || sig.op() == "FusedGemm"; }
 

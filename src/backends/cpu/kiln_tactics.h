@@ -18,11 +18,16 @@ const Tactic* conv2d_kiln_depthwise();
 // MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool on 4-D NCHW.
 const Tactic* pool2d_kiln_nchw();
 
+// Concat of 5-D channel-blocked values along axis 1 (the Concat layout_blocked keeps blocked).
+const Tactic* concat_blocked_kiln();
+
 // "" when the layer is a float32 CPU layer (every present input float32, computing in float32).
 std::string float32_cpu_layer(const LayerSignature& sig);
 // The checks every 2-D Conv / kiln.FusedConv tactic shares: a float32 CPU layer, X 4-D, W a 4-D
 // constant, B a constant of M elements, the residual 4-D. Empty: those hold; else why not.
 std::string conv2d_layer_unsupported(const LayerSignature& sig);
+// The same for a convolution over `spatial` dims (X, W and the residual of rank spatial + 2).
+std::string conv_layer_unsupported(const LayerSignature& sig, size_t spatial);
 // Empty when the layer has no residual (input 3 of kiln's fused layers), its shape is not known yet,
 // or it is the output's shape `out`; else why not (tactics do not broadcast it).
 std::string residual_unsupported(const LayerSignature& sig, const Dims& out);

@@ -3,6 +3,8 @@
 //
 //   conv2d_onednn_nchwc            kiln.BlockedConv, direct algorithm: blocked (or, for a first
 //                                  layer, plain NCHW) X in, blocked Y out, no activation reorders;
+//                                  group 1, depthwise, or groups of whole blocks (ResNeXt's later
+//                                  stages, RegNet);
 //                                  the residual is added by a binary post-op that reads it in place
 //   conv2d_onednn_nchwc_winograd   the same with oneDNN's Winograd F(2x2,3x3) / F(4x4,3x3) kernels
 //                                  for 3x3, stride 1 convs (group 1, channels multiples of 16, no
@@ -103,6 +105,8 @@ class OnednnBlockedConv : public Tactic {
  public:
   explicit OnednnBlockedConv(bool winograd) : winograd_(winograd) {}
   std::string name() const override { return winograd_ ? "conv2d_onednn_nchwc_winograd" : "conv2d_onednn_nchwc"; }
+  // 2: grouped convs whose groups are whole blocks.
+  int revision() const override { return 2; }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "BlockedConv"}}; }
 
   std::string why_unsupported(const LayerSignature& sig) const override {
@@ -117,7 +121,9 @@ class OnednnBlockedConv : public Tactic {
       return "B is not a constant of M elements";
     if (!activation_supported(*sig.node)) return "activation has no oneDNN eltwise";
     const int64_t group = sig.node->attr_int("group", 1), c = w[1] * group;
-    if (!(group == 1 || (group == c && group == w[0]))) return "grouped (not depthwise) conv";
+    // Grouped: oneDNN's blocked kernels take groups of whole blocks (else its reference kernel).
+    if (!(group == 1 || (group == c && group == w[0]) || ((c / group) % b == 0 && (w[0] / group) % b == 0)))
+      return "grouped conv whose groups are not whole blocks of " + std::to_string(b) + " channels";
     Dims x;
     if (auto e = plain_x(sig, c, &x); !e.empty()) return e;
     if (sig.has_input(3) && (sig.inputs[3].shape.size() != 5 || sig.inputs[3].shape[4] != b))

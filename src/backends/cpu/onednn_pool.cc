@@ -1,69 +1,94 @@
-// oneDNN 2-D pooling tactics for MaxPool (without the Indices output), AveragePool,
-// GlobalAveragePool and GlobalMaxPool, on plain NCHW activations, and for kiln.BlockedPool (the same
-// on channel-blocked activations, see ops/kiln_layout.h). ceil_mode stays on the reference
-// kernel (ONNX's rule for the last window differs between opsets).
+// oneDNN pooling tactics for MaxPool (without the Indices output), AveragePool,
+// GlobalAveragePool and GlobalMaxPool over 1, 2 or 3 spatial dims on plain activations (ncw, nchw,
+// ncdhw), and for kiln.BlockedPool (the same on channel-blocked 2-D activations, see
+// ops/kiln_layout.h). The window is resolved by the reference kernel's own code (ops/conv_util.h):
+// ceil_mode becomes a longer right padding (oneDNN's padding_r), see resolve_pool.
 #if defined(KILN_HAVE_ONEDNN)
 #include <algorithm>
 
 #include "backends/cpu/onednn_common.h"
 #include "backends/cpu/onednn_geometry.h"
 #include "backends/cpu/onednn_tactics.h"
+#include "ops/conv_util.h"
 
 namespace kiln::backends::cpu::onednn {
 
 bool is_global_pool(const std::string& op) { return op == "GlobalAveragePool" || op == "GlobalMaxPool"; }
 bool is_max_pool(const std::string& op) { return op == "MaxPool" || op == "GlobalMaxPool"; }
 
-std::string resolve_pool(const ir::Node& node, const std::string& op, const Dims& x, PoolGeometry& g) {
-  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
-  if (g.n <= 0 || g.c <= 0 || g.h <= 0 || g.w <= 0) return "empty tensors";
+std::string resolve_pool(const ir::Node& node, const std::string& op, int opset, const Dims& x, PoolGeometry& g) {
+  if (x.size() < 3 || x.size() > 5) return "pooling over " + std::to_string(x.size() - 2) + " spatial dims";
+  for (int64_t d : x)
+    if (d <= 0) return "empty tensors";
+  g.n = x[0], g.c = x[1];
+  g.max = is_max_pool(op);
+  WindowNd& w = g.w;
+  w = WindowNd();
+  w.in.assign(x.begin() + 2, x.end());
+  const size_t rank = w.in.size();
   if (is_global_pool(op)) {
-    g.kh = g.h, g.kw = g.w, g.sh = g.sw = g.dh = g.dw = 1;
-    g.pt = g.pl = g.pb = g.pr = 0;
-    g.oh = g.ow = 1;
+    w.kernel = w.in;
+    w.out.assign(rank, 1);
+    w.strides.assign(rank, 1), w.dilations.assign(rank, 1), w.pad_l.assign(rank, 0), w.pad_r.assign(rank, 0);
     return "";
   }
-  auto ks = node.attr_ints("kernel_shape");
-  if (ks.size() != 2) return "not a 2-D kernel";
-  g.kh = ks[0], g.kw = ks[1];
-  auto st = node.attr_ints("strides", {1, 1});
-  auto dl = node.attr_ints("dilations", {1, 1});
-  auto pads = node.attr_ints("pads", {0, 0, 0, 0});
-  if (st.size() != 2 || dl.size() != 2 || pads.size() != 4) return "strides/dilations/pads are not 2-D";
-  g.sh = st[0], g.sw = st[1], g.dh = dl[0], g.dw = dl[1];
-  if (g.kh <= 0 || g.kw <= 0 || g.sh <= 0 || g.sw <= 0 || g.dh <= 0 || g.dw <= 0) return "non-positive sizes";
-  // A dilated 1-wide window is the same window; oneDNN 2.6 rejects the dilation there.
-  if (g.kh == 1) g.dh = 1;
-  if (g.kw == 1) g.dw = 1;
-  if (node.attr_int("ceil_mode", 0) != 0) return "ceil_mode";
-  std::string ap = node.attr_string("auto_pad", "NOTSET");
-  int64_t eh = (g.kh - 1) * g.dh + 1, ew = (g.kw - 1) * g.dw + 1;
-  auto same = [](int64_t in, int64_t e, int64_t s, bool upper, int64_t& b, int64_t& en) {
-    int64_t out = (in + s - 1) / s;
-    int64_t total = std::max<int64_t>(0, (out - 1) * s + e - in);
-    b = upper ? total / 2 : total - total / 2;
-    en = total - b;
-  };
-  if (ap == "NOTSET") {
-    g.pt = pads[0], g.pl = pads[1], g.pb = pads[2], g.pr = pads[3];
-  } else if (ap == "VALID") {
-    g.pt = g.pl = g.pb = g.pr = 0;
-  } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
-    same(g.h, eh, g.sh, ap == "SAME_UPPER", g.pt, g.pb);
-    same(g.w, ew, g.sw, ap == "SAME_UPPER", g.pl, g.pr);
-  } else {
-    return "auto_pad " + ap;
+  // The attributes each opset has (the reference ignores the others): pool.cc's pool_options.
+  ops::WindowOptions opts;
+  opts.kernel_required = true;
+  opts.has_dilations = op == "MaxPool" ? opset >= 10 : opset >= 19;
+  opts.has_ceil_mode = opset >= 10;
+  auto win = ops::read_window(node, rank, nullptr, opts);
+  if (!win.ok()) return win.status().message();
+  g.include_pad = op == "AveragePool" && node.attr_int("count_include_pad", 0) != 0;
+  bool declared_pads = false, overhang = false;
+  Dims declared_end;  // per dim, the end of the input and its declared padding
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t pb = 0, pe = 0;
+    auto o = ops::window_output(*win, d, w.in[d], &pb, &pe);
+    if (!o.ok()) return o.status().message();
+    if (*o <= 0) return "empty output";
+    // A dilated 1-wide window is the same window; oneDNN 2.6 rejects the dilation there.
+    const int64_t k = win->kernel[d], dil = k == 1 ? 1 : win->dilations[d], ext = (k - 1) * dil + 1;
+    // Where the last window ends: past the declared padding with ceil_mode (that overhang is no
+    // padding for ONNX: neither max nor either average counts it), inside it otherwise.
+    const int64_t reach = (*o - 1) * win->strides[d] + ext - w.in[d] - pb;
+    overhang |= reach > pe;
+    declared_pads |= pb > 0 || pe > 0;
+    // Output positions made of padding only: the reference reads no input there.
+    if (pb >= ext || std::max(pe, reach) >= ext) return "a pad as large as the kernel";
+    // Nor a dilated window whose taps all skip the input.
+    for (int64_t i = 0; i < *o; ++i) {
+      const int64_t start = i * win->strides[d] - pb, first = start >= 0 ? 0 : ops::ceil_div(-start, dil);
+      if (first >= k || start + first * dil >= w.in[d]) return "a dilated window with no input tap";
+    }
+    w.out.push_back(*o), w.kernel.push_back(k), w.strides.push_back(win->strides[d]), w.dilations.push_back(dil);
+    w.pad_l.push_back(pb), w.pad_r.push_back(std::max(pe, reach));
+    declared_end.push_back(w.in[d] + pe);
   }
-  for (int64_t p : {g.pt, g.pl, g.pb, g.pr})
-    if (p < 0) return "negative pads";
-  if (std::max(g.pt, g.pb) >= eh || std::max(g.pl, g.pr) >= ew) return "a pad as large as the kernel";
-  if (g.h + g.pt + g.pb < eh || g.w + g.pl + g.pr < ew) return "kernel larger than the padded input";
-  g.oh = (g.h + g.pt + g.pb - eh) / g.sh + 1;
-  g.ow = (g.w + g.pl + g.pr - ew) / g.sw + 1;
+  // count_include_pad over no declared padding counts the input taps only: the excluding average.
+  if (g.include_pad && !declared_pads) g.include_pad = false;
+  // oneDNN's including average divides by the whole kernel, the ceil_mode overhang too; ONNX by
+  // the taps inside the input and the declared padding: the windows reaching past it are
+  // rescaled after the primitive (per dim, kernel / taps inside; 1 elsewhere).
+  g.rescale.clear();
+  if (g.include_pad && overhang) {
+    for (size_t d = 0; d < rank; ++d) {
+      std::vector<float> f(static_cast<size_t>(w.out[d]), 1.f);
+      for (int64_t i = 0; i < w.out[d]; ++i) {
+        const int64_t start = i * w.strides[d] - w.pad_l[d];
+        int64_t taps = 0;  // window taps before the declared end (none is before the begin padding)
+        for (int64_t k = 0; k < w.kernel[d]; ++k) taps += start + k * w.dilations[d] < declared_end[d];
+        f[static_cast<size_t>(i)] = static_cast<float>(w.kernel[d]) / static_cast<float>(taps);
+      }
+      g.rescale.push_back(std::move(f));
+    }
+  }
   return "";
 }
 
 namespace {
+
+tag plain_tag(size_t rank) { return rank == 1 ? tag::ncw : rank == 2 ? tag::nchw : tag::ncdhw; }
 
 class PreparedPool : public PreparedLayer {
  public:
@@ -74,9 +99,38 @@ class PreparedPool : public PreparedLayer {
   dnnl::pooling_v2_forward::primitive_desc pd;
   dnnl::pooling_v2_forward prim;
 
+  // Per spatial output position (row-major), the product of its dims' factors (g.rescale); empty
+  // when no position needs one. Made at prepare: run() allocates nothing.
+  std::vector<float> factors;
+  void make_factors() {
+    if (g.rescale.empty()) return;
+    const Dims& out = g.w.out;
+    int64_t plane = 1;
+    for (int64_t o : out) plane *= o;
+    factors.assign(static_cast<size_t>(plane), 1.f);
+    for (int64_t i = 0; i < plane; ++i)
+      for (size_t d = out.size(), r = static_cast<size_t>(i); d-- > 0; r /= static_cast<size_t>(out[d]))
+        factors[static_cast<size_t>(i)] *= g.rescale[d][r % static_cast<size_t>(out[d])];
+  }
+  // Multiplies each output position by its factor: per plane of N * C (blocked: N * C / block
+  // planes of `block` lanes each).
+  void rescale(float* y) const {
+    const int64_t lanes = block > 0 ? block : 1, planes = g.n * g.c / lanes;
+    const int64_t plane = static_cast<int64_t>(factors.size());
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t i = 0; i < plane; ++i) {
+        const float f = factors[static_cast<size_t>(i)];
+        if (f == 1.f) continue;
+        float* v = y + (p * plane + i) * lanes;
+        for (int64_t l = 0; l < lanes; ++l) v[l] *= f;
+      }
+  }
+
   std::vector<Dims> output_shapes() const override {
-    if (block > 0) return {{g.n, g.c / block, g.oh, g.ow, block}};
-    return {{g.n, g.c, g.oh, g.ow}};
+    Dims y{g.n, block > 0 ? g.c / block : g.c};
+    y.insert(y.end(), g.w.out.begin(), g.w.out.end());
+    if (block > 0) y.push_back(block);
+    return {y};
   }
   Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
@@ -84,17 +138,24 @@ class PreparedPool : public PreparedLayer {
       execute(prim, scratch_md,
               {{DNNL_ARG_SRC, memory(src_md, eng, const_cast<void*>(in[0]->raw()))},
                {DNNL_ARG_DST, memory(dst_md, eng, out[0]->raw())}});
+      if (!factors.empty()) rescale(out[0]->data<float>());
       return Status::Ok();
     });
   }
 };
 
-// Plain: the ONNX pooling ops on NCHW. Blocked: kiln.BlockedPool on [N, Cb, H, W, B] (B = 8 or 16),
-// pooled over all Cb * B channels (the zero padding lanes pool to zero, as the op requires).
+// Plain: the ONNX pooling ops over `rank` spatial dims. Blocked: kiln.BlockedPool on [N, Cb, H, W,
+// B] (B = 8 or 16), pooled over all Cb * B channels (the zero padding lanes pool to zero, as the op
+// requires).
 class OnednnPool : public Tactic {
  public:
-  explicit OnednnPool(bool blocked) : blocked_(blocked) {}
-  std::string name() const override { return blocked_ ? "pool2d_onednn_nchwc" : "pool2d_onednn_nchw"; }
+  OnednnPool(bool blocked, size_t rank) : blocked_(blocked), rank_(rank) {}
+  std::string name() const override {
+    if (blocked_) return "pool2d_onednn_nchwc";
+    return rank_ == 1 ? "pool1d_onednn_ncw" : rank_ == 2 ? "pool2d_onednn_nchw" : "pool3d_onednn_ncdhw";
+  }
+  // 2: ceil_mode (as a longer right padding) and count_include_pad over no declared padding.
+  int revision() const override { return 2; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     if (blocked_) return {{"kiln", "BlockedPool"}};
     return {{"", "MaxPool"}, {"", "AveragePool"}, {"", "GlobalAveragePool"}, {"", "GlobalMaxPool"}};
@@ -109,7 +170,7 @@ class OnednnPool : public Tactic {
     if (n.outputs.size() > 1 && !n.outputs[1].empty()) return "MaxPool's Indices output";
     if (sig.inputs[0].known()) {
       PoolGeometry g;
-      return resolve_pool(n, op_of(sig), x, g);
+      return resolve_pool(n, op_of(sig), opset_of(sig), x, g);
     }
     return "";
   }
@@ -120,20 +181,24 @@ class OnednnPool : public Tactic {
     PoolGeometry& g = p->g;
     Dims x;
     plain_input(sig, &x);
-    resolve_pool(*sig.node, op_of(sig), x, g);
+    resolve_pool(*sig.node, op_of(sig), opset_of(sig), x, g);
     p->block = blocked_ ? sig.node->attr_int("block", 0) : 0;
+    p->make_factors();
     Status st = guarded(name(), [&]() -> Status {
       using A = dnnl::algorithm;
-      A alg = is_max_pool(op_of(sig))                           ? A::pooling_max
-              : sig.node->attr_int("count_include_pad", 0) != 0 ? A::pooling_avg_include_padding
-                                                                : A::pooling_avg_exclude_padding;
-      tag t = !blocked_ ? tag::nchw : p->block == 16 ? tag::nChw16c : tag::nChw8c;
-      p->src_md = memory::desc({g.n, g.c, g.h, g.w}, dt::f32, t);
-      p->dst_md = memory::desc({g.n, g.c, g.oh, g.ow}, dt::f32, t);
+      A alg = g.max ? A::pooling_max : g.include_pad ? A::pooling_avg_include_padding : A::pooling_avg_exclude_padding;
+      tag t = !blocked_ ? plain_tag(rank_) : p->block == 16 ? tag::nChw16c : tag::nChw8c;
+      memory::dims src{g.n, g.c}, dst{g.n, g.c}, dil;
+      src.insert(src.end(), g.w.in.begin(), g.w.in.end());
+      dst.insert(dst.end(), g.w.out.begin(), g.w.out.end());
+      for (int64_t d : g.w.dilations) dil.push_back(d - 1);  // oneDNN's: 0 = dense
+      p->src_md = memory::desc(src, dt::f32, t);
+      p->dst_md = memory::desc(dst, dt::f32, t);
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, p->src_md, p->dst_md, {g.sh, g.sw},
-                                       {g.kh, g.kw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
+      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, p->src_md, p->dst_md,
+                                       to_dnnl(g.w.strides), to_dnnl(g.w.kernel), dil, to_dnnl(g.w.pad_l),
+                                       to_dnnl(g.w.pad_r));
       p->pd = dnnl::pooling_v2_forward::primitive_desc(d, attr, cpu_engine());
       p->prim = dnnl::pooling_v2_forward(p->pd);
       p->scratch_md = p->pd.scratchpad_desc();
@@ -145,12 +210,16 @@ class OnednnPool : public Tactic {
 
  private:
   std::string op_of(const LayerSignature& sig) const { return blocked_ ? sig.node->attr_string("pool", "") : sig.op(); }
-  // X as the pool sees it, [N, C, H, W] (blocked: C = Cb * B); dims may be -1.
+  int opset_of(const LayerSignature& sig) const {
+    return blocked_ ? static_cast<int>(sig.node->attr_int("pool_opset", 12)) : sig.node->opset;
+  }
+  // X as the pool sees it, [N, C, spatial...] (blocked: C = Cb * B); dims may be -1.
   std::string plain_input(const LayerSignature& sig, Dims* x) const {
     if (!sig.has_input(0)) return "no X";
     const Dims& s = sig.inputs[0].shape;
     if (!blocked_) {
-      if (s.size() != 4) return "not 2-D pooling (X must be 4-D)";
+      if (s.size() != rank_ + 2)
+        return "not " + std::to_string(rank_) + "-D pooling (X must be " + std::to_string(rank_ + 2) + "-D)";
       *x = s;
       return "";
     }
@@ -164,16 +233,25 @@ class OnednnPool : public Tactic {
     return "";
   }
   bool blocked_;
+  size_t rank_;  // spatial dims
 };
 
 }  // namespace
 
+const Tactic* pool1d_onednn_ncw() {
+  static const OnednnPool t(false, 1);
+  return &t;
+}
 const Tactic* pool2d_onednn_nchw() {
-  static const OnednnPool t(false);
+  static const OnednnPool t(false, 2);
+  return &t;
+}
+const Tactic* pool3d_onednn_ncdhw() {
+  static const OnednnPool t(false, 3);
   return &t;
 }
 const Tactic* pool2d_onednn_nchwc() {
-  static const OnednnPool t(true);
+  static const OnednnPool t(true, 2);
   return &t;
 }
 

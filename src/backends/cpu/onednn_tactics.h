@@ -7,9 +7,18 @@ namespace kiln::backends::cpu::onednn {
 
 const Tactic* conv2d_onednn_blocked();
 const Tactic* conv2d_onednn_nchw();
+// Conv / kiln.FusedConv over 1 and 3 spatial dims, ConvTranspose over 1 to 3 (onednn_conv.cc).
+const Tactic* conv1d_onednn_blocked();
+const Tactic* conv1d_onednn_ncw();
+const Tactic* conv3d_onednn_blocked();
+const Tactic* conv3d_onednn_ncdhw();
+const Tactic* convtranspose_onednn_blocked();
+const Tactic* convtranspose_onednn_plain();
 const Tactic* matmul_onednn_packed();
 const Tactic* matmul_onednn_batched();
+const Tactic* pool1d_onednn_ncw();
 const Tactic* pool2d_onednn_nchw();
+const Tactic* pool3d_onednn_ncdhw();
 // Channel-blocked activations (kiln.BlockedConv / BlockedPool / ReorderToBlocked / ReorderFromBlocked).
 const Tactic* conv2d_onednn_nchwc_winograd();
 const Tactic* conv2d_onednn_nchwc();

@@ -37,11 +37,20 @@ const std::vector<const Tactic*>& all_tactics() {
     // Conv / kiln.FusedConv
     v.push_back(dnn::conv2d_onednn_blocked());
     v.push_back(dnn::conv2d_onednn_nchw());
+    v.push_back(dnn::conv1d_onednn_blocked());
+    v.push_back(dnn::conv1d_onednn_ncw());
+    v.push_back(dnn::conv3d_onednn_blocked());
+    v.push_back(dnn::conv3d_onednn_ncdhw());
+    // ConvTranspose (oneDNN's deconvolution)
+    v.push_back(dnn::convtranspose_onednn_blocked());
+    v.push_back(dnn::convtranspose_onednn_plain());
     // MatMul / Gemm / kiln.FusedMatMul / kiln.FusedGemm
     v.push_back(dnn::matmul_onednn_packed());
     v.push_back(dnn::matmul_onednn_batched());
     // MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool
+    v.push_back(dnn::pool1d_onednn_ncw());
     v.push_back(dnn::pool2d_onednn_nchw());
+    v.push_back(dnn::pool3d_onednn_ncdhw());
     // kiln.BlockedConv (src/passes/layout_blocked.cc): Winograd first, where oneDNN has it (3x3,
     // stride 1, whole blocks of 16 channels, ReLU or no activation), measured 1.6-2.4x faster than
     // direct on resnet50's 3x3 layers at batch 1 and 8, one thread, run in network order.
@@ -65,6 +74,8 @@ const std::vector<const Tactic*>& all_tactics() {
     v.push_back(cpu::conv2d_kiln_1x1());
     v.push_back(cpu::conv2d_kiln_depthwise());
     v.push_back(cpu::pool2d_kiln_nchw());
+    // Concat of channel-blocked values (the one layout_blocked keeps blocked)
+    v.push_back(cpu::concat_blocked_kiln());
     // kiln.BlockedConv: kiln's own Winograd F(4x4, 3x3) (timed against oneDNN's Winograd and direct)
     v.push_back(cpu::conv2d_winograd_f4x3_nchw16c());
     return v;

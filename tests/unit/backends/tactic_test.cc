@@ -198,6 +198,28 @@ LayerCase conv_dw_case(std::mt19937& rng, uint64_t seed, int64_t block) {
   return lc;
 }
 
+// A kiln.BlockedConv grouped into whole blocks (ResNeXt's later stages): 2-4 groups of 1-2 blocks in
+// and out, 3x3 or 1x1, stride 1 or 2, with an epilogue and maybe a (blocked) residual; X plain in
+// a quarter of them.
+LayerCase grouped_blocks_conv_case(std::mt19937& rng, uint64_t seed) {
+  const int64_t block = rng() % 2 ? 16 : 8;
+  const int64_t group = pick(rng, 2, 4), c = group * block * pick(rng, 1, 2), m = group * block * pick(rng, 1, 2);
+  const int64_t k = rng() % 3 ? 3 : 1, s = pick(rng, 1, 2), p = k / 2, h = pick(rng, 3, 11), w = pick(rng, 3, 13);
+  const bool bias = rng() % 2, residual = rng() % 2;
+  LayerCase lc;
+  lc.node = make_node("kiln", "FusedConv", residual ? 4 : (bias ? 3 : 2));
+  if (residual && !bias) lc.node.inputs[2] = "";
+  testing::GraphBuilder::set_int(lc.node, "group", group);
+  testing::GraphBuilder::set_ints(lc.node, "strides", {s, s});
+  testing::GraphBuilder::set_ints(lc.node, "pads", {p, p, p, p});
+  add_epilogue(rng, lc.node);
+  testing::add_conv_inputs(lc, seed, {pick(rng, 1, 2), c, h, w}, {m, c / group, k, k}, bias, residual);
+  to_blocked_node(lc.node, "BlockedConv", block);
+  if (rng() % 4) lc.inputs[0] = blocked(lc.inputs[0], block);
+  if (residual) lc.inputs[3] = blocked(lc.inputs[3], block);
+  return lc;
+}
+
 LayerCase blocked_case(std::mt19937& rng, uint64_t seed) {
   int64_t block = rng() % 4 ? 16 : 8;
   const int kind = static_cast<int>(rng() % 12);
@@ -234,6 +256,147 @@ LayerCase blocked_case(std::mt19937& rng, uint64_t seed) {
     if (!to) testing::GraphBuilder::set_int(lc.node, "channels", c);
     lc.inputs = {to ? x : blocked(x, block)};
     lc.constant = {false};
+  }
+  return lc;
+}
+
+// The Concat layout_blocked keeps blocked: 1-4 channel-blocked values [N, Cb_i, H, W, B] along axis
+// 1 (or -4), some of one block, some empty of blocks.
+LayerCase blocked_concat_case(std::mt19937& rng, uint64_t seed) {
+  const int64_t n = pick(rng, 1, 3), h = pick(rng, 1, 9), w = pick(rng, 1, 11), b = rng() % 2 ? 16 : 8;
+  const size_t k = static_cast<size_t>(pick(rng, 1, 4));
+  LayerCase lc;
+  lc.node = make_node("", "Concat", k);
+  lc.node.opset = 13;
+  testing::GraphBuilder::set_int(lc.node, "axis", rng() % 2 ? 1 : -4);
+  for (size_t i = 0; i < k; ++i) {
+    lc.inputs.push_back(testing::random_tensor({n, pick(rng, i == 0 ? 1 : 0, 5), h, w, b}, seed + i));
+    lc.constant.push_back(false);
+  }
+  return lc;
+}
+
+// ---- convolution and pooling of every rank (each case in the range some tactic must take) ----
+
+// A Conv / kiln.FusedConv over 1, 2 or 3 spatial dims (a third of them 1-D with many channels,
+// Whisper-like), or a ConvTranspose over 1 to 3: groups, depthwise, strides, dilations, asymmetric
+// pads (smaller than the dilated kernel) or auto_pad, ConvTranspose's output_padding or output_shape.
+LayerCase conv_nd_case(std::mt19937& rng, uint64_t seed) {
+  const bool transpose = rng() % 3 == 0;
+  static const int64_t kRanks[] = {1, 1, 2, 3};
+  const size_t rank = static_cast<size_t>(transpose ? pick(rng, 1, 3) : kRanks[rng() % 4]);
+  const bool fused = !transpose && rng() % 2;
+  int64_t n = pick(rng, 1, 2), group = 1, cg = 1, mg = 1;
+  switch (rng() % 4) {
+    case 0: group = pick(rng, 2, 3), cg = pick(rng, 1, 4), mg = pick(rng, 1, 5); break;
+    case 1: group = pick(rng, 1, 12); break;  // depthwise
+    default: cg = pick(rng, 1, rank == 1 ? 40 : 13), mg = pick(rng, 1, rank == 1 ? 37 : 17); break;
+  }
+  Dims x{n, group * cg}, w = transpose ? Dims{group * cg, mg} : Dims{group * mg, cg};
+  Dims ks, st, dl, pads_b, pads_e, out_pad, out_shape;
+  const int64_t max_in = rank == 3 ? 7 : rank == 2 ? 13 : 41;
+  std::string auto_pad = "NOTSET";
+  const int ap = static_cast<int>(rng() % 6);
+  if (ap == 1) auto_pad = "VALID";
+  if (ap == 2) auto_pad = rng() % 2 ? "SAME_UPPER" : "SAME_LOWER";
+  const bool with_out_shape = transpose && ap == 3;
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t k = pick(rng, 1, rank == 3 ? 3 : 5), s = pick(rng, 1, rank == 3 ? 2 : 3), dil = rng() % 4 ? 1 : 2;
+    const int64_t ext = (k - 1) * dil + 1;
+    if (transpose && auto_pad.rfind("SAME", 0) == 0) s = std::min(s, ext);  // else bias-only outputs
+    const int64_t in = pick(rng, transpose ? 1 : ext, std::max(ext, max_in));
+    const int64_t pb = pick(rng, 0, std::min<int64_t>(ext - 1, 2));
+    int64_t pe = pick(rng, 0, std::min<int64_t>(ext - 1, 2));
+    if (transpose) pe = std::min(pe, (in - 1) * s + ext - pb - 1);  // an output of at least 1
+    // output_padding < max(stride, dilation); past the end pad it leaves bias-only outputs, which
+    // the oneDNN tactics take less than a stride deep (as are the output_shape ones below).
+    const int64_t op_max = std::min(std::max(s, dil) - 1, (auto_pad == "NOTSET" ? pe : 0) + s - 1);
+    const int64_t op = transpose && !with_out_shape && rng() % 3 == 0 ? pick(rng, 0, op_max) : 0;
+    ks.push_back(k), st.push_back(s), dl.push_back(dil), pads_b.push_back(pb), pads_e.push_back(pe);
+    out_pad.push_back(op);
+    out_shape.push_back((in - 1) * s + ext - pick(rng, 1 - s, std::min<int64_t>(ext - 1, 2)));
+    x.push_back(in), w.push_back(k);
+  }
+  const bool bias = rng() % 2, residual = fused && rng() % 2;
+  LayerCase lc;
+  lc.node = make_node(fused ? "kiln" : "", transpose ? "ConvTranspose" : fused ? "FusedConv" : "Conv", bias ? 3 : 2);
+  auto& nd = lc.node;
+  testing::GraphBuilder::set_int(nd, "group", group);
+  testing::GraphBuilder::set_ints(nd, "strides", st);
+  testing::GraphBuilder::set_ints(nd, "dilations", dl);
+  if (rng() % 2) testing::GraphBuilder::set_ints(nd, "kernel_shape", ks);
+  if (with_out_shape) {
+    testing::GraphBuilder::set_ints(nd, "output_shape", out_shape);
+  } else if (auto_pad == "NOTSET") {
+    Dims pads = pads_b;
+    pads.insert(pads.end(), pads_e.begin(), pads_e.end());
+    testing::GraphBuilder::set_ints(nd, "pads", pads);
+  } else {
+    set_string(nd, "auto_pad", auto_pad);
+  }
+  if (transpose && !with_out_shape && rng() % 2) testing::GraphBuilder::set_ints(nd, "output_padding", out_pad);
+  if (fused) add_epilogue(rng, nd);
+  lc.inputs = {testing::random_tensor(x, seed), testing::random_tensor(w, seed + 1),
+               bias ? testing::random_tensor({transpose ? group * mg : w[0]}, seed + 2) : Tensor()};
+  lc.constant = {false, true, true, false};
+  if (residual) {  // of the output's shape, as the reference computes it
+    Tensor y = testing::reference_output(lc);
+    if (y.defined()) {
+      nd.inputs = {"in0", "in1", bias ? "in2" : "", "in3"};
+      lc.inputs.push_back(testing::random_tensor(y.shape(), seed + 3));
+    }
+  }
+  return lc;
+}
+
+// MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool over 1, 2 or 3 spatial dims, or (a
+// quarter) a 2-D kiln.BlockedPool: ceil_mode, dilations, asymmetric pads (smaller than the dilated
+// window) or auto_pad, count_include_pad.
+LayerCase pool_nd_case(std::mt19937& rng, uint64_t seed) {
+  static const char* kOps[] = {"MaxPool",     "MaxPool",           "AveragePool",
+                               "AveragePool", "GlobalAveragePool", "GlobalMaxPool"};
+  const std::string op = kOps[rng() % 6];
+  const bool blocked_pool = rng() % 4 == 0;
+  const size_t rank = blocked_pool ? 2 : static_cast<size_t>(pick(rng, 1, 3));
+  LayerCase lc;
+  lc.node = make_node("", op, 1);
+  auto& nd = lc.node;
+  nd.opset = op == "AveragePool" ? (rng() % 2 ? 19 : 11) : 12;
+  const bool dilated = op == "MaxPool" || nd.opset >= 19;
+  Dims x{pick(rng, 1, 2), pick(rng, 1, 19)}, ks, st, dl, pads_b, pads_e;
+  const bool set_dilations = dilated && rng() % 2;
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t k = pick(rng, 1, rank == 3 ? 3 : 4), s = pick(rng, 1, 3);
+    const int64_t dil = set_dilations && rng() % 3 == 0 ? 2 : 1;
+    const int64_t ext = (k - 1) * dil + 1;
+    ks.push_back(k), st.push_back(s), dl.push_back(dil);
+    pads_b.push_back(pick(rng, 0, std::min<int64_t>(ext - 1, 2)));
+    pads_e.push_back(pick(rng, 0, std::min<int64_t>(ext - 1, 2)));
+    x.push_back(pick(rng, ext, std::max<int64_t>(ext, rank == 3 ? 8 : 23)));
+  }
+  if (op == "MaxPool" || op == "AveragePool") {
+    testing::GraphBuilder::set_ints(nd, "kernel_shape", ks);
+    testing::GraphBuilder::set_ints(nd, "strides", st);
+    if (set_dilations) testing::GraphBuilder::set_ints(nd, "dilations", dl);
+    if (rng() % 5 == 0) {
+      set_string(nd, "auto_pad", rng() % 2 ? "SAME_UPPER" : "SAME_LOWER");
+    } else if (rng() % 4) {
+      Dims pads = pads_b;
+      pads.insert(pads.end(), pads_e.begin(), pads_e.end());
+      testing::GraphBuilder::set_ints(nd, "pads", pads);
+    }
+    if (rng() % 2) testing::GraphBuilder::set_int(nd, "ceil_mode", 1);
+    if (op == "AveragePool") testing::GraphBuilder::set_int(nd, "count_include_pad", rng() % 2);
+  }
+  lc.inputs = {testing::random_tensor(x, seed)};
+  lc.constant = {false};
+  if (blocked_pool) {
+    const int64_t block = rng() % 2 ? 16 : 8;
+    const int opset = nd.opset;
+    to_blocked_node(nd, "BlockedPool", block);
+    set_string(nd, "pool", op);
+    testing::GraphBuilder::set_int(nd, "pool_opset", opset);
+    lc.inputs[0] = blocked(lc.inputs[0], block);
   }
   return lc;
 }
@@ -551,6 +714,65 @@ std::vector<std::string> isas_to_test() {
   return isas;
 }
 
+std::string describe_case(const LayerCase& lc) {
+  std::string s = lc.node.domain + "." + lc.node.op_type + " x" + dims_str(lc.inputs[0].shape());
+  if (lc.inputs.size() > 1 && lc.inputs[1].defined()) s += " w" + dims_str(lc.inputs[1].shape());
+  for (const auto& [k, a] : lc.node.attrs) {
+    s += " " + k + "=";
+    if (a.type == ir::Attribute::Type::kInts) s += dims_str(a.ints);
+    if (a.type == ir::Attribute::Type::kInt) s += std::to_string(a.i);
+    if (a.type == ir::Attribute::Type::kString) s += a.s;
+  }
+  return s;
+}
+
+// Every listed tactic that supports `lc` against the reference kernel's output `want` (each of
+// kiln's own once per ISA); counts the tactics checked per name in `checked`, and in `*took` how
+// many tactics took the case.
+void check_tactics(const LayerCase& lc, const Tensor& want, int iter, const std::vector<std::string>& isas,
+                   std::map<std::string, int>& checked, int* took) {
+  *took = 0;
+  backends::LayerSignature sig = testing::layer_signature(lc);
+  for (const backends::Tactic* t : backends::all_tactics()) {
+    auto ops = t->ops();
+    if (std::find(ops.begin(), ops.end(), std::make_pair(lc.node.domain, lc.node.op_type)) == ops.end()) continue;
+    if (!t->supports(sig)) continue;
+    ++*took;
+    bool onednn = t->name().find("onednn") != std::string::npos;
+    for (const std::string& isa : isas) {
+      if (onednn && isa != isas.back()) continue;
+      setenv("KILN_ISA", isa.c_str(), 1);
+      if (std::getenv("KILN_TACTIC_TEST_TRACE")) {
+        std::fprintf(stderr, "case %d %s %s %s %s\n", iter, t->name().c_str(), isa.c_str(), lc.node.op_type.c_str(),
+                     dims_str(lc.inputs[0].shape()).c_str());
+        if (const ir::Attribute* b = lc.node.attr("body"))
+          for (const auto& n : b->g->nodes) std::fprintf(stderr, "  %s\n", n.op_type.c_str());
+      }
+      auto prepared = t->prepare(sig);
+      ASSERT_TRUE(prepared.ok()) << t->name() << " on case " << iter << " (" << describe_case(lc)
+                                 << "): " << prepared.status().to_string();
+      std::vector<Dims> shapes = prepared.value()->output_shapes();
+      ASSERT_EQ(shapes.size(), 1u);
+      ASSERT_EQ(shapes[0], want.shape()) << t->name() << " on case " << iter << " " << lc.node.op_type;
+      Tensor got(DataType::kFloat32, shapes[0]);
+      std::vector<const Tensor*> ins;
+      for (size_t i = 0; i < lc.node.inputs.size(); ++i)
+        ins.push_back(lc.node.inputs[i].empty() || !lc.inputs[i].defined() ? nullptr : &lc.inputs[i]);
+      Status st = prepared.value()->run(ins, {&got});
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      int bad = 0;
+      for (int64_t i = 0; i < want.numel(); ++i) {
+        float w = want.data<float>()[i], g = got.data<float>()[i];
+        if (!(std::fabs(w - g) <= 1e-4f * std::max(1.f, std::fabs(w))) && bad++ < 3)
+          ADD_FAILURE() << "element " << i << ": want " << w << ", got " << g;
+      }
+      EXPECT_EQ(bad, 0) << t->name() << " [" << isa << "] on case " << iter << " (" << lc.node.op_type << " "
+                        << dims_str(lc.inputs[0].shape()) << ")";
+      checked[t->name()]++;
+    }
+  }
+}
+
 TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
   std::map<std::string, int> checked;
   std::mt19937 rng(1234);
@@ -571,43 +793,26 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
     Tensor want = testing::reference_output(lc, &known);
     EXPECT_TRUE(known) << lc.node.op_type;
     if (!want.defined()) continue;  // a case the op itself rejects
-    backends::LayerSignature sig = testing::layer_signature(lc);
-    for (const backends::Tactic* t : backends::all_tactics()) {
-      auto ops = t->ops();
-      if (std::find(ops.begin(), ops.end(), std::make_pair(lc.node.domain, lc.node.op_type)) == ops.end()) continue;
-      if (!t->supports(sig)) continue;
-      bool onednn = t->name().find("onednn") != std::string::npos;
-      for (const std::string& isa : isas) {
-        if (onednn && isa != isas.back()) continue;
-        setenv("KILN_ISA", isa.c_str(), 1);
-        if (std::getenv("KILN_TACTIC_TEST_TRACE")) {
-          std::fprintf(stderr, "case %d %s %s %s %s\n", iter, t->name().c_str(), isa.c_str(), lc.node.op_type.c_str(),
-                       dims_str(lc.inputs[0].shape()).c_str());
-          if (const ir::Attribute* b = lc.node.attr("body"))
-            for (const auto& n : b->g->nodes) std::fprintf(stderr, "  %s\n", n.op_type.c_str());
-        }
-        auto prepared = t->prepare(sig);
-        ASSERT_TRUE(prepared.ok()) << t->name() << " on case " << iter << ": " << prepared.status().to_string();
-        std::vector<Dims> shapes = prepared.value()->output_shapes();
-        ASSERT_EQ(shapes.size(), 1u);
-        ASSERT_EQ(shapes[0], want.shape()) << t->name() << " on case " << iter << " " << lc.node.op_type;
-        Tensor got(DataType::kFloat32, shapes[0]);
-        std::vector<const Tensor*> ins;
-        for (size_t i = 0; i < lc.node.inputs.size(); ++i)
-          ins.push_back(lc.node.inputs[i].empty() || !lc.inputs[i].defined() ? nullptr : &lc.inputs[i]);
-        Status st = prepared.value()->run(ins, {&got});
-        ASSERT_TRUE(st.ok()) << st.to_string();
-        int bad = 0;
-        for (int64_t i = 0; i < want.numel(); ++i) {
-          float w = want.data<float>()[i], g = got.data<float>()[i];
-          if (!(std::fabs(w - g) <= 1e-4f * std::max(1.f, std::fabs(w))) && bad++ < 3)
-            ADD_FAILURE() << "element " << i << ": want " << w << ", got " << g;
-        }
-        EXPECT_EQ(bad, 0) << t->name() << " [" << isa << "] on case " << iter << " (" << lc.node.op_type << " "
-                          << dims_str(lc.inputs[0].shape()) << ")";
-        checked[t->name()]++;
-      }
-    }
+    int took = 0;
+    check_tactics(lc, want, iter, isas, checked, &took);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  // Convolution and pooling of every rank and variant, blocked convs grouped into whole blocks and
+  // blocked Concats (their own random stream, so the cases above stay as they were): each must be taken by a
+  // tactic, none left to the reference kernel.
+  std::mt19937 rng_nd(4321);
+  for (int iter = 0; iter < cases; ++iter) {
+    uint64_t seed = 500000 + 10 * iter;
+    LayerCase lc = iter % 10 == 9  ? blocked_concat_case(rng_nd, seed)
+                   : iter % 5 == 4 ? grouped_blocks_conv_case(rng_nd, seed)
+                   : iter % 5 % 2  ? conv_nd_case(rng_nd, seed)
+                                   : pool_nd_case(rng_nd, seed);
+    Tensor want = testing::reference_output(lc);
+    ASSERT_TRUE(want.defined()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
+    int took = 0;
+    check_tactics(lc, want, iter, isas, checked, &took);
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
   }
   if (isa_env)
     setenv("KILN_ISA", saved_isa.c_str(), 1);
@@ -620,6 +825,44 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
     if (!avx512 && t->name().find("winograd") != std::string::npos) continue;
     EXPECT_GT(checked[t->name()], 5) << t->name() << " was checked on too few random layers";
   }
+}
+
+// AveragePool with count_include_pad whose last ceil_mode window reaches past the declared pads
+// (in 6, kernel 3, stride 2, pads 1 + 1: the last window covers input 5, the end pad and one
+// position beyond it, which ONNX does not count): oneDNN's divisor is rescaled there. 1-D, 2-D,
+// 3-D and blocked; each must be taken by a oneDNN tactic and match.
+TEST(Tactics, CeilModeAverageCountingPadsMatchesReference) {
+  std::map<std::string, int> checked;
+  for (int shape = 0; shape < 4; ++shape) {
+    const size_t rank = shape == 3 ? 2 : static_cast<size_t>(shape + 1);
+    LayerCase lc;
+    lc.node = make_node("", "AveragePool", 1);
+    lc.node.opset = 19;
+    Dims x{2, 5}, pads;
+    for (size_t d = 0; d < rank; ++d) x.push_back(6 + static_cast<int64_t>(d));
+    testing::GraphBuilder::set_ints(lc.node, "kernel_shape", Dims(rank, 3));
+    testing::GraphBuilder::set_ints(lc.node, "strides", Dims(rank, 2));
+    testing::GraphBuilder::set_ints(lc.node, "pads", Dims(2 * rank, 1));
+    testing::GraphBuilder::set_int(lc.node, "ceil_mode", 1);
+    testing::GraphBuilder::set_int(lc.node, "count_include_pad", 1);
+    lc.inputs = {testing::random_tensor(x, 77 + shape)};
+    lc.constant = {false};
+    if (shape == 3) {
+      to_blocked_node(lc.node, "BlockedPool", 8);
+      set_string(lc.node, "pool", "AveragePool");
+      testing::GraphBuilder::set_int(lc.node, "pool_opset", 19);
+      lc.inputs[0] = blocked(lc.inputs[0], 8);
+    }
+    Tensor want = testing::reference_output(lc);
+    ASSERT_TRUE(want.defined());
+    int took = 0;
+    check_tactics(lc, want, shape, {isas_to_test().back()}, checked, &took);
+    EXPECT_GT(took, 0) << describe_case(lc);
+  }
+  EXPECT_EQ(checked["pool1d_onednn_ncw"], 1);
+  EXPECT_EQ(checked["pool2d_onednn_nchw"], 1);
+  EXPECT_EQ(checked["pool3d_onednn_ncdhw"], 1);
+  EXPECT_EQ(checked["pool2d_onednn_nchwc"], 1);
 }
 
 TEST(Tactics, LibrariesNameTheirRuntimeVersion) {

@@ -186,6 +186,29 @@ TEST(LayoutBlocked, DepthwiseAndOddChannelsConvertGroupedStayPlain) {
   EXPECT_LT(max_abs_diff(before, after), 1e-6);
 }
 
+// A grouped conv goes blocked when each of its groups is whole blocks in and out (ResNeXt: 32
+// groups of 8 channels take blocks of 8, not of 16).
+TEST(LayoutBlocked, GroupsOfWholeBlocksConvert) {
+  for (int64_t block : {8, 16}) {
+    GraphBuilder b(13);
+    b.input("x", {1, 32, 7, 7}).output("y");
+    b.init("w1", random_tensor({32, 32, 1, 1}, 1)).init("wg", random_tensor({32, 8, 3, 3}, 2));
+    b.init("w2", random_tensor({16, 32, 1, 1}, 3));
+    conv(b, "x", "w1", "a", 0);
+    auto& gc = conv(b, "a", "wg", "g", 1);  // 4 groups of 8 channels
+    GraphBuilder::set_int(gc, "group", 4);
+    conv(b, "g", "w2", "y", 0);
+    ir::Model before = b.finish();
+    int changed = 0;
+    ir::Model after = apply_pass(before, block == 8 ? blocked8 : blocked16, &changed);
+    const ir::Graph& g = *after.graph;
+    EXPECT_EQ(count_kiln(g, "BlockedConv"), block == 8 ? 3 : 2) << block;
+    EXPECT_EQ(count_op(g, "Conv"), block == 8 ? 0 : 1) << block;
+    EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), block == 8 ? 1 : 2) << block;
+    EXPECT_LT(max_abs_diff(before, after), 1e-5);
+  }
+}
+
 TEST(LayoutBlocked, PoolsFollowOnlyBlockedInputs) {
   GraphBuilder b(13);
   b.input("x", {1, 4, 8, 8}).output("y").output("z").output("i");
@@ -206,6 +229,53 @@ TEST(LayoutBlocked, PoolsFollowOnlyBlockedInputs) {
   EXPECT_EQ(count_op(g, "MaxPool"), 1);
   EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 2);  // y, and c for the MaxPool with Indices
   EXPECT_EQ(max_abs_diff(before, after), 0.0);
+}
+
+// SqueezeNet's fire module: squeeze conv -> two expand convs -> Concat of the channels -> MaxPool
+// with ceil_mode. The Concat stays blocked when every input but the last fills whole blocks (16 + 13
+// channels, block 8: the 13's padding lanes end the output), and the pool after it then too; the
+// other order (13 + 16) needs the plain values.
+TEST(LayoutBlocked, ChannelConcatsOfWholeBlocksStayBlocked) {
+  for (bool whole : {true, false}) {
+    GraphBuilder b(13);
+    b.input("x", {1, 16, 9, 9}).output("y");
+    b.init("ws", random_tensor({8, 16, 1, 1}, 1)).init("w1", random_tensor({16, 8, 1, 1}, 2));
+    b.init("w3", random_tensor({13, 8, 3, 3}, 3)).init("wo", random_tensor({5, 29, 1, 1}, 4));
+    conv(b, "x", "ws", "s", 0);
+    conv(b, "s", "w1", "e1", 0);
+    conv(b, "s", "w3", "e3", 1);
+    auto& cat =
+        b.node("Concat", whole ? std::vector<std::string>{"e1", "e3"} : std::vector<std::string>{"e3", "e1"}, {"cat"});
+    GraphBuilder::set_int(cat, "axis", whole ? 1 : -3);
+    auto& mp = b.node("MaxPool", {"cat"}, {"p"});
+    GraphBuilder::set_ints(mp, "kernel_shape", {3, 3});
+    GraphBuilder::set_ints(mp, "strides", {2, 2});
+    GraphBuilder::set_int(mp, "ceil_mode", 1);
+    conv(b, "p", "wo", "y", 0);
+    ir::Model before = b.finish();
+    int changed = 0;
+    ir::Model after = apply_pass(before, blocked8, &changed);
+    const ir::Graph& g = *after.graph;
+    EXPECT_EQ(count_kiln(g, "BlockedConv"), 4);
+    EXPECT_EQ(count_op(g, "Concat"), 1);
+    const ir::Node* c = find_op(g, "Concat");
+    ASSERT_NE(c, nullptr);
+    if (whole) {
+      EXPECT_EQ(changed, 6);  // 4 convs, the Concat, the pool
+      EXPECT_EQ(count_kiln(g, "BlockedPool"), 1);
+      EXPECT_EQ(c->attr_int("axis", 0), 1);
+      EXPECT_NE(c->inputs[0].find(".blocked"), std::string::npos);
+      EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 1);  // y only
+      EXPECT_EQ(count_kiln(g, "ReorderToBlocked"), 1);    // x (16 channels)
+    } else {
+      EXPECT_EQ(changed, 4);
+      EXPECT_EQ(count_op(g, "MaxPool"), 1);
+      EXPECT_EQ(c->inputs[0], "e3");
+      EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 3);  // e3, e1, y
+      EXPECT_EQ(count_kiln(g, "ReorderToBlocked"), 2);    // x, p
+    }
+    EXPECT_LT(max_abs_diff(before, after), 1e-5);
+  }
 }
 
 TEST(LayoutBlocked, LeavesOtherGraphsAlone) {
