@@ -77,8 +77,8 @@ void ContextImpl::plan_ahead() {
   for (const auto& [k, d] : shapes.value()) sig += k + dims_str(d) + ";";
   auto sizes = value_sizes(*engine->model.graph, shapes.value());
   if (!sizes.ok()) return;
-  auto p = std::make_shared<engine::MemoryPlan>(engine::plan_memory(
-      *engine->model.graph, [&](const std::string& v) -> std::optional<size_t> {
+  auto p = std::make_shared<engine::MemoryPlan>(
+      engine::plan_memory(*engine->model.graph, [&](const std::string& v) -> std::optional<size_t> {
         auto s = sizes.value().find(v);
         return s == sizes.value().end() ? std::nullopt : s->second;
       }));

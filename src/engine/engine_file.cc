@@ -402,9 +402,12 @@ nlohmann::json inspect(const EngineImpl& e) {
   for (size_t i = 0; i < e.layers.size(); ++i) {
     const LayerInfo& l = e.layers[i];
     if (!l.reference.recorded || l.kernel != "reference") continue;
-    nlohmann::json r = {{"layer", l.name},          {"op", l.op_type},
-                        {"domain", l.domain},       {"opset", i < g.nodes.size() ? g.nodes[i].opset : 0},
-                        {"reasons", l.reference.reasons}, {"shape_work", l.reference.shape_work}};
+    nlohmann::json r = {{"layer", l.name},
+                        {"op", l.op_type},
+                        {"domain", l.domain},
+                        {"opset", i < g.nodes.size() ? g.nodes[i].opset : 0},
+                        {"reasons", l.reference.reasons},
+                        {"shape_work", l.reference.shape_work}};
     if (l.reference.ms >= 0) {
       r["ms"] = l.reference.ms;
       if (estimated_ms > 0) r["share"] = l.reference.ms / estimated_ms;

@@ -34,7 +34,8 @@ std::string joined(const std::vector<std::string>& reasons) {
 }
 
 // Each layer's time in ms in runs of `e` at `shapes` (the fastest of up to three runs).
-Result<std::vector<double>> time_layers(const std::shared_ptr<EngineImpl>& e, const std::map<std::string, Dims>& shapes) {
+Result<std::vector<double>> time_layers(const std::shared_ptr<EngineImpl>& e,
+                                        const std::map<std::string, Dims>& shapes) {
   const ir::Graph& g = *e->model.graph;
   std::mt19937_64 rng(0x6b696c6e);
   std::vector<Tensor> inputs;
@@ -47,8 +48,7 @@ Result<std::vector<double>> time_layers(const std::shared_ptr<EngineImpl>& e, co
       if (it == shapes.end()) continue;
       inputs.push_back(tune::random_activation(in.type.elem, it->second, rng));
       const Tensor& t = inputs.back();
-      ctx->set_input(in.name,
-                     HostTensor::borrow(static_cast<DataTypeCode>(t.dtype()), t.shape(), t.raw(), t.nbytes()));
+      ctx->set_input(in.name, HostTensor::borrow(static_cast<DataTypeCode>(t.dtype()), t.shape(), t.raw(), t.nbytes()));
     }
     set_layer_timer(ctx->impl(), [&](size_t layer, const ir::Node&, Clock::time_point b, Clock::time_point end) {
       if (layer < now.size()) now[layer] = std::chrono::duration<double, std::milli>(end - b).count();
@@ -123,8 +123,8 @@ Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const Build
   }
   e->build["reference"] = rec;
   log("[kiln build] " + std::to_string(findings.size()) + " layer" + (findings.size() == 1 ? "" : "s") +
-      " run reference kernels" + share + "; " + std::to_string(shape_layers) +
-      " shape-work layer" + (shape_layers == 1 ? "" : "s") + " (not counted)" +
+      " run reference kernels" + share + "; " + std::to_string(shape_layers) + " shape-work layer" +
+      (shape_layers == 1 ? "" : "s") + " (not counted)" +
       (findings.empty() ? "" : " (kiln inspect lists them with their reasons)"));
   return Status::Ok();
 }

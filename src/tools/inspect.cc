@@ -66,8 +66,9 @@ void print_reference(const nlohmann::json& j) {
               findings == 1 ? "" : "s", estimate.c_str(), shape, shape == 1 ? "" : "s");
   for (const auto& r : j["reference_layers"]) {
     if (r["shape_work"].get<bool>()) continue;
-    std::string op = r["domain"].get<std::string>().empty() ? r["op"].get<std::string>()
-                                                             : r["domain"].get<std::string>() + "." + r["op"].get<std::string>();
+    std::string op = r["domain"].get<std::string>().empty()
+                         ? r["op"].get<std::string>()
+                         : r["domain"].get<std::string>() + "." + r["op"].get<std::string>();
     op += " (opset " + std::to_string(r["opset"].get<int>()) + ")";
     char t[64] = "   not timed";
     if (r.contains("share"))

@@ -55,11 +55,11 @@ struct LayerTuning {
   int cache_hits = 0;  // candidates answered by the cache
 };
 
-const char* state_name(CandidateResult::State s);
+const char* state_name(CandidateResult::State s);  // "timed", "prepared", "failed", "unproven"
 
 // An activation for timing: floats uniform in [-1, 1]; integers and booleans zero (valid as indices
 // and as masks whatever the shapes). The tuner's inputs; the builder's estimate run (engine/) too.
-Tensor random_activation(DataType dtype, const Dims& shape, std::mt19937_64& rng);  // "timed", "prepared", "failed", "unproven"
+Tensor random_activation(DataType dtype, const Dims& shape, std::mt19937_64& rng);
 
 // A timing that a busy machine disturbed: its median run more than 1.5x its fastest. On an idle 2-core
 // VM every resnet50 candidate stayed under 1.3x; with two busy processes on the cores a quarter of
