@@ -100,6 +100,9 @@ struct BuilderConfig {
   bool strict_tactics = false;
   bool verbose = false;
   std::function<void(const std::string&)> log;  ///< progress lines; default prints to stderr when verbose
+  /// Warnings (layers left on reference kernels, disturbed timings, a bad timing cache); default prints
+  /// "kiln: warning: MESSAGE" on stderr.
+  std::function<void(const std::string&)> warn;
 };
 
 struct TensorDesc {

@@ -75,6 +75,11 @@ Result<std::map<std::string, Dims>> EngineImpl::typical_shapes() const {
   return shapes;
 }
 
+std::function<void(const std::string&)> warner(const BuilderConfig& cfg) {
+  if (cfg.warn) return cfg.warn;
+  return [](const std::string& m) { std::fprintf(stderr, "kiln: warning: %s\n", m.c_str()); };
+}
+
 std::shared_ptr<engine::TacticRuntime> EngineImpl::tactic_runtime() const {
   std::call_once(runtime_once_, [&] {
     std::vector<std::string> kernels;
@@ -104,8 +109,6 @@ tune::CacheIdentity cache_identity(const engine::TargetInfo& t) {
   return {version, machine, KILN_BUILD};
 }
 
-void warn(const std::string& message) { std::fprintf(stderr, "kiln: warning: %s\n", message.c_str()); }
-
 std::string fixed_ms(double ms) {
   char b[32];
   std::snprintf(b, sizeof b, "%.3f", ms);
@@ -118,6 +121,7 @@ std::string fixed_ms(double ms) {
 // shapes; engine/tactics.h, tune/tuner.h), through the timing cache of `cfg`.
 Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_shapes, const std::string& tuned_at,
                       const BuilderConfig& cfg, const std::function<void(const std::string&)>& log) {
+  const std::function<void(const std::string&)> warn = warner(cfg);
   engine::TacticFilter filter = engine::tactic_filter(cfg.tactics);
   for (const auto& name : filter.allowed)
     if (name != "reference" && !backends::find_tactic(name)) {

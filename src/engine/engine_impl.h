@@ -110,6 +110,8 @@ void set_layer_timer(ContextImpl& ctx, LayerTimer timer);
 // Per layer of the context's runs so far: how many times its tactic declined the run-time shapes and
 // the layer ran its reference kernel instead (engine::LayerExecutor::declined_runs).
 std::vector<int64_t> declined_runs(const ContextImpl& ctx);
+// Where the builder's warnings go: cfg.warn, else "kiln: warning: ..." on stderr.
+std::function<void(const std::string&)> warner(const BuilderConfig& cfg);
 // After kernels are chosen (engine/reference_layers.cc): warns about every layer left on its reference
 // kernel that is not shape work, measures their share of a run at e->typical_shapes(), records it in
 // e->build["reference"] and logs the count; under cfg.strict_tactics fails naming them instead.

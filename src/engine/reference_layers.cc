@@ -84,12 +84,12 @@ Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const Build
                        " would run reference kernels:", list,
                        "\n— add tactics for these layers, or build without --strict-tactics to accept them");
   }
+  auto warn = warner(cfg);
   if (reference_only)
-    std::fprintf(stderr, "kiln: warning: every layer runs its reference kernel: reference kernels were requested\n");
+    warn("every layer runs its reference kernel: reference kernels were requested");
   else
     for (size_t i : findings)
-      std::fprintf(stderr, "kiln: warning: layer %s runs its reference kernel: %s\n", name_of(i).c_str(),
-                   joined(e->layers[i].reference.reasons).c_str());
+      warn("layer " + name_of(i) + " runs its reference kernel: " + joined(e->layers[i].reference.reasons));
 
   nlohmann::json rec = {{"layers", findings.size()}, {"shape_layers", shape_layers}};
   std::string share;
