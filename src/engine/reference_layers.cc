@@ -122,10 +122,10 @@ Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const Build
     }
   }
   e->build["reference"] = rec;
-  log("[kiln build] " + std::to_string(findings.size()) + " layer" + (findings.size() == 1 ? "" : "s") +
-      " run reference kernels" + share + "; " + std::to_string(shape_layers) + " shape-work layer" +
-      (shape_layers == 1 ? "" : "s") + " (not counted)" +
-      (findings.empty() ? "" : " (kiln inspect lists them with their reasons)"));
+  log("[kiln build] " + std::to_string(findings.size()) + (findings.size() == 1 ? " layer runs" : " layers run") +
+      " reference kernels" + share + "; " + std::to_string(shape_layers) + " shape-work layer" +
+      (shape_layers == 1 ? "" : "s") + " not counted" +
+      (findings.empty() ? "" : "; kiln inspect lists them with their reasons"));
   return Status::Ok();
 }
 

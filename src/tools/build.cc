@@ -173,9 +173,10 @@ void add_build_command(CLI::App& app, int& exit_code) {
       int reference = 0;
       for (const auto& l : engine->impl().layers) reference += l.finding();
       std::printf(
-          "[kiln build] wrote %s: %.2f s in all (loading and building %.2f s, writing %.2f s); %d layer%s run "
-          "reference kernels\n",
-          o->output.c_str(), seconds(t0, t2), seconds(t0, t1), seconds(t1, t2), reference, reference == 1 ? "" : "s");
+          "[kiln build] wrote %s: %.2f s in all (loading and building %.2f s, writing %.2f s); %d %s reference "
+          "kernels\n",
+          o->output.c_str(), seconds(t0, t2), seconds(t0, t1), seconds(t1, t2), reference,
+          reference == 1 ? "layer runs" : "layers run");
       exit_code = kExitOk;
     } catch (const Error& e) {
       exit_code = report_error(detail_status(e));

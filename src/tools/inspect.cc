@@ -62,8 +62,8 @@ void print_reference(const nlohmann::json& j) {
   } else if (rec.contains("estimate")) {
     estimate = " (" + rec["estimate"].get<std::string>() + ")";
   }
-  std::printf("reference %d layer%s run reference kernels%s; %d shape-work layer%s\n", findings,
-              findings == 1 ? "" : "s", estimate.c_str(), shape, shape == 1 ? "" : "s");
+  std::printf("reference %d %s reference kernels%s; %d shape-work layer%s\n", findings,
+              findings == 1 ? "layer runs" : "layers run", estimate.c_str(), shape, shape == 1 ? "" : "s");
   for (const auto& r : j["reference_layers"]) {
     if (r["shape_work"].get<bool>()) continue;
     std::string op = r["domain"].get<std::string>().empty()

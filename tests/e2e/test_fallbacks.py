@@ -43,17 +43,20 @@ rc, out, err = kiln("build", model, "-o", engine, "--threads", "1")
 check(rc == 0, f"build exits 0 ({err.strip()[:300]})")
 check(WARNING in err, "build warns about the Resize layer with its op, opset and reason on stderr")
 check("reshape" not in err, "the Reshape (shape work) is not warned about")
-check("[kiln build] 1 layer run reference kernels (" in out and "% of the estimated time" in out,
+check("[kiln build] 1 layer runs reference kernels (" in out and "% of the estimated time" in out,
       "the build's summary counts 1 reference layer with its share of the estimated time")
-check("1 shape-work layer (not counted)" in out, "shape-work layers are counted apart")
-check(out.rstrip().splitlines()[-1].endswith("; 1 layer run reference kernels"),
+check("1 shape-work layer not counted" in out, "shape-work layers are counted apart")
+check(out.rstrip().splitlines()[-1].endswith("; 1 layer runs reference kernels"),
       "the last summary line ends with the count")
+rc, out, err = kiln("build", model, "-o", os.path.join(WORK, "ref_only.kiln"), "--tactics", "reference", "--threads", "1")
+check(rc == 0 and "upsample" not in err and "reference kernels were requested" in err,
+      "--tactics reference warns once, not per layer")
 
 # --- kiln inspect: the reference layers with their share and reasons.
 rc, out, err = kiln("inspect", engine)
 check(rc == 0, f"inspect exits 0 ({err.strip()[:200]})")
 lines = [l for l in out.splitlines() if "upsample" in l and "Resize (opset 13)" in l]
-check(out.count("reference 1 layer run reference kernels, ") == 1, "inspect heads the list with the count")
+check(out.count("reference 1 layer runs reference kernels, ") == 1, "inspect heads the list with the count")
 check(len(lines) == 1 and "%" in lines[0] and "no tactic implements Resize" in lines[0],
       "inspect lists the Resize layer with its share and reason")
 check("shape work (not counted" in out and "reshape" in out, "inspect names the shape-work layer apart")
