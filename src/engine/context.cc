@@ -75,13 +75,9 @@ void ContextImpl::plan_ahead() {
   if (!shapes.ok()) return;
   std::string sig;  // as signature() writes it for inputs of these shapes
   for (const auto& [k, d] : shapes.value()) sig += k + dims_str(d) + ";";
-  auto sizes = value_sizes(*engine->model.graph, shapes.value());
-  if (!sizes.ok()) return;
-  auto p = std::make_shared<engine::MemoryPlan>(
-      engine::plan_memory(*engine->model.graph, [&](const std::string& v) -> std::optional<size_t> {
-        auto s = sizes.value().find(v);
-        return s == sizes.value().end() ? std::nullopt : s->second;
-      }));
+  auto planned = plan_at(*engine->model.graph, shapes.value());
+  if (!planned.ok()) return;
+  auto p = std::make_shared<engine::MemoryPlan>(std::move(planned).value());
   ahead = {sig, p};
   arena = alloc_arena(p->arena_bytes);
   arena_capacity = p->arena_bytes;
@@ -107,12 +103,8 @@ Status ContextImpl::run() {
       std::map<std::string, Dims> shapes;
       for (const auto& [k, v] : inputs)
         if (v.is_tensor()) shapes[k] = v.tensor.shape();
-      KILN_ASSIGN_OR_RETURN(auto sizes, value_sizes(g, shapes));
-      plan_ptr = std::make_shared<engine::MemoryPlan>(
-          engine::plan_memory(g, [&](const std::string& v) -> std::optional<size_t> {
-            auto s = sizes.find(v);
-            return s == sizes.end() ? std::nullopt : s->second;
-          }));
+      KILN_ASSIGN_OR_RETURN(engine::MemoryPlan planned, plan_at(g, shapes));
+      plan_ptr = std::make_shared<engine::MemoryPlan>(std::move(planned));
     }
     it = plans.emplace(sig, plan_ptr).first;
   }

@@ -79,6 +79,9 @@ Result<std::shared_ptr<ir::Graph>> infer_at(const ir::Graph& g, const std::map<s
 Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph& g,
                                                                  const std::map<std::string, Dims>& input_shapes);
 
+// The memory plan of `g` when its inputs have these concrete shapes.
+Result<engine::MemoryPlan> plan_at(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes);
+
 // The engine file (format in engine_file.cc).
 Result<std::string> serialize_engine(const EngineImpl& e);
 Status write_engine(const EngineImpl& e, const std::string& path);  // the same bytes, into a file
