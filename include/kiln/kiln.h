@@ -105,8 +105,14 @@ struct BuilderConfig {
   /// Empty: no file (identical layers of one build still share their timings). Tuning happens at the
   /// current thread count (set_threads) and at the first profile's opt shapes.
   std::string timing_cache;
+  /// Fail the build (ErrorCategory::kUnsupported, naming every such layer with its reasons) instead of
+  /// warning when a layer would run its reference kernel; shape work (see README) is exempt.
+  bool strict_tactics = false;
   bool verbose = false;
   std::function<void(const std::string&)> log;  ///< progress lines; default prints to stderr when verbose
+  /// Warnings (layers left on reference kernels, disturbed timings, a bad timing cache); default prints
+  /// "kiln: warning: MESSAGE" on stderr.
+  std::function<void(const std::string&)> warn;
 };
 
 struct TensorDesc {

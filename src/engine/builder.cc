@@ -5,6 +5,7 @@
 
 #include "core/parallel.h"
 #include "engine/engine_impl.h"
+#include "engine/executor.h"
 #include "engine/profiles.h"
 #include "ir/rewrite.h"
 #include "onnx/importer.h"
@@ -58,11 +59,39 @@ void EngineImpl::describe_layers() {
   }
 }
 
+Result<std::map<std::string, Dims>> EngineImpl::typical_shapes() const {
+  const ir::Graph& g = *model.graph;
+  std::map<std::string, Dims> shapes;
+  for (const auto& in : g.inputs) {
+    if (g.initializers.count(in.name)) continue;
+    if (!profiles.empty())
+      if (auto it = profiles[0].inputs.find(in.name); it != profiles[0].inputs.end()) {
+        shapes[in.name] = it->second.opt;
+        continue;
+      }
+    if (!in.type.is_tensor() || !in.type.shape.fully_known())
+      return InvalidArgument("input '", in.name, "' ", in.type.str(), " has no concrete shape (no profile gives it)");
+    shapes[in.name] = in.type.shape.concrete();
+  }
+  return shapes;
+}
+
+std::function<void(const std::string&)> warner(const BuilderConfig& cfg) {
+  if (cfg.warn) return cfg.warn;
+  return [](const std::string& m) { std::fprintf(stderr, "kiln: warning: %s\n", m.c_str()); };
+}
+
 std::shared_ptr<engine::TacticRuntime> EngineImpl::tactic_runtime() const {
   std::call_once(runtime_once_, [&] {
     std::vector<std::string> kernels;
     for (const auto& l : layers) kernels.push_back(l.kernel);
     runtime_ = std::make_shared<engine::TacticRuntime>(model.graph, kernels);
+    if (!runtime_->any()) return;
+    // Prepared ahead at the shapes the engine was tuned for: weights are reordered here, on all
+    // threads, not in the first run().
+    auto shapes = typical_shapes();
+    if (!shapes.ok()) return;
+    if (auto typed = infer_at(*model.graph, shapes.value()); typed.ok()) runtime_->prepare_ahead(*typed.value());
   });
   return runtime_;
 }
@@ -81,8 +110,6 @@ tune::CacheIdentity cache_identity(const engine::TargetInfo& t) {
   return {version, machine, KILN_BUILD};
 }
 
-void warn(const std::string& message) { std::fprintf(stderr, "kiln: warning: %s\n", message.c_str()); }
-
 std::string fixed_ms(double ms) {
   char b[32];
   std::snprintf(b, sizeof b, "%.3f", ms);
@@ -95,6 +122,7 @@ std::string fixed_ms(double ms) {
 // shapes; engine/tactics.h, tune/tuner.h), through the timing cache of `cfg`.
 Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_shapes, const std::string& tuned_at,
                       const BuilderConfig& cfg, const std::function<void(const std::string&)>& log) {
+  const std::function<void(const std::string&)> warn = warner(cfg);
   engine::TacticFilter filter = engine::tactic_filter(cfg.tactics);
   for (const auto& name : filter.allowed)
     if (name != "reference" && !backends::find_tactic(name)) {
@@ -102,12 +130,24 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
       for (const backends::Tactic* t : backends::all_tactics()) known += " " + t->name();
       return InvalidArgument("unknown tactic '", name, "' (this kiln has: reference", known, ")");
     }
+  auto t0 = std::chrono::steady_clock::now();
+  auto inferred = infer_at(*e.model.graph, tune_shapes);
+  if (!inferred.ok() && !filter.none) return inferred.status();
+  // Reference kernels only need no shapes: then shape work is judged on the declared types.
+  std::shared_ptr<ir::Graph> typed = inferred.ok() ? std::move(inferred).value() : e.model.graph;
+  // Why a layer stays on its reference kernel, and whether it is shape work (engine/reference_layers.cc).
+  auto record_reference = [&](size_t i, const engine::LayerChoice& c) {
+    LayerInfo& l = e.layers[i];
+    if (l.kernel != "reference") return;
+    l.reference.recorded = true;
+    l.reference.reasons = engine::reference_reasons(typed->nodes[i], c, filter);
+    l.reference.shape_work = engine::is_shape_work(*typed, typed->nodes[i]);
+  };
   if (filter.none) {
+    for (size_t i = 0; i < e.layers.size() && i < typed->nodes.size(); ++i) record_reference(i, {});
     log("[kiln build] kernels: reference only");
     return Status::Ok();
   }
-  auto t0 = std::chrono::steady_clock::now();
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> typed, infer_at(*e.model.graph, tune_shapes));
   tune::CacheIdentity id = cache_identity(e.target);
   tune::TimingCache cache =
       cfg.timing_cache.empty() ? tune::TimingCache(id) : tune::TimingCache::open(cfg.timing_cache, id, warn);
@@ -117,9 +157,11 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
   double worst = 1;  // the largest median / fastest run among the disturbed timings
   for (size_t i = 0; i < e.layers.size() && i < typed->nodes.size(); ++i) {
     LayerInfo& l = e.layers[i];
-    tune::LayerTuning t = engine::choose_tactic(*typed, typed->nodes[i], filter, tuner);
+    engine::LayerChoice choice = engine::choose_tactic(*typed, typed->nodes[i], filter, tuner);
+    const tune::LayerTuning& t = choice.tuning;
     l.kernel = t.kernel;
     l.candidates = t.candidates;
+    record_reference(i, choice);
     counts[l.kernel]++;
     tuned += !t.candidates.empty();
     timed += t.timed, prepared += t.prepared, hits += t.cache_hits;
@@ -138,6 +180,18 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
     else if (!failures.empty())
       log("[kiln build] layer '" + l.name + "' runs " + l.kernel + ";" + failures);
   }
+  if (const ir::Node* cf = engine::top_level_control_flow(*e.model.graph))
+    for (size_t i = 0; i < e.layers.size() && i < typed->nodes.size(); ++i) {
+      // The executor runs such a graph in the reference interpreter: the chosen tactics go unused.
+      LayerInfo& l = e.layers[i];
+      if (l.kernel == "reference") continue;
+      l.kernel = "reference";
+      record_reference(i, {});
+      l.reference.reasons = {"the graph's top level holds control flow (" + cf->op_type + " '" + cf->name +
+                             "'): the engine runs the whole graph in the reference interpreter"};
+    }
+  counts.clear();
+  for (const auto& l : e.layers) counts[l.kernel]++;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   size_t added = cache.added();
   if (Status s = cache.save(warn); !s.ok()) warn(s.message());
@@ -326,6 +380,7 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   e->model = std::move(model);
   e->describe_layers();
   KILN_RETURN_IF_ERROR(choose_kernels(*e, opt_shapes, tuned_at, cfg, log));
+  KILN_RETURN_IF_ERROR(report_reference_layers(e, cfg, engine::tactic_filter(cfg.tactics).none, log));
   e->build["build_seconds"] = elapsed();
   log("[kiln build] done in " + std::to_string(elapsed()) + " s");
   return e;

@@ -27,6 +27,10 @@ struct ContextImpl {
   ops::Deadline deadline;  // set_deadline: installed around each run (ops/deadline.h)
 
   Status run();
+  // The memory plan and arena for the engine's typical shapes, made when the context is: a first
+  // run() at those shapes then plans and allocates nothing (the arena's pages are touched here too).
+  void plan_ahead();
+  std::pair<std::string, std::shared_ptr<engine::MemoryPlan>> ahead;  // its signature and plan
 };
 
 namespace {
@@ -67,6 +71,20 @@ void plant_test_bug(const ir::Node& n, std::vector<ops::Value>& outs) {
 }
 }  // namespace
 
+void ContextImpl::plan_ahead() {
+  auto shapes = engine->typical_shapes();
+  if (!shapes.ok()) return;
+  std::string sig;  // as signature() writes it for inputs of these shapes
+  for (const auto& [k, d] : shapes.value()) sig += k + dims_str(d) + ";";
+  auto planned = plan_at(*engine->model.graph, shapes.value());
+  if (!planned.ok()) return;
+  auto p = std::make_shared<engine::MemoryPlan>(std::move(planned).value());
+  ahead = {sig, p};
+  arena = alloc_arena(p->arena_bytes);
+  arena_capacity = p->arena_bytes;
+  std::memset(arena.get(), 0, arena_capacity);
+}
+
 Status ContextImpl::run() {
   const ir::Graph& g = *engine->model.graph;
   KILN_RETURN_IF_ERROR(choose_profile(*engine, inputs, shape_state));
@@ -81,15 +99,14 @@ Status ContextImpl::run() {
       }
       KILN_RETURN_IF_ERROR(ops::check_input_value(decl, in->second));
     }
-    std::map<std::string, Dims> shapes;
-    for (const auto& [k, v] : inputs)
-      if (v.is_tensor()) shapes[k] = v.tensor.shape();
-    KILN_ASSIGN_OR_RETURN(auto sizes, value_sizes(g, shapes));
-    auto plan_ptr =
-        std::make_shared<engine::MemoryPlan>(engine::plan_memory(g, [&](const std::string& v) -> std::optional<size_t> {
-          auto s = sizes.find(v);
-          return s == sizes.end() ? std::nullopt : s->second;
-        }));
+    std::shared_ptr<engine::MemoryPlan> plan_ptr = sig == ahead.first ? ahead.second : nullptr;
+    if (!plan_ptr) {
+      std::map<std::string, Dims> shapes;
+      for (const auto& [k, v] : inputs)
+        if (v.is_tensor()) shapes[k] = v.tensor.shape();
+      KILN_ASSIGN_OR_RETURN(engine::MemoryPlan planned, plan_at(g, shapes));
+      plan_ptr = std::make_shared<engine::MemoryPlan>(std::move(planned));
+    }
     it = plans.emplace(sig, plan_ptr).first;
   }
   plan = it->second;
@@ -133,6 +150,8 @@ Status ContextImpl::run() {
 }
 
 void set_layer_timer(ContextImpl& ctx, LayerTimer timer) { ctx.layer_timer = std::move(timer); }
+
+std::vector<int64_t> declined_runs(const ContextImpl& ctx) { return ctx.interp->declined_runs(); }
 
 Result<std::vector<ops::Value>> run_engine(
     const EngineImpl& e, const std::map<std::string, ops::Value>& inputs, int profile, RunInfo* info,
@@ -262,6 +281,7 @@ ExecutionContext::ExecutionContext(std::shared_ptr<const Engine> engine) : engin
   impl_ = std::make_unique<detail::ContextImpl>();
   impl_->engine = std::shared_ptr<const detail::EngineImpl>(engine_, &engine_->impl());
   impl_->interp = std::make_unique<engine::LayerExecutor>(impl_->engine->model.graph, impl_->engine->tactic_runtime());
+  impl_->plan_ahead();
 }
 
 ExecutionContext::~ExecutionContext() = default;

@@ -21,6 +21,8 @@
 // Versions: 2 added the auto-tuner's per-layer candidates ("candidates") and build.tuning; 3 changed
 // the checksums from zlib's CRC-32 to CRC-32C (the SSE4.2 instruction: checking a 100 MB engine took
 // ~60 ms with zlib, ~15 ms now). Files of other versions are refused with the advice to rebuild.
+// Within version 3, optional fields were added that older files lack and older readers ignore: a
+// reference layer's "reference" record (reasons, shape work, estimated ms) and build.reference.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -104,6 +106,23 @@ std::vector<CandidateResult> candidates_from(const nlohmann::json& j) {
   return out;
 }
 
+// Why a reference layer is one (LayerInfo::reference). Optional in the header: files without it load
+// (the record reads as not made), so adding it kept format version 3.
+nlohmann::json reference_json(const LayerInfo::Reference& r) {
+  nlohmann::json j = {{"reasons", r.reasons}, {"shape_work", r.shape_work}};
+  if (r.ms >= 0) j["ms"] = r.ms;
+  return j;
+}
+
+LayerInfo::Reference reference_from(const nlohmann::json& j) {
+  LayerInfo::Reference r;
+  r.recorded = true;
+  r.reasons = j.at("reasons").get<std::vector<std::string>>();
+  r.shape_work = j.value("shape_work", false);
+  r.ms = j.value("ms", -1.0);
+  return r;
+}
+
 }  // namespace
 
 namespace {
@@ -170,8 +189,11 @@ Result<Layout> lay_out(const EngineImpl& e) {
   h["weights_offset"] = L.weights_offset;
   h["weights_length"] = L.weights_length;
   nlohmann::json layers = nlohmann::json::array();
-  for (const auto& l : e.layers)
-    layers.push_back({{"name", l.name}, {"kernel", l.kernel}, {"candidates", candidates_json(l.candidates)}});
+  for (const auto& l : e.layers) {
+    nlohmann::json jl = {{"name", l.name}, {"kernel", l.kernel}, {"candidates", candidates_json(l.candidates)}};
+    if (l.reference.recorded) jl["reference"] = reference_json(l.reference);
+    layers.push_back(std::move(jl));
+  }
   h["layers"] = layers;
   h["memory"] = {
       {"arena_bytes", e.plan.arena_bytes}, {"naive_bytes", e.plan.naive_bytes}, {"in_place", e.plan.in_place}};
@@ -348,6 +370,7 @@ Result<std::shared_ptr<EngineImpl>> deserialize_engine(std::string_view bytes) {
     for (size_t i = 0; i < jl.size(); ++i) {
       e->layers[i].kernel = jl[i].at("kernel").get<std::string>();
       e->layers[i].candidates = candidates_from(jl[i].at("candidates"));
+      if (jl[i].contains("reference")) e->layers[i].reference = reference_from(jl[i]["reference"]);
     }
   } catch (const std::exception& ex) {
     return InvalidModel("engine header is malformed (", ex.what(), ")", kRebuild);
@@ -371,6 +394,27 @@ nlohmann::json inspect(const EngineImpl& e) {
   };
   nlohmann::json layers = nlohmann::json::array();
   std::map<std::string, int> op_counts;
+  // Reference layers with their share of the build's estimated run time (engine/reference_layers.cc).
+  nlohmann::json reference = nlohmann::json::array();
+  double estimated_ms = 0;
+  if (e.build.contains("reference") && e.build["reference"].contains("estimated_ms"))
+    estimated_ms = e.build["reference"]["estimated_ms"].get<double>();
+  for (size_t i = 0; i < e.layers.size(); ++i) {
+    const LayerInfo& l = e.layers[i];
+    if (!l.reference.recorded || l.kernel != "reference") continue;
+    nlohmann::json r = {{"layer", l.name},
+                        {"op", l.op_type},
+                        {"domain", l.domain},
+                        {"opset", i < g.nodes.size() ? g.nodes[i].opset : 0},
+                        {"reasons", l.reference.reasons},
+                        {"shape_work", l.reference.shape_work}};
+    if (l.reference.ms >= 0) {
+      r["ms"] = l.reference.ms;
+      if (estimated_ms > 0) r["share"] = l.reference.ms / estimated_ms;
+    }
+    reference.push_back(std::move(r));
+  }
+  j["reference_layers"] = reference;
   for (const auto& l : e.layers) {
     nlohmann::json ins = nlohmann::json::array(), outs = nlohmann::json::array();
     for (const auto& i : l.inputs) ins.push_back({{"name", i}, {"type", i.empty() ? "" : type_str(i)}});
@@ -381,6 +425,7 @@ nlohmann::json inspect(const EngineImpl& e) {
                       {"op", op},
                       {"kernel", l.kernel},
                       {"candidates", candidates_json(l.candidates)},
+                      {"reference", l.reference.recorded ? reference_json(l.reference) : nlohmann::json()},
                       {"sources", l.sources},
                       {"inputs", ins},
                       {"outputs", outs}});

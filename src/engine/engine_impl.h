@@ -30,6 +30,16 @@ struct LayerInfo {
   std::vector<std::string> sources;  // the ONNX nodes this layer came from
   std::vector<std::string> inputs, outputs;
   std::vector<tune::CandidateResult> candidates;  // the auto-tuner's results (empty: no tactic applied)
+  // kernel == "reference": why (engine::reference_reasons), whether it is shape work rather than a
+  // finding (engine::is_shape_work), and its time in the build's estimate run (ms < 0: not measured).
+  // Engines of older builds lack the record: `recorded` false.
+  struct Reference {
+    bool recorded = false;
+    bool shape_work = false;
+    std::vector<std::string> reasons;
+    double ms = -1;
+  } reference;
+  bool finding() const { return kernel == "reference" && reference.recorded && !reference.shape_work; }
 };
 
 struct EngineImpl {
@@ -43,8 +53,13 @@ struct EngineImpl {
   std::vector<Profile> profiles;          // optimization profiles (also in build["config"]["profiles"])
 
   void describe_layers();  // fills `layers` from the graph
+  // The input shapes of a typical run, those the engine was tuned for: profile 0's opt shapes, else
+  // the declared static shapes; an error naming an input whose shape stays unknown.
+  Result<std::map<std::string, Dims>> typical_shapes() const;
 
-  // The layers' prepared tactics, made on first use and shared by every context of the engine.
+  // The layers' prepared tactics, made on first use (the first context) and shared by every context of
+  // the engine: every layer is prepared then for profile 0's opt shapes (or the model's static input
+  // shapes), so that the first run() costs what later ones do.
   std::shared_ptr<engine::TacticRuntime> tactic_runtime() const;
 
  private:
@@ -81,6 +96,9 @@ Result<std::shared_ptr<ir::Graph>> infer_at(const ir::Graph& g, const std::map<s
 Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph& g,
                                                                  const std::map<std::string, Dims>& input_shapes);
 
+// The memory plan of `g` when its inputs have these concrete shapes.
+Result<engine::MemoryPlan> plan_at(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes);
+
 // The engine file (format in engine_file.cc).
 Result<std::string> serialize_engine(const EngineImpl& e);
 Status write_engine(const EngineImpl& e, const std::string& path);  // the same bytes, into a file
@@ -109,6 +127,16 @@ Result<std::vector<ops::Value>> run_engine_observed(
 using LayerTimer = std::function<void(size_t layer, const ir::Node&, std::chrono::steady_clock::time_point begin,
                                       std::chrono::steady_clock::time_point end)>;
 void set_layer_timer(ContextImpl& ctx, LayerTimer timer);
+// Per layer of the context's runs so far: how many times its tactic declined the run-time shapes and
+// the layer ran its reference kernel instead (engine::LayerExecutor::declined_runs).
+std::vector<int64_t> declined_runs(const ContextImpl& ctx);
+// Where the builder's warnings go: cfg.warn, else "kiln: warning: ..." on stderr.
+std::function<void(const std::string&)> warner(const BuilderConfig& cfg);
+// After kernels are chosen (engine/reference_layers.cc): warns about every layer left on its reference
+// kernel that is not shape work, measures their share of a run at e->typical_shapes(), records it in
+// e->build["reference"] and logs the count; under cfg.strict_tactics fails naming them instead.
+Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const BuilderConfig& cfg, bool reference_only,
+                               const std::function<void(const std::string&)>& log);
 // Builds an engine in memory from a loaded model.
 Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderConfig& cfg);
 

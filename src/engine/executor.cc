@@ -5,6 +5,16 @@
 
 namespace kiln::engine {
 
+const ir::Node* top_level_control_flow(const ir::Graph& g) {
+  // Control flow (If/Loop/Scan) may read outer-scope values: the interpreter's frames handle that.
+  // kiln's fused ops keep a self-contained body (it reads only the node's inputs) and stay here.
+  for (const auto& n : g.nodes)
+    if (n.domain != "kiln")
+      for (const auto& [k, a] : n.attrs)
+        if (a.g != nullptr || !a.graphs.empty()) return &n;
+  return nullptr;
+}
+
 LayerExecutor::LayerExecutor(std::shared_ptr<const ir::Graph> graph, std::shared_ptr<TacticRuntime> tactics)
     : graph_(std::move(graph)), tactics_(std::move(tactics)), interp_(graph_) {
   const ir::Graph& g = *graph_;
@@ -13,16 +23,14 @@ LayerExecutor::LayerExecutor(std::shared_ptr<const ir::Graph> graph, std::shared
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& n = g.nodes[i];
     schemas_.push_back(reg.find(n.domain, n.op_type, n.opset));
-    // Control flow (If/Loop/Scan) may read outer-scope values: the interpreter's frames handle that.
-    // kiln's fused ops keep a self-contained body (it reads only the node's inputs) and stay here.
-    if (n.domain != "kiln")
-      for (const auto& [k, a] : n.attrs) has_subgraphs_ |= a.g != nullptr || !a.graphs.empty();
     for (const auto& in : n.inputs)
       if (!in.empty()) last_use[in] = i;
   }
+  has_subgraphs_ = top_level_control_flow(g) != nullptr;
   std::unordered_set<std::string> keep;
   for (const auto& o : g.outputs) keep.insert(o.name);
   release_after_.resize(g.nodes.size());
+  declined_runs_.assign(g.nodes.size(), 0);
   for (const auto& [name, i] : last_use)
     if (!keep.count(name) && !g.initializers.count(name)) release_after_[i].push_back(name);
 }
@@ -96,6 +104,7 @@ Result<std::vector<ops::Value>> LayerExecutor::run(const std::map<std::string, o
       if (!st.ok()) return st.with_context(n.where());
       for (size_t o = 0; o < shapes.size() && o < outs.size(); ++o) outs[o] = ops::Value(std::move(out_tensors[o]));
     } else {
+      declined_runs_[i] += tactics_->has_tactic(i);
       if (!schemas_[i]) KILN_RETURN_IF_ERROR(ops::check_supported(g));
       auto res = ops::run_node(n, *schemas_[i], ins, &interp_);
       if (!res.ok()) {

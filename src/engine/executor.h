@@ -13,6 +13,11 @@
 
 namespace kiln::engine {
 
+// The top-level node of `g` holding a subgraph (If/Loop/Scan; kiln's fused ops keep self-contained
+// bodies and do not count), or nullptr. While there is one the whole graph runs in the reference
+// interpreter: the builder reports every layer as a reference layer then.
+const ir::Node* top_level_control_flow(const ir::Graph& g);
+
 class LayerExecutor {
  public:
   LayerExecutor(std::shared_ptr<const ir::Graph> graph, std::shared_ptr<TacticRuntime> tactics);
@@ -25,6 +30,10 @@ class LayerExecutor {
 
   Result<std::vector<ops::Value>> run(const std::map<std::string, ops::Value>& inputs);
 
+  // Per layer: how many runs its tactic declined the run-time shapes, so that the layer ran its
+  // reference kernel (TacticRuntime warns the first time; kiln bench --dump-profile shows the counts).
+  const std::vector<int64_t>& declined_runs() const { return declined_runs_; }
+
  private:
   std::shared_ptr<const ir::Graph> graph_;
   std::shared_ptr<TacticRuntime> tactics_;
@@ -32,6 +41,7 @@ class LayerExecutor {
   bool has_subgraphs_ = false;
   std::vector<const ops::OpSchema*> schemas_;
   std::vector<std::vector<std::string>> release_after_;
+  std::vector<int64_t> declined_runs_;
 };
 
 }  // namespace kiln::engine

@@ -1,9 +1,12 @@
 #include "engine/tactics.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+
+#include "core/parallel.h"
 
 namespace kiln::engine {
 
@@ -61,19 +64,76 @@ backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n) {
   return sig;
 }
 
+Candidates candidates_for(const backends::LayerSignature& sig, const TacticFilter& filter) {
+  Candidates c;
+  if (filter.none) return c;
+  const auto op = std::make_pair(sig.domain(), sig.op());
+  for (const backends::Tactic* t : backends::all_tactics()) {
+    auto ops = t->ops();
+    if (std::find(ops.begin(), ops.end(), op) == ops.end() || t->device() != sig.device) continue;
+    if (!filter.allows(t->name())) {
+      c.declined.push_back({t->name(), "left out by --tactics / KILN_TACTICS"});
+      continue;
+    }
+    std::string why = t->why_unsupported(sig);
+    if (why.empty())
+      c.allowed.push_back(t);
+    else
+      c.declined.push_back({t->name(), std::move(why)});
+  }
+  return c;
+}
+
 std::vector<const backends::Tactic*> allowed_candidates(const backends::LayerSignature& sig,
                                                         const TacticFilter& filter) {
-  std::vector<const backends::Tactic*> out;
-  if (filter.none) return out;
-  for (const backends::Tactic* t : backends::candidate_tactics(sig))
-    if (filter.allows(t->name())) out.push_back(t);
+  return candidates_for(sig, filter).allowed;
+}
+
+LayerChoice choose_tactic(const ir::Graph& g, const ir::Node& n, const TacticFilter& filter, tune::Tuner& tuner) {
+  if (filter.none) return {};
+  backends::LayerSignature sig = signature_of(g, n);
+  Candidates c = candidates_for(sig, filter);
+  return {tuner.tune(sig, c.allowed), std::move(c.declined)};
+}
+
+std::vector<std::string> reference_reasons(const ir::Node& n, const LayerChoice& c, const TacticFilter& filter) {
+  std::vector<std::string> out;
+  if (filter.none) {
+    out.push_back("reference kernels requested (--tactics reference, KILN_TACTICS or KILN_REFERENCE_KERNELS)");
+    return out;
+  }
+  for (const auto& d : c.declined) out.push_back(d.tactic + ": " + d.reason);
+  for (const auto& r : c.tuning.candidates)
+    if (!r.error.empty()) out.push_back(r.tactic + ": " + r.error);
+  if (out.empty()) out.push_back("no tactic implements " + (n.domain.empty() ? n.op_type : n.domain + "." + n.op_type));
   return out;
 }
 
-tune::LayerTuning choose_tactic(const ir::Graph& g, const ir::Node& n, const TacticFilter& filter, tune::Tuner& tuner) {
-  if (filter.none) return {};
-  backends::LayerSignature sig = signature_of(g, n);
-  return tuner.tune(sig, allowed_candidates(sig, filter));
+bool is_shape_work(const ir::Graph& g, const ir::Node& n) {
+  static const char* const kNoElementsMoved[] = {"Shape",   "Size",    "Constant", "Identity",
+                                                 "Reshape", "Flatten", "Squeeze",  "Unsqueeze"};
+  if (n.domain.empty())
+    for (const char* op : kNoElementsMoved)
+      if (n.op_type == op) return true;
+  auto small = [&](const std::string& name) {
+    if (name.empty()) return true;
+    DataType dt;
+    int64_t numel;
+    if (auto init = g.initializers.find(name); init != g.initializers.end()) {
+      dt = init->second.dtype(), numel = init->second.numel();
+    } else {
+      auto it = g.value_types.find(name);
+      if (it == g.value_types.end() || !it->second.is_tensor() || !it->second.shape.fully_known()) return false;
+      dt = it->second.elem, numel = dims_numel(it->second.shape.concrete());
+    }
+    bool integral = dt == DataType::kBool || dtype_is_integer(dt);
+    return numel <= 64 || (integral && numel <= 4096);
+  };
+  for (const auto& v : n.inputs)
+    if (!small(v)) return false;
+  for (const auto& v : n.outputs)
+    if (!small(v)) return false;
+  return true;
 }
 
 TacticRuntime::TacticRuntime(std::shared_ptr<const ir::Graph> g, const std::vector<std::string>& kernels)
@@ -87,44 +147,101 @@ TacticRuntime::TacticRuntime(std::shared_ptr<const ir::Graph> g, const std::vect
   }
 }
 
+std::string TacticRuntime::key_of(const std::vector<InputType>& types) {
+  std::string key;
+  for (const InputType& t : types)
+    key += t.present ? std::to_string(static_cast<int>(t.dtype)) + dims_str(t.shape) + ";" : "-;";
+  return key;
+}
+
 std::shared_ptr<const backends::PreparedLayer> TacticRuntime::prepared(size_t i,
                                                                        const std::vector<const ops::Value*>& inputs) {
   Layer& l = *layers_[i];
   if (!l.tactic) return nullptr;
-  std::string key;
-  for (const ops::Value* v : inputs) {
-    if (!v) {
-      key += "-;";
-      continue;
-    }
+  std::vector<InputType> types(inputs.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const ops::Value* v = inputs[k];
+    if (!v) continue;
     if (!v->is_tensor()) return nullptr;
-    key += std::to_string(static_cast<int>(v->tensor.dtype())) + dims_str(v->tensor.shape()) + ";";
+    types[k] = {true, v->tensor.dtype(), v->tensor.shape()};
   }
+  return get(i, key_of(types), types);
+}
+
+std::shared_ptr<const backends::PreparedLayer> TacticRuntime::get(size_t i, const std::string& key,
+                                                                  const std::vector<InputType>& types) {
+  Layer& l = *layers_[i];
   std::lock_guard<std::mutex> lock(l.mu);
   auto it = l.by_shapes.find(key);
   if (it != l.by_shapes.end()) return it->second;
   const ir::Node& n = graph_->nodes[i];
   backends::LayerSignature sig = signature_of(*graph_, n);
-  for (size_t k = 0; k < inputs.size() && k < sig.inputs.size(); ++k) {
-    if (!inputs[k]) continue;
+  for (size_t k = 0; k < types.size() && k < sig.inputs.size(); ++k) {
+    if (!types[k].present) continue;
     sig.inputs[k].present = true;
-    sig.inputs[k].dtype = inputs[k]->tensor.dtype();
-    sig.inputs[k].shape = inputs[k]->tensor.shape();
+    sig.inputs[k].dtype = types[k].dtype;
+    sig.inputs[k].shape = types[k].shape;
   }
   std::shared_ptr<const backends::PreparedLayer> p;
   std::string why = l.tactic->why_unsupported(sig);
   if (why.empty()) {
-    auto r = l.tactic->prepare(sig);
-    if (r.ok())
-      p = std::move(r).value();
-    else
-      why = r.status().message();
+    ++prepares_;
+    try {
+      auto r = l.tactic->prepare(sig);
+      if (r.ok())
+        p = std::move(r).value();
+      else
+        why = r.status().message();
+    } catch (const std::exception& e) {  // prepare_ahead runs it inside a parallel region
+      why = std::string("exception: ") + e.what();
+    }
   }
-  if (!p && std::getenv("KILN_DEBUG_TACTICS"))
-    std::fprintf(stderr, "[kiln] layer '%s': tactic %s cannot take %s: %s (reference kernel)\n", n.name.c_str(),
-                 l.tactic->name().c_str(), key.c_str(), why.c_str());
+  if (!p && !l.warned) {
+    // Not silent (issue 11): the layer runs its reference kernel for these shapes. Once per layer.
+    l.warned = true;
+    std::string shapes;
+    for (const InputType& t : types) shapes += (shapes.empty() ? "" : ", ") + (t.present ? dims_str(t.shape) : "-");
+    std::fprintf(stderr,
+                 "kiln: warning: layer '%s' (%s): tactic %s cannot take the input shapes %s (%s); the layer runs "
+                 "its reference kernel for them\n",
+                 n.name.c_str(), n.op_type.c_str(), l.tactic->name().c_str(), shapes.c_str(), why.c_str());
+  }
   l.by_shapes.emplace(key, p);  // nullptr too: these shapes take the reference kernel
   return p;
+}
+
+int TacticRuntime::prepare_ahead(const ir::Graph& typed) {
+  // The layers whose every input type is known in `typed`, with those types.
+  std::vector<std::pair<size_t, std::vector<InputType>>> todo;
+  for (size_t i = 0; i < layers_.size() && i < typed.nodes.size(); ++i) {
+    if (!layers_[i]->tactic) continue;
+    const ir::Node& n = typed.nodes[i];
+    std::vector<InputType> types(n.inputs.size());
+    bool known = true;
+    for (size_t k = 0; k < n.inputs.size() && known; ++k) {
+      const std::string& name = n.inputs[k];
+      if (name.empty()) continue;
+      if (auto init = typed.initializers.find(name); init != typed.initializers.end()) {
+        types[k] = {true, init->second.dtype(), init->second.shape()};
+        continue;
+      }
+      auto it = typed.value_types.find(name);
+      known = it != typed.value_types.end() && it->second.is_tensor() && it->second.shape.fully_known();
+      if (known) types[k] = {true, it->second.elem, it->second.shape.concrete()};
+    }
+    if (known) todo.emplace_back(i, std::move(types));
+  }
+  // Layers differ in cost by orders of magnitude: each thread takes the next layer as it finishes one.
+  std::atomic<size_t> next{0};
+  std::atomic<int> done{0};
+  int threads = std::max(1, kiln::max_threads());
+  kiln::parallel_for(threads, 1, [&](int64_t, int64_t) {
+    for (size_t t; (t = next++) < todo.size();) {
+      auto& [i, types] = todo[t];
+      done += get(i, key_of(types), types) != nullptr;
+    }
+  });
+  return done.load();
 }
 
 }  // namespace kiln::engine

@@ -3,12 +3,18 @@
 // Build: every layer whose op has tactics gets the fastest of the tactics that support its signature at
 // the opt shapes, as the auto-tuner (src/tune) times them (or its timing cache remembers); its name
 // becomes the layer's kernel (the engine file stores it with every candidate's time, kiln inspect
-// shows them). Layers without a tactic that prepares keep "reference".
+// shows them). Layers without a tactic that prepares keep "reference": the builder records why (each
+// tactic of the op that declined the layer, with its reason) and warns (engine/builder.cc).
 //
-// Run: TacticRuntime prepares a layer's tactic lazily, once per input-shape signature, shared by
-// every context of the engine (a mutex per layer guards the cache; prepared layers run const).
+// Run: TacticRuntime prepares a layer's tactic once per input-shape signature, shared by every
+// context of the engine (a mutex per layer guards the cache; prepared layers run const). The engine
+// prepares every layer ahead for profile 0's opt shapes (prepare_ahead), so that a loaded engine's
+// first run() does not pay for reordering weights; other shapes are prepared on first use. A tactic
+// that cannot take a run-time shape leaves the layer on its reference kernel for those shapes, with a
+// warning on stderr the first time per layer.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,32 +45,75 @@ bool reference_kernels_forced();
 // shapes of models with symbolic dims (batch, seq) are concrete there and tactics can be timed.
 backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n);
 
+// A tactic of the layer's op that is not a candidate for it, and why ("1-D convolution not supported",
+// or that --tactics leaves it out).
+struct Declined {
+  std::string tactic, reason;
+};
+struct Candidates {
+  std::vector<const backends::Tactic*> allowed;  // support `sig`, allowed by the filter, in priority order
+  std::vector<Declined> declined;                // implement the op on the device but are not allowed
+};
+Candidates candidates_for(const backends::LayerSignature& sig, const TacticFilter& filter);
 // The tactics that support `sig` and that the filter allows, in priority order.
 std::vector<const backends::Tactic*> allowed_candidates(const backends::LayerSignature& sig,
                                                         const TacticFilter& filter);
 
 // Build time: the layer's kernel (a tactic's name, or "reference") and every candidate's result, chosen
 // by `tuner` among the allowed candidates. `g` carries concrete shapes (inferred at the opt shapes).
-tune::LayerTuning choose_tactic(const ir::Graph& g, const ir::Node& n, const TacticFilter& filter, tune::Tuner& tuner);
+struct LayerChoice {
+  tune::LayerTuning tuning;
+  std::vector<Declined> declined;
+};
+LayerChoice choose_tactic(const ir::Graph& g, const ir::Node& n, const TacticFilter& filter, tune::Tuner& tuner);
+
+// Why a layer that runs its reference kernel does, one reason per line: "TACTIC: REASON" for every
+// tactic of its op that declined it or failed to prepare or run, or "no tactic implements OP".
+std::vector<std::string> reference_reasons(const ir::Node& n, const LayerChoice& c, const TacticFilter& filter);
+
+// Whether a reference layer is shape work rather than a hot-path finding: an op that moves no
+// elements (Shape, Size, Constant, Identity, and the views Reshape/Flatten/Squeeze/Unsqueeze), or one
+// whose every input and output is known at the opt shapes (`g`) and small: at most 64 elements, or at
+// most 4096 integer/boolean ones (shape arithmetic, index and mask computations).
+bool is_shape_work(const ir::Graph& g, const ir::Node& n);
 
 class TacticRuntime {
  public:
   // kernels[i]: the kernel recorded for graph node i ("reference" or a tactic name).
   TacticRuntime(std::shared_ptr<const ir::Graph> g, const std::vector<std::string>& kernels);
   bool any() const { return any_; }
+  // Whether node i has a tactic (it may still decline some run-time shapes).
+  bool has_tactic(size_t i) const { return i < layers_.size() && layers_[i]->tactic; }
   // The prepared tactic of node i for these input values, or nullptr: run the reference kernel
   // (no tactic, or the tactic cannot take these shapes).
   std::shared_ptr<const backends::PreparedLayer> prepared(size_t i, const std::vector<const ops::Value*>& inputs);
+  // Prepares every layer with a tactic for the value types of `typed` (the engine's graph inferred at
+  // some concrete input shapes), on all threads. Layers whose input shapes are not known there are left
+  // to run time. Returns how many layers it prepared.
+  int prepare_ahead(const ir::Graph& typed);
+  // How many times a tactic was prepared (ahead or at run time): tests check run() prepares nothing.
+  int prepares() const { return prepares_.load(); }
 
  private:
+  struct InputType {
+    bool present = false;
+    DataType dtype = DataType::kUndefined;
+    Dims shape;
+  };
   struct Layer {
     const backends::Tactic* tactic = nullptr;
     std::mutex mu;
     std::map<std::string, std::shared_ptr<const backends::PreparedLayer>> by_shapes;
+    bool warned = false;  // a run-time decline was reported (once per layer)
   };
+  static std::string key_of(const std::vector<InputType>& types);
+  // The prepared layer for `types` (key `key`), preparing it when new. Takes the layer's lock.
+  std::shared_ptr<const backends::PreparedLayer> get(size_t i, const std::string& key,
+                                                     const std::vector<InputType>& types);
   std::shared_ptr<const ir::Graph> graph_;
   std::vector<std::unique_ptr<Layer>> layers_;
   bool any_ = false;
+  std::atomic<int> prepares_{0};
 };
 
 }  // namespace kiln::engine

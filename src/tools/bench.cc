@@ -79,10 +79,12 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
     KILN_ASSIGN_OR_RETURN(shapes, parse_shapes(o.in.shapes));
   }
   std::shared_ptr<Engine> engine;
-  double build_ms = 0;
+  double build_ms = 0, load_ms = 0;
   try {
     if (is_engine) {
+      auto t0 = Clock::now();
       engine = Engine::load(o.model);
+      load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     } else {
       BuilderConfig cfg;
       auto t0 = Clock::now();
@@ -139,6 +141,10 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
   std::vector<std::vector<LayerEvent>> events(S);
   std::vector<std::vector<double>> layer_sum_ms(S, std::vector<double>(L, 0.0));
   std::vector<int> warmups(S, 0);
+  // Stream 0's context creation (the first context prepares every layer's tactic) and first run().
+  double context_ms = 0, first_run_ms = 0;
+  // Per stream and layer: runs whose tactic declined the shapes, before and after measuring.
+  std::vector<std::vector<int64_t>> declined_before(S), declined_after(S);
   std::vector<Status> errors(S, Status::Ok());
   std::barrier sync(S);
   Clock::time_point start;
@@ -148,8 +154,17 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
   auto worker = [&](int s) {
     std::unique_ptr<ExecutionContext> ctx;
     bool measuring = false;
+    // The first run() of stream 0 is timed apart: warm-up or measured, whichever it is.
+    bool first = s == 0;
+    auto run_once = [&]() {
+      auto b = Clock::now();
+      ctx->run();
+      if (first) first_run_ms = std::chrono::duration<double, std::milli>(Clock::now() - b).count(), first = false;
+    };
     try {
+      auto c0 = Clock::now();
       ctx = engine->create_context();
+      if (s == 0) context_ms = std::chrono::duration<double, std::milli>(Clock::now() - c0).count();
       if (o.profile_index >= 0) ctx->set_profile(o.profile_index);
       for (const auto& [name, v] : values)
         ctx->set_input(name, HostTensor::borrow(static_cast<DataTypeCode>(v.tensor.dtype()), v.tensor.shape(),
@@ -168,9 +183,10 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
       while (warmups[s] < o.warmup ||
              std::chrono::duration<double, std::milli>(Clock::now() - w0).count() < o.warmup_ms) {
         if (o.deadline_s > 0) ctx->set_deadline(*deadline_after(o.deadline_s));
-        ctx->run();
+        run_once();
         ++warmups[s];
       }
+      declined_before[s] = detail::declined_runs(ctx->impl());
     } catch (const Error& e) {
       errors[s] = detail_status(e);
     }
@@ -190,11 +206,12 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
         if (i >= o.iterations && elapsed_s >= o.duration_s) break;
         if (o.deadline_s > 0) ctx->set_deadline(*deadline_after(o.deadline_s));
         auto b = Clock::now();
-        ctx->run();
+        run_once();
         auto e = Clock::now();
         samples[s].push_back({s, std::chrono::duration<double, std::milli>(b - start).count(),
                               std::chrono::duration<double, std::milli>(e - b).count()});
       }
+      declined_after[s] = detail::declined_runs(ctx->impl());
     } catch (const Error& e) {
       errors[s] = detail_status(e);
     }
@@ -247,8 +264,20 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
                      {"p99", percentile(sorted, 99)}};
   j["throughput_qps"] = qps;
   j["throughput_ips"] = qps * static_cast<double>(batch);
+  j["first_run_ms"] = first_run_ms;
+  j["first_run_vs_median"] = median > 0 ? first_run_ms / median : 0.0;
+  j["context_ms"] = context_ms;
+  j["load_ms"] = load_ms;
 
   const auto& layers = engine->impl().layers;
+  // Layers whose tactic declined the run-time shapes in measured runs: they ran reference kernels.
+  std::vector<int64_t> declined(L, 0);
+  int declined_layers = 0;
+  for (int s = 0; s < S; ++s)
+    for (size_t l = 0; l < L && l < declined_after[s].size() && l < declined_before[s].size(); ++l)
+      declined[l] += declined_after[s][l] - declined_before[s][l];
+  for (int64_t d : declined) declined_layers += d > 0;
+  j["declined_layers"] = declined_layers;
   if (profiling) {
     std::vector<double> total(L, 0.0);
     double all = 0;
@@ -256,16 +285,28 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
       for (size_t l = 0; l < L; ++l) total[l] += layer_sum_ms[s][l], all += layer_sum_ms[s][l];
     nlohmann::json prof = nlohmann::json::array();
     double runs = std::max<double>(1, static_cast<double>(lat.size()));
+    double reference_ms = 0;
+    int reference_layers = 0;
     for (size_t l = 0; l < L; ++l) {
       const ir::Node& n = g.nodes[l];
       std::string kernel = l < layers.size() ? layers[l].kernel : "";
+      bool shape_work = l < layers.size() && layers[l].kernel == "reference" && layers[l].reference.shape_work;
+      bool reference = (kernel == "reference" && !shape_work) || declined[l] > 0;
+      if (declined[l] > 0) kernel = "reference (" + kernel + " declined)";
+      reference_ms += reference ? total[l] : 0;
+      reference_layers += reference;
       prof.push_back({{"layer", n.name},
                       {"op", n.op_type},
                       {"kernel", kernel},
+                      {"reference", reference},
+                      {"shape_work", shape_work},
+                      {"declined_runs", declined[l]},
                       {"mean_ms", total[l] / runs},
                       {"percent", all > 0 ? 100.0 * total[l] / all : 0.0}});
     }
     j["profile"] = prof;
+    j["reference_layers"] = reference_layers;
+    j["reference_percent"] = all > 0 ? 100.0 * reference_ms / all : 0.0;
   }
 
   if (!o.export_times.empty()) {
@@ -329,17 +370,30 @@ void print_text(const BenchOptions& o, const nlohmann::json& j) {
       l["p90"].get<double>(), l["p95"].get<double>(), l["p99"].get<double>());
   std::printf("[kiln bench] Throughput: %.3f qps, %.3f inferences/s (batch %lld)\n", j["throughput_qps"].get<double>(),
               j["throughput_ips"].get<double>(), static_cast<long long>(j["batch"].get<int64_t>()));
+  std::printf("[kiln bench] First run: %.4f ms (%.2fx the median); context creation %.4f ms%s\n",
+              j["first_run_ms"].get<double>(), j["first_run_vs_median"].get<double>(), j["context_ms"].get<double>(),
+              j["built_from_onnx"].get<bool>()
+                  ? ""
+                  : (", engine load " + std::to_string(j["load_ms"].get<double>()) + " ms").c_str());
+  if (j["declined_layers"].get<int>() > 0)
+    std::printf(
+        "[kiln bench] warning: %d layers' tactics declined the run-time shapes: those layers ran reference kernels "
+        "(--dump-profile marks them)\n",
+        j["declined_layers"].get<int>());
   if (o.dump_profile && j.contains("profile")) {
     std::printf("\n%-48s %-20s %-16s %12s %8s\n", "Layer", "Op", "Kernel", "Mean (ms)", "% total");
     double total = 0;
     for (const auto& p : j["profile"]) {
       std::string name = p["layer"].get<std::string>();
       if (name.size() > 48) name = name.substr(0, 45) + "...";
+      std::string kernel = p["kernel"].get<std::string>() + (p["reference"].get<bool>() ? " *" : "");
       std::printf("%-48s %-20s %-16s %12.4f %7.2f%%\n", name.c_str(), p["op"].get<std::string>().c_str(),
-                  p["kernel"].get<std::string>().c_str(), p["mean_ms"].get<double>(), p["percent"].get<double>());
+                  kernel.c_str(), p["mean_ms"].get<double>(), p["percent"].get<double>());
       total += p["mean_ms"].get<double>();
     }
     std::printf("%-48s %-20s %-16s %12.4f %7.2f%%\n", "Total (all layers)", "", "", total, 100.0);
+    std::printf("Reference kernels (marked *, shape work not counted): %d layers, %.2f%% of the time\n",
+                j["reference_layers"].get<int>(), j["reference_percent"].get<double>());
   }
   if (!o.export_times.empty()) std::printf("[kiln bench] wrote per-iteration times to %s\n", o.export_times.c_str());
   if (!o.export_profile.empty())

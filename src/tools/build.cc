@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "engine/engine_impl.h"
 #include "kiln/kiln.h"
 #include "tools/commands.h"
 
@@ -13,7 +14,7 @@ struct BuildOptions {
   std::string min_shapes, opt_shapes, max_shapes, shapes;
   bool fp32 = false, fp16 = false, bf16 = false, int8 = false;
   double workspace_mb = 1024;
-  bool verbose = false;
+  bool verbose = false, strict_tactics = false;
   std::vector<std::string> disabled_passes;
   std::vector<std::string> tactics;
   std::string timing_cache;
@@ -129,6 +130,9 @@ void add_build_command(CLI::App& app, int& exit_code) {
                   "file of tactic timings reused across builds and models on this machine (created if missing; "
                   "safe to share between concurrent builds; a stale, foreign or corrupt one is ignored with a "
                   "warning and moved aside)");
+  cmd->add_flag("--strict-tactics", o->strict_tactics,
+                "fail (exit code 4) instead of warning when a layer would run its reference kernel, naming "
+                "every such layer and why no tactic took it (shape work such as Shape/Reshape is exempt)");
   cmd->add_flag("--verbose", o->verbose, "more detail (each layer's candidates and times)");
   cmd->callback([o, &exit_code]() {
     auto profiles = profiles_from_flags(o->min_shapes, o->opt_shapes, o->max_shapes, o->shapes);
@@ -155,6 +159,7 @@ void add_build_command(CLI::App& app, int& exit_code) {
     cfg.tactics = o->tactics;
     cfg.timing_cache = o->timing_cache;
     cfg.verbose = o->verbose;
+    cfg.strict_tactics = o->strict_tactics;
     cfg.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
     try {
       using Clock = std::chrono::steady_clock;
@@ -166,8 +171,13 @@ void add_build_command(CLI::App& app, int& exit_code) {
       auto t1 = Clock::now();
       engine->save(o->output);
       auto t2 = Clock::now();
-      std::printf("[kiln build] wrote %s: %.2f s in all (loading and building %.2f s, writing %.2f s)\n",
-                  o->output.c_str(), seconds(t0, t2), seconds(t0, t1), seconds(t1, t2));
+      int reference = 0;
+      for (const auto& l : engine->impl().layers) reference += l.finding();
+      std::printf(
+          "[kiln build] wrote %s: %.2f s in all (loading and building %.2f s, writing %.2f s); %d %s reference "
+          "kernels\n",
+          o->output.c_str(), seconds(t0, t2), seconds(t0, t1), seconds(t1, t2), reference,
+          reference == 1 ? "layer runs" : "layers run");
       exit_code = kExitOk;
     } catch (const Error& e) {
       exit_code = report_error(detail_status(e));

@@ -42,6 +42,50 @@ void print_candidates(const nlohmann::json& l) {
   std::printf("         candidates: %s\n", line.c_str());
 }
 
+// The layers left on reference kernels: findings first (each with its share of the build's estimated
+// run time and why no tactic took it), then shape work in one line.
+void print_reference(const nlohmann::json& j) {
+  if (!j.contains("reference_layers")) return;
+  const nlohmann::json& b = j["build"];
+  const nlohmann::json rec = b.contains("reference") ? b["reference"] : nlohmann::json::object();
+  int findings = 0, shape = 0;
+  double shape_ms = 0;
+  for (const auto& r : j["reference_layers"]) (r["shape_work"].get<bool>() ? shape : findings)++;
+  for (const auto& r : j["reference_layers"])
+    if (r["shape_work"].get<bool>() && r.contains("ms")) shape_ms += r["ms"].get<double>();
+  std::string estimate;
+  if (rec.contains("estimated_ms") && rec["estimated_ms"].get<double>() > 0) {
+    char e[160];
+    double total = rec["estimated_ms"].get<double>(), ref = rec.value("reference_ms", 0.0);
+    std::snprintf(e, sizeof e, ", %.1f%% of the estimated time (%.3f of %.3f ms)", 100 * ref / total, ref, total);
+    estimate = e;
+  } else if (rec.contains("estimate")) {
+    estimate = " (" + rec["estimate"].get<std::string>() + ")";
+  }
+  std::printf("reference %d %s reference kernels%s; %d shape-work layer%s\n", findings,
+              findings == 1 ? "layer runs" : "layers run", estimate.c_str(), shape, shape == 1 ? "" : "s");
+  for (const auto& r : j["reference_layers"]) {
+    if (r["shape_work"].get<bool>()) continue;
+    std::string op = r["domain"].get<std::string>().empty()
+                         ? r["op"].get<std::string>()
+                         : r["domain"].get<std::string>() + "." + r["op"].get<std::string>();
+    op += " (opset " + std::to_string(r["opset"].get<int>()) + ")";
+    char t[64] = "   not timed";
+    if (r.contains("share"))
+      std::snprintf(t, sizeof t, "%9.3f ms %5.1f%%", r["ms"].get<double>(), 100 * r["share"].get<double>());
+    std::string why;
+    for (const auto& x : r["reasons"]) why += (why.empty() ? "" : "; ") + x.get<std::string>();
+    std::printf("  %-32s %-28s %s  %s\n", r["layer"].get<std::string>().c_str(), op.c_str(), t, why.c_str());
+  }
+  if (shape) {
+    std::string names;
+    for (const auto& r : j["reference_layers"])
+      if (r["shape_work"].get<bool>()) names += (names.empty() ? "" : ", ") + r["layer"].get<std::string>();
+    if (names.size() > 200) names = names.substr(0, 197) + "...";
+    std::printf("  shape work (not counted, %.3f ms): %s\n", shape_ms, names.c_str());
+  }
+}
+
 void print_text(const nlohmann::json& j, bool passes_only) {
   const auto& b = j["build"];
   if (!passes_only) {
@@ -76,6 +120,7 @@ void print_text(const nlohmann::json& j, bool passes_only) {
             ? ""
             : (" (timing cache " + t["timing_cache"].get<std::string>() + ")").c_str());
   }
+  print_reference(j);
   int i = 0;
   for (const auto& l : j["layers"]) {
     std::string out = l["outputs"].empty() ? "" : l["outputs"][0]["type"].get<std::string>();

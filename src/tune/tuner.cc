@@ -16,24 +16,22 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-// Activations for timing: floats uniform in [-1, 1]; integers and booleans zero (valid as indices and
-// as masks whatever the shapes). Constants are the real ones.
-Tensor random_input(const backends::TensorSig& t, std::mt19937_64& rng) {
-  Tensor x(t.dtype, t.shape);
-  if (t.dtype == DataType::kFloat32) {
+std::string what_of(const std::exception& e) { return std::string("exception: ") + e.what(); }
+
+}  // namespace
+
+Tensor random_activation(DataType dtype, const Dims& shape, std::mt19937_64& rng) {
+  Tensor x(dtype, shape);
+  if (dtype == DataType::kFloat32) {
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     float* p = x.data<float>();
     for (int64_t i = 0; i < x.numel(); ++i) p[i] = u(rng);
-  } else if (dtype_is_float(t.dtype) && dtype_is_builtin(t.dtype)) {
+  } else if (dtype_is_float(dtype) && dtype_is_builtin(dtype)) {
     std::uniform_real_distribution<double> u(-1.0, 1.0);
     for (int64_t i = 0; i < x.numel(); ++i) x.set_f64(i, u(rng));
   }
   return x;
 }
-
-std::string what_of(const std::exception& e) { return std::string("exception: ") + e.what(); }
-
-}  // namespace
 
 const char* state_name(CandidateResult::State s) {
   switch (s) {
@@ -86,7 +84,7 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
       else if (t.constant)
         in_ptrs.push_back(t.constant);
       else {
-        inputs[i] = random_input(t, rng);
+        inputs[i] = random_activation(t.dtype, t.shape, rng);
         in_ptrs.push_back(&inputs[i]);
       }
     }

@@ -12,6 +12,7 @@
 // Timing happens at the current thread count (kiln::max_threads()), part of every cache key.
 #pragma once
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,10 @@ struct LayerTuning {
 };
 
 const char* state_name(CandidateResult::State s);  // "timed", "prepared", "failed", "unproven"
+
+// An activation for timing: floats uniform in [-1, 1]; integers and booleans zero (valid as indices
+// and as masks whatever the shapes). The tuner's inputs; the builder's estimate run (engine/) too.
+Tensor random_activation(DataType dtype, const Dims& shape, std::mt19937_64& rng);
 
 // A timing that a busy machine disturbed: its median run more than 1.5x its fastest. On an idle 2-core
 // VM every resnet50 candidate stayed under 1.3x; with two busy processes on the cores a quarter of

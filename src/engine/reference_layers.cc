@@ -1,0 +1,132 @@
+// Layers that run their reference kernel in an engine are findings, never silent (issue 11): the
+// builder warns per layer with its op and the tactics that declined it, counts them in its summary,
+// records them in the engine (LayerInfo::reference, build["reference"]) with their share of an
+// estimated run time, and under BuilderConfig::strict_tactics fails instead.
+//
+// Shape work (engine::is_shape_work: Shape, Reshape and the other ops that move no elements, and
+// layers whose tensors are all small) runs reference kernels too, by design: it is counted apart and
+// neither warned about nor failed on.
+//
+// The estimate is measured, not modelled: one run of the engine (its chosen kernels, every layer
+// prepared ahead) at profile 0's opt shapes on random inputs, layer by layer, then two more when the
+// first took under a second, keeping each layer's fastest. It happens only when there is a finding.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "engine/engine_impl.h"
+
+namespace kiln::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string op_of(const ir::Node& n) {
+  return (n.domain.empty() ? n.op_type : n.domain + "." + n.op_type) + ", opset " + std::to_string(n.opset);
+}
+
+std::string joined(const std::vector<std::string>& reasons) {
+  std::string s;
+  for (const auto& r : reasons) s += (s.empty() ? "" : "; ") + r;
+  return s;
+}
+
+// Each layer's time in ms in runs of `e` at `shapes` (the fastest of up to three runs).
+Result<std::vector<double>> time_layers(const std::shared_ptr<EngineImpl>& e,
+                                        const std::map<std::string, Dims>& shapes) {
+  const ir::Graph& g = *e->model.graph;
+  std::mt19937_64 rng(0x6b696c6e);
+  std::vector<Tensor> inputs;
+  auto engine = std::make_shared<Engine>(e);
+  std::vector<double> best(g.nodes.size(), -1), now(g.nodes.size(), 0);
+  try {
+    auto ctx = engine->create_context();
+    for (const auto& in : g.inputs) {
+      auto it = shapes.find(in.name);
+      if (it == shapes.end()) continue;
+      inputs.push_back(tune::random_activation(in.type.elem, it->second, rng));
+      const Tensor& t = inputs.back();
+      ctx->set_input(in.name, HostTensor::borrow(static_cast<DataTypeCode>(t.dtype()), t.shape(), t.raw(), t.nbytes()));
+    }
+    set_layer_timer(ctx->impl(), [&](size_t layer, const ir::Node&, Clock::time_point b, Clock::time_point end) {
+      if (layer < now.size()) now[layer] = std::chrono::duration<double, std::milli>(end - b).count();
+    });
+    for (int run = 0; run < 3; ++run) {
+      auto t0 = Clock::now();
+      ctx->run();
+      for (size_t l = 0; l < now.size(); ++l) best[l] = best[l] < 0 ? now[l] : std::min(best[l], now[l]);
+      if (std::chrono::duration<double>(Clock::now() - t0).count() > 1.0) break;
+    }
+  } catch (const Error& err) {
+    return status_of(err);
+  }
+  return best;
+}
+
+}  // namespace
+
+Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const BuilderConfig& cfg, bool reference_only,
+                               const std::function<void(const std::string&)>& log) {
+  const ir::Graph& g = *e->model.graph;
+  std::vector<size_t> findings;
+  int shape_layers = 0;
+  for (size_t i = 0; i < e->layers.size(); ++i) {
+    if (e->layers[i].finding()) findings.push_back(i);
+    shape_layers += e->layers[i].kernel == "reference" && e->layers[i].reference.shape_work;
+  }
+  auto name_of = [&](size_t i) { return "'" + e->layers[i].name + "' (" + op_of(g.nodes[i]) + ")"; };
+  if (cfg.strict_tactics && !findings.empty()) {
+    std::string list;
+    for (size_t i : findings) list += "\n  layer " + name_of(i) + ": " + joined(e->layers[i].reference.reasons);
+    return Unsupported("--strict-tactics: ", findings.size(), " layer", findings.size() == 1 ? "" : "s",
+                       " would run reference kernels:", list,
+                       "\n— add tactics for these layers, or build without --strict-tactics to accept them");
+  }
+  auto warn = warner(cfg);
+  if (reference_only)
+    warn("every layer runs its reference kernel: reference kernels were requested");
+  else
+    for (size_t i : findings)
+      warn("layer " + name_of(i) + " runs its reference kernel: " + joined(e->layers[i].reference.reasons));
+
+  nlohmann::json rec = {{"layers", findings.size()}, {"shape_layers", shape_layers}};
+  std::string share;
+  if (reference_only) {
+    rec["estimate"] = "not measured: reference kernels were requested";
+  } else if (!findings.empty()) {
+    auto shapes = e->typical_shapes();
+    auto times = shapes.ok() ? time_layers(e, shapes.value()) : Result<std::vector<double>>(shapes.status());
+    if (times.ok()) {
+      double total = 0, ref = 0, shape_ms = 0;
+      for (size_t i = 0; i < e->layers.size() && i < times.value().size(); ++i) {
+        double ms = times.value()[i];
+        total += ms;
+        LayerInfo& l = e->layers[i];
+        if (l.kernel != "reference") continue;
+        l.reference.ms = ms;
+        (l.reference.shape_work ? shape_ms : ref) += ms;
+      }
+      rec["estimated_ms"] = total, rec["reference_ms"] = ref, rec["shape_ms"] = shape_ms;
+      std::string at = "the build's shapes";
+      if (e->build.contains("tuning") && e->build["tuning"].contains("at")) at = e->build["tuning"]["at"];
+      rec["estimate"] = "measured: fastest of up to 3 runs at " + at;
+      char b[160];
+      std::snprintf(b, sizeof b, " (%.1f%% of the estimated time: %.3f of %.3f ms)", total > 0 ? 100 * ref / total : 0,
+                    ref, total);
+      share = b;
+    } else {
+      rec["estimate"] = "not measured: " + times.status().message();
+      share = " (time not estimated: " + times.status().message() + ")";
+    }
+  }
+  e->build["reference"] = rec;
+  log("[kiln build] " + std::to_string(findings.size()) + (findings.size() == 1 ? " layer runs" : " layers run") +
+      " reference kernels" + share + "; " + std::to_string(shape_layers) + " shape-work layer" +
+      (shape_layers == 1 ? "" : "s") + " not counted" +
+      (findings.empty() ? "" : "; kiln inspect lists them with their reasons"));
+  return Status::Ok();
+}
+
+}  // namespace kiln::detail
