@@ -34,11 +34,11 @@ const ir::Graph* body_of(const ir::Node& n) {
 // The instruction of a unary body node; "" or why not.
 std::string unary_instr(const ir::Node& n, EltInstr* in) {
   static const std::map<std::string, EltOp> kPlain = {
-      {"Abs", EltOp::kAbs},         {"Neg", EltOp::kNeg},          {"Exp", EltOp::kExp},
-      {"Sqrt", EltOp::kSqrt},       {"Reciprocal", EltOp::kRecip}, {"Relu", EltOp::kRelu},
-      {"Sigmoid", EltOp::kSigmoid}, {"Tanh", EltOp::kTanh},        {"Erf", EltOp::kErf},
-      {"Floor", EltOp::kFloor},     {"Ceil", EltOp::kCeil},        {"Round", EltOp::kRound},
-      {"Sign", EltOp::kSign},       {"Softsign", EltOp::kSoftsign}};
+      {"Abs", EltOp::kAbs},         {"Neg", EltOp::kNeg},           {"Exp", EltOp::kExp},
+      {"Sqrt", EltOp::kSqrt},       {"Reciprocal", EltOp::kRecip},  {"Relu", EltOp::kRelu},
+      {"Sigmoid", EltOp::kSigmoid}, {"Tanh", EltOp::kTanh},         {"Erf", EltOp::kErf},
+      {"Floor", EltOp::kFloor},     {"Ceil", EltOp::kCeil},         {"Round", EltOp::kRound},
+      {"Sign", EltOp::kSign},       {"Softsign", EltOp::kSoftsign}, {"Mish", EltOp::kMish}};
   const std::string& op = n.op_type;
   if (auto it = kPlain.find(op); it != kPlain.end()) {
     in->op = it->second;
@@ -53,6 +53,14 @@ std::string unary_instr(const ir::Node& n, EltInstr* in) {
     in->op = EltOp::kHardSigmoid, in->p0 = n.attr_float("alpha", 0.2f), in->p1 = n.attr_float("beta", 0.5f);
   } else if (op == "HardSwish") {
     in->op = EltOp::kHardSwish, in->p0 = 1.f / 6.f, in->p1 = 0.5f;
+  } else if (op == "Celu") {
+    float alpha = n.attr_float("alpha", 1.0f);
+    if (alpha == 0) return "Celu alpha 0";
+    in->op = EltOp::kCelu, in->p0 = alpha, in->p1 = 1.f / alpha;
+  } else if (op == "ThresholdedRelu") {
+    in->op = EltOp::kThresholdedRelu, in->p0 = n.attr_float("alpha", 1.0f);
+  } else if (op == "Swish") {
+    in->op = EltOp::kSwish, in->p0 = n.attr_float("alpha", 1.0f);
   } else if (op == "Gelu") {
     std::string a = n.attr_string("approximate", "none");
     if (a != "none" && a != "tanh") return "Gelu approximate '" + a + "'";
@@ -278,9 +286,11 @@ class FusedElementwiseKiln : public Tactic {
   std::vector<std::pair<std::string, std::string>> ops() const override {
     std::vector<std::pair<std::string, std::string>> v = {{"kiln", "FusedElementwise"}};
     for (const char* op :
-         {"Add",  "Sub",   "Mul",  "Div",      "Max",        "Min",  "Sum",     "PRelu",       "Pow",      "Clip",
-          "Abs",  "Neg",   "Exp",  "Sqrt",     "Reciprocal", "Relu", "Sigmoid", "Tanh",        "Erf",      "Floor",
-          "Ceil", "Round", "Sign", "Softsign", "LeakyRelu",  "Elu",  "Selu",    "HardSigmoid", "HardSwish"})
+         {"Add",       "Sub",  "Mul",  "Div",         "Max",       "Min",   "Sum",        "PRelu",
+          "Pow",       "Clip", "Abs",  "Neg",         "Exp",       "Sqrt",  "Reciprocal", "Relu",
+          "Sigmoid",   "Tanh", "Erf",  "Floor",       "Ceil",      "Round", "Sign",       "Softsign",
+          "LeakyRelu", "Elu",  "Selu", "HardSigmoid", "HardSwish", "Mish",  "Celu",       "ThresholdedRelu",
+          "Swish"})
       v.emplace_back("", op);
     return v;
   }

@@ -17,6 +17,8 @@ const Tactic* conv2d_kiln_1x1();
 const Tactic* conv2d_kiln_depthwise();
 // MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool on 4-D NCHW.
 const Tactic* pool2d_kiln_nchw();
+// Resize / Upsample on float32 X resizing its last two axes at most: every mode and coordinate transform.
+const Tactic* resize_kiln();
 
 // "" when the layer is a float32 CPU layer (every present input float32, computing in float32).
 std::string float32_cpu_layer(const LayerSignature& sig);

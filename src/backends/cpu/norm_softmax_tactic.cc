@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/longtail_kernels.h"
 #include "backends/cpu/xformer_kernels.h"
 #include "backends/cpu/xformer_tactics.h"
 #include "core/parallel.h"
@@ -141,11 +142,17 @@ class LayerNormKiln : public Tactic {
 
 // ---- Softmax / LogSoftmax ----
 
+// Columns of a strided softmax one work item covers (a few vectors: the axis is read once per
+// vector, `inner` floats apart).
+constexpr int64_t kSoftmaxCols = 128;
+
 class PreparedSoftmax : public PreparedLayer {
  public:
   const xf::Kernels* k = nullptr;
+  const lt::Kernels* lk = nullptr;
   Dims shape;
   int64_t rows = 0, len = 0;
+  int64_t inner = 1;  // > 1: x is [rows, len, inner], normalized along len (a strided axis)
   bool log = false;
 
   std::vector<Dims> output_shapes() const override { return {shape}; }
@@ -153,6 +160,17 @@ class PreparedSoftmax : public PreparedLayer {
   Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
     const float* x = in[0]->data<float>();
     float* y = out[0]->data<float>();
+    if (inner > 1) {
+      int64_t blocks = (inner + kSoftmaxCols - 1) / kSoftmaxCols;
+      parallel_for(rows * blocks, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(len * kSoftmaxCols, 1)),
+                   [&](int64_t u0, int64_t u1) {
+                     for (int64_t u = u0; u < u1; ++u) {
+                       int64_t c0 = (u % blocks) * kSoftmaxCols;
+                       lk->softmax_cols(x, y, u / blocks, len, inner, c0, std::min(kSoftmaxCols, inner - c0), log);
+                     }
+                   });
+      return Status::Ok();
+    }
     parallel_for(rows, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(len, 1)),
                  [&](int64_t r0, int64_t r1) { k->softmax(x, y, r0, r1, len, log); });
     return Status::Ok();
@@ -162,12 +180,15 @@ class PreparedSoftmax : public PreparedLayer {
 class SoftmaxKiln : public Tactic {
  public:
   std::string name() const override { return "softmax_kiln"; }
+  int revision() const override { return 2; }  // 2: any axis (strided columns)
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "Softmax"}, {"", "LogSoftmax"}};
   }
 
-  // The first normalized axis; rows are everything before it.
-  static bool split(const LayerSignature& sig, int64_t* axis_out) {
+  // The first normalized axis; rows are everything before it. *strided: opset 13+ with dims after
+  // the axis (normalized along one axis, columns `inner` apart).
+  static bool split(const LayerSignature& sig, int64_t* axis_out, bool* strided) {
+    *strided = false;
     const ir::Node& n = *sig.node;
     const Dims& s = sig.inputs[0].shape;
     int64_t rank = static_cast<int64_t>(s.size());
@@ -181,8 +202,7 @@ class SoftmaxKiln : public Tactic {
     int64_t axis = n.attr_int("axis", -1);
     if (axis < 0) axis += rank;
     if (axis < 0 || axis >= rank) return false;
-    for (int64_t d = axis + 1; d < rank; ++d)
-      if (s[static_cast<size_t>(d)] != 1) return false;  // a strided axis: not this kernel
+    for (int64_t d = axis + 1; d < rank; ++d) *strided |= s[static_cast<size_t>(d)] != 1;
     *axis_out = axis;
     return true;
   }
@@ -192,7 +212,8 @@ class SoftmaxKiln : public Tactic {
     if (!sig.has_input(0)) return "no input";
     if (sig.inputs[0].shape.empty()) return "a scalar input";
     int64_t axis;
-    if (!split(sig, &axis)) return "the normalized axis is not the innermost one (or out of range)";
+    bool strided;
+    if (!split(sig, &axis, &strided)) return "axis out of range";
     return "";
   }
 
@@ -202,10 +223,17 @@ class SoftmaxKiln : public Tactic {
     p->k = &xf::kernels(cpu_isa());
     p->shape = sig.inputs[0].shape;
     int64_t axis = 0;
-    split(sig, &axis);
+    bool strided = false;
+    split(sig, &axis, &strided);
     p->len = 1;
-    for (size_t d = static_cast<size_t>(axis); d < p->shape.size(); ++d) p->len *= p->shape[d];
-    p->rows = p->len ? numel(p->shape) / p->len : 0;
+    if (strided) {
+      p->lk = &lt::kernels(cpu_isa());
+      p->len = p->shape[static_cast<size_t>(axis)];
+      for (size_t d = static_cast<size_t>(axis) + 1; d < p->shape.size(); ++d) p->inner *= p->shape[d];
+    } else {
+      for (size_t d = static_cast<size_t>(axis); d < p->shape.size(); ++d) p->len *= p->shape[d];
+    }
+    p->rows = p->len * p->inner != 0 ? numel(p->shape) / (p->len * p->inner) : 0;
     p->log = sig.op() == "LogSoftmax";
     return std::unique_ptr<PreparedLayer>(std::move(p));
   }

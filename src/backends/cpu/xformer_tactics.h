@@ -12,7 +12,8 @@ namespace kiln::backends::cpu {
 // LayerNormalization (ONNX, kiln): any axis (the normalized block is contiguous), Scale/B of the
 // block's size or scalars, Y only.
 const Tactic* layer_norm_kiln();
-// Softmax / LogSoftmax over a contiguous block (opset < 13: any axis; 13+: the innermost axis).
+// Softmax / LogSoftmax over a contiguous block (opset < 13: any axis) or, from opset 13, along any
+// axis (an inner axis: vectorized across the columns after it).
 const Tactic* softmax_kiln();
 // kiln.Attention: scaled dot-product attention fused per (batch, head, query-row block).
 const Tactic* attention_kiln_fused();
