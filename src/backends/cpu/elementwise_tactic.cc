@@ -214,48 +214,6 @@ Compiled compile(const LayerSignature& sig) {
   return c;
 }
 
-// The row structure of the output (the broadcast of the inputs) for the program.
-std::string plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out) {
-  Dims o;
-  for (const Dims& d : in)
-    if (!xf_broadcast(o, d, &o)) return "inputs do not broadcast";
-  *out = o;
-  size_t n = in.size(), r = o.size();
-  // Per output dim (size > 1), which inputs are full along it.
-  std::vector<int64_t> sizes;
-  std::vector<std::vector<bool>> full;
-  for (size_t d = 0; d < r; ++d) {
-    if (o[d] == 1) continue;
-    std::vector<bool> f(n);
-    for (size_t i = 0; i < n; ++i) {
-      size_t rank = in[i].size();
-      f[i] = d + rank >= r && in[i][d + rank - r] != 1;
-    }
-    if (!sizes.empty() && full.back() == f) {
-      sizes.back() *= o[d];
-    } else {
-      sizes.push_back(o[d]);
-      full.push_back(f);
-    }
-  }
-  if (sizes.empty()) sizes.push_back(1), full.push_back(std::vector<bool>(n, true));
-  size_t m = sizes.size();
-  p->inner = sizes.back();
-  p->outer_dims.assign(sizes.begin(), sizes.end() - 1);
-  p->in_varies.assign(n, 0);
-  p->in_strides.assign(n, std::vector<int64_t>(m - 1, 0));
-  for (size_t i = 0; i < n; ++i) {
-    p->in_varies[i] = full[m - 1][i] ? 1 : 0;
-    int64_t s = full[m - 1][i] ? sizes[m - 1] : 1;
-    for (size_t d = m - 1; d-- > 0;) {
-      if (!full[d][i]) continue;
-      p->in_strides[i][d] = s;
-      s *= sizes[d];
-    }
-  }
-  return "";
-}
-
 class PreparedProgram : public PreparedLayer {
  public:
   const xf::Kernels* k = nullptr;
@@ -307,7 +265,7 @@ class FusedElementwiseKiln : public Tactic {
     for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
     xf::EltProgram p;
     Dims out;
-    return plan_rows(shapes, &p, &out);
+    return xf_plan_rows(shapes, &p, &out);
   }
 
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
@@ -317,7 +275,7 @@ class FusedElementwiseKiln : public Tactic {
     prep->prog = compile(sig).prog;
     std::vector<Dims> shapes;
     for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
-    if (auto e = plan_rows(shapes, &prep->prog, &prep->out); !e.empty()) return Unsupported(name(), ": ", e);
+    if (auto e = xf_plan_rows(shapes, &prep->prog, &prep->out); !e.empty()) return Unsupported(name(), ": ", e);
     return std::unique_ptr<PreparedLayer>(std::move(prep));
   }
 };
@@ -344,12 +302,53 @@ class GeluKiln : public Tactic {
     prep->prog.code = {in};
     prep->prog.n_inputs = 1;
     prep->out = sig.inputs[0].shape;
-    plan_rows({prep->out}, &prep->prog, &prep->out);
+    xf_plan_rows({prep->out}, &prep->prog, &prep->out);
     return std::unique_ptr<PreparedLayer>(std::move(prep));
   }
 };
 
 }  // namespace
+
+std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out) {
+  Dims o;
+  for (const Dims& d : in)
+    if (!xf_broadcast(o, d, &o)) return "inputs do not broadcast";
+  *out = o;
+  size_t n = in.size(), r = o.size();
+  // Per output dim (size > 1), which inputs are full along it.
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<bool>> full;
+  for (size_t d = 0; d < r; ++d) {
+    if (o[d] == 1) continue;
+    std::vector<bool> f(n);
+    for (size_t i = 0; i < n; ++i) {
+      size_t rank = in[i].size();
+      f[i] = d + rank >= r && in[i][d + rank - r] != 1;
+    }
+    if (!sizes.empty() && full.back() == f) {
+      sizes.back() *= o[d];
+    } else {
+      sizes.push_back(o[d]);
+      full.push_back(f);
+    }
+  }
+  if (sizes.empty()) sizes.push_back(1), full.push_back(std::vector<bool>(n, true));
+  size_t m = sizes.size();
+  p->inner = sizes.back();
+  p->outer_dims.assign(sizes.begin(), sizes.end() - 1);
+  p->in_varies.assign(n, 0);
+  p->in_strides.assign(n, std::vector<int64_t>(m - 1, 0));
+  for (size_t i = 0; i < n; ++i) {
+    p->in_varies[i] = full[m - 1][i] ? 1 : 0;
+    int64_t s = full[m - 1][i] ? sizes[m - 1] : 1;
+    for (size_t d = m - 1; d-- > 0;) {
+      if (!full[d][i]) continue;
+      p->in_strides[i][d] = s;
+      s *= sizes[d];
+    }
+  }
+  return "";
+}
 
 const Tactic* fused_elementwise_kiln() {
   static const FusedElementwiseKiln t;

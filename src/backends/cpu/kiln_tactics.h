@@ -19,6 +19,10 @@ const Tactic* conv2d_kiln_depthwise();
 const Tactic* pool2d_kiln_nchw();
 // Resize / Upsample on float32 X resizing its last two axes at most: every mode and coordinate transform.
 const Tactic* resize_kiln();
+// Where (any 1/2/4/8-byte dtype), comparisons, And/Or/Xor/Not, IsNaN/IsInf with broadcasting.
+const Tactic* logic_kiln();
+// Transpose / Slice / Split / Expand / Tile / Pad (every mode) / Concat as copies of contiguous runs.
+const Tactic* movement_kiln();
 
 // "" when the layer is a float32 CPU layer (every present input float32, computing in float32).
 std::string float32_cpu_layer(const LayerSignature& sig);

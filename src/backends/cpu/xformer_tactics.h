@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "backends/cpu/xformer_kernels.h"
 #include "backends/tactic.h"
 
 namespace kiln::backends::cpu {
@@ -26,5 +27,8 @@ const Tactic* gelu_kiln();
 std::string xf_float32_layer(const LayerSignature& sig);
 // Multidirectional (numpy) broadcast of two shapes; false when they do not broadcast.
 bool xf_broadcast(const Dims& a, const Dims& b, Dims* out);
+// The row structure of the broadcast of `in` (p's inner, outer_dims, in_strides, in_varies; see
+// xf::EltProgram) and its shape `out`; "" or why not. Used by every broadcasting elementwise tactic.
+std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out);
 
 }  // namespace kiln::backends::cpu

@@ -3,6 +3,9 @@
 // tactic must decline). Header-only, like layer_case.h.
 #pragma once
 
+#include <algorithm>
+#include <climits>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -99,8 +102,193 @@ inline LayerCase resize_case(std::mt19937& rng, uint64_t seed) {
   return lc;
 }
 
+// A tensor of small integers in [lo, hi] (ties for the comparisons; 0 / 1 for bool), a few NaN
+// and infinities among float values when `specials`.
+inline Tensor small_ints(const Dims& d, DataType dt, std::mt19937& rng, int lo, int hi, bool specials = false) {
+  Tensor t(dt, d);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double v = static_cast<double>(pick(rng, lo, hi)) / (dt == DataType::kFloat32 ? 2.0 : 1.0);
+    if (specials && rng() % 16 == 0) v = rng() % 3 == 0 ? NAN : rng() % 2 ? INFINITY : -INFINITY;
+    t.set_f64(i, v);
+  }
+  return t;
+}
+
+// `out` with a random suffix kept, each kept dim 1 at random (a numpy-broadcastable shape).
+inline Dims broadcast_of(std::mt19937& rng, const Dims& out) {
+  if (rng() % 4 == 0) return rng() % 2 ? Dims{} : Dims{1};
+  Dims d(out.begin() + static_cast<int64_t>(rng() % (out.size() + 1)), out.end());
+  for (auto& x : d)
+    if (rng() % 3 == 0) x = 1;
+  return d;
+}
+
+inline Dims random_shape(std::mt19937& rng, int64_t max_rank, int64_t hi) {
+  Dims d(static_cast<size_t>(pick(rng, 0, max_rank)));
+  for (auto& x : d) x = rng() % 6 == 0 ? pick(rng, 30, 300) : pick(rng, 1, hi);
+  return d;
+}
+
+// Where, comparisons, logical ops, IsNaN / IsInf over broadcast shapes and several dtypes.
+inline LayerCase logic_case(std::mt19937& rng, uint64_t seed) {
+  (void)seed;
+  static const char* kOps[] = {"Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And",
+                               "Or",    "Xor",   "Not",  "IsNaN",   "IsInf",       "Where",          "Less"};
+  std::string op = kOps[rng() % 14];
+  Dims out = random_shape(rng, 4, 7);
+  LayerCase lc;
+  auto operand = [&](DataType dt, bool full) {
+    Dims d = full ? out : broadcast_of(rng, out);
+    return dt == DataType::kBool ? small_ints(d, dt, rng, 0, 1)
+                                 : small_ints(d, dt, rng, -3, 3, dt == DataType::kFloat32);
+  };
+  static const DataType kCmp[] = {DataType::kFloat32, DataType::kInt64, DataType::kInt32, DataType::kBool,
+                                  DataType::kFloat64};
+  static const DataType kAny[] = {DataType::kFloat32, DataType::kInt64, DataType::kInt32, DataType::kBool,
+                                  DataType::kFloat64, DataType::kUInt8, DataType::kInt16};
+  const int full = static_cast<int>(rng() % 3);  // the input that carries the output's shape
+  if (op == "Where") {
+    DataType dt = kAny[rng() % 7];
+    lc.inputs = {operand(DataType::kBool, full == 0), operand(dt, full == 1), operand(dt, full == 2)};
+  } else if (op == "Not" || op == "IsNaN" || op == "IsInf") {
+    lc.inputs = {operand(op == "Not" ? DataType::kBool : DataType::kFloat32, true)};
+  } else {
+    bool logical = op == "And" || op == "Or" || op == "Xor";
+    DataType dt = logical ? DataType::kBool : kCmp[rng() % 5];
+    lc.inputs = {operand(dt, full != 1), operand(dt, full == 1)};
+  }
+  lc.node = make_node("", op, lc.inputs.size());
+  if (op == "Where") lc.node.opset = 16;
+  if (op == "IsInf") {
+    lc.node.opset = 10;
+    if (rng() % 3 == 0) GraphBuilder::set_int(lc.node, rng() % 2 ? "detect_negative" : "detect_positive", 0);
+  }
+  lc.constant.assign(lc.inputs.size(), false);
+  for (size_t i = 0; i < lc.inputs.size(); ++i) lc.constant[i] = rng() % 4 == 0;
+  return lc;
+}
+
+// Transpose, Slice, Split, Expand, Tile, Pad and Concat over several dtypes: every perm, negative
+// and out-of-range slice bounds, negative steps, uneven splits, broadcasting expands, pads that
+// crop, every pad mode, concatenation along every axis.
+inline LayerCase movement_case(std::mt19937& rng, uint64_t seed) {
+  static const char* kOps[] = {"Transpose", "Slice", "Split", "Expand", "Tile", "Pad", "Concat", "Transpose", "Pad"};
+  std::string op = kOps[rng() % 9];
+  static const DataType kTypes[] = {DataType::kFloat32, DataType::kInt64, DataType::kBool, DataType::kFloat32,
+                                    DataType::kInt32,   DataType::kUInt8, DataType::kInt16};
+  DataType dt = kTypes[rng() % 7];
+  const int64_t rank = pick(rng, op == "Transpose" || op == "Split" || op == "Concat" ? 1 : 0, 5);
+  Dims x(static_cast<size_t>(rank));
+  for (auto& d : x) d = rng() % 8 == 0 ? pick(rng, 17, 70) : pick(rng, 1, 6);
+  auto values = [&](const Dims& d) {
+    return dt == DataType::kBool ? small_ints(d, dt, rng, 0, 1) : small_ints(d, dt, rng, -100, 100);
+  };
+  LayerCase lc;
+  lc.inputs = {values(x)};
+  lc.constant = {false};
+  auto add_ints = [&](const std::vector<int64_t>& v) {
+    lc.inputs.push_back(i64_tensor(v));
+    lc.constant.push_back(true);
+  };
+  int opset = 17;
+  if (op == "Transpose") {
+    std::vector<int64_t> perm(static_cast<size_t>(rank));
+    for (int64_t i = 0; i < rank; ++i) perm[static_cast<size_t>(i)] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    lc.node = make_node("", op, 1);
+    if (rng() % 5) GraphBuilder::set_ints(lc.node, "perm", perm);
+  } else if (op == "Slice") {
+    std::vector<int64_t> starts, ends, axes, steps;
+    for (int64_t a = 0; a < rank; ++a) {
+      if (rng() % 3 == 0) continue;
+      int64_t d = x[static_cast<size_t>(a)];
+      starts.push_back(pick(rng, -d - 2, d + 2));
+      ends.push_back(rng() % 6 == 0 ? (rng() % 2 ? INT64_MAX : INT64_MIN) : pick(rng, -d - 2, d + 2));
+      axes.push_back(rng() % 2 ? a : a - rank);
+      steps.push_back(rng() % 3 == 0 ? -pick(rng, 1, 3) : pick(rng, 1, 3));
+    }
+    bool with_axes = !axes.empty() && rng() % 4 != 0, with_steps = with_axes && rng() % 3 != 0;
+    if (!with_axes) {  // axes 0..n-1 in order
+      for (size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<int64_t>(i);
+      starts.resize(std::min<size_t>(starts.size(), static_cast<size_t>(rank)));
+      ends.resize(starts.size());
+    }
+    add_ints(starts);
+    add_ints(ends);
+    if (with_axes) add_ints(axes);
+    if (with_steps) add_ints(steps);
+    lc.node = make_node("", op, lc.inputs.size());
+  } else if (op == "Split") {
+    int64_t axis = pick(rng, -rank, rank - 1), d = x[static_cast<size_t>(axis < 0 ? axis + rank : axis)];
+    int64_t n = pick(rng, 1, 4);
+    lc.node = make_node("", op, 1);
+    GraphBuilder::set_int(lc.node, "axis", axis);
+    if (rng() % 2) {  // explicit sizes
+      std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
+      for (int64_t i = 0; i < d; ++i) sizes[rng() % static_cast<size_t>(n)]++;
+      add_ints(sizes);
+      lc.node = make_node("", op, 2);
+      GraphBuilder::set_int(lc.node, "axis", axis);
+    } else {
+      opset = 18;
+      GraphBuilder::set_int(lc.node, "num_outputs", n);
+    }
+    lc.node.outputs.clear();
+    for (int64_t i = 0; i < n; ++i) lc.node.outputs.push_back("y" + std::to_string(i));
+  } else if (op == "Expand") {
+    Dims target;
+    int64_t extra = pick(rng, 0, 2);
+    for (int64_t i = 0; i < extra; ++i) target.push_back(pick(rng, 1, 3));
+    for (int64_t d : x) target.push_back(d == 1 ? pick(rng, 1, 5) : (rng() % 4 == 0 ? 1 : d));
+    add_ints(target);
+    lc.node = make_node("", op, 2);
+  } else if (op == "Tile") {
+    std::vector<int64_t> reps;
+    for (int64_t i = 0; i < rank; ++i) reps.push_back(pick(rng, 0, 3) == 0 && rng() % 3 ? 1 : pick(rng, 0, 3));
+    add_ints(reps);
+    lc.node = make_node("", op, 2);
+  } else if (op == "Pad") {
+    static const char* kModes[] = {"constant", "reflect", "edge", "wrap", "constant"};
+    std::string mode = kModes[rng() % 5];
+    opset = mode == "wrap" || rng() % 3 == 0 ? 19 : 13;
+    std::vector<int64_t> pads(static_cast<size_t>(2 * rank));
+    for (int64_t a = 0; a < rank; ++a) {
+      int64_t d = x[static_cast<size_t>(a)];
+      for (int side = 0; side < 2; ++side) {
+        int64_t v = rng() % 3 == 0 ? 0 : pick(rng, mode == "reflect" ? 0 : -std::min<int64_t>(d / 2, 2), 3);
+        if (mode == "reflect") v = std::min(v, d - 1);
+        pads[static_cast<size_t>(side * rank + a)] = v;
+      }
+    }
+    add_ints(pads);
+    bool value = mode == "constant" && rng() % 2;
+    if (value) {
+      lc.inputs.push_back(small_ints({}, dt, rng, 1, 9));
+      lc.constant.push_back(rng() % 2 == 0);
+    }
+    lc.node = make_node("", op, lc.inputs.size());
+    set_string(lc.node, "mode", mode);
+  } else {  // Concat
+    int64_t axis = pick(rng, -rank, rank - 1), a = axis < 0 ? axis + rank : axis;
+    int64_t n = pick(rng, 1, 4);
+    for (int64_t i = 1; i < n; ++i) {
+      Dims d = x;
+      d[static_cast<size_t>(a)] = pick(rng, 0, 5);
+      lc.inputs.push_back(values(d));
+      lc.constant.push_back(rng() % 4 == 0);
+    }
+    lc.node = make_node("", op, lc.inputs.size());
+    GraphBuilder::set_int(lc.node, "axis", axis);
+  }
+  lc.node.opset = opset;
+  (void)seed;
+  return lc;
+}
+
 inline LayerCase longtail_case(std::mt19937& rng, uint64_t seed, int which) {
-  switch (which % 1) {
+  switch (which % 3) {
+    case 1: return logic_case(rng, seed);
+    case 2: return movement_case(rng, seed);
     default: return resize_case(rng, seed);
   }
 }
