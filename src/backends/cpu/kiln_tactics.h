@@ -21,6 +21,8 @@ const Tactic* pool2d_kiln_nchw();
 const Tactic* resize_kiln();
 // Where (any 1/2/4/8-byte dtype), comparisons, And/Or/Xor/Not, IsNaN/IsInf with broadcasting.
 const Tactic* logic_kiln();
+// Cast / CastLike between float32/float64/int64/int32/int16/int8/uint8/bool.
+const Tactic* cast_kiln();
 // Transpose / Slice / Split / Expand / Tile / Pad (every mode) / Concat as copies of contiguous runs.
 const Tactic* movement_kiln();
 

@@ -1,12 +1,14 @@
-// Where, the comparisons (Equal, Less, Greater, LessOrEqual, GreaterOrEqual), the logical ops (And,
-// Or, Xor, Not) and IsNaN / IsInf: broadcasting elementwise ops whose inputs or outputs are not
-// float32 (bool outputs, int64 / int32 / bool inputs, Where over any 1/2/4/8-byte dtype). The
-// broadcast is planned as for the float programs (xf_plan_rows: rows of `inner` contiguous
-// elements, each input contiguous along the row or one value per row); each row is one tight typed
-// loop, the chunks of rows split over threads.
+// Cast / CastLike between the common numeric dtypes, Where, the comparisons (Equal, Less, Greater,
+// LessOrEqual, GreaterOrEqual), the logical ops (And, Or, Xor, Not) and IsNaN / IsInf: broadcasting elementwise ops
+// whose inputs or outputs are not float32 (bool outputs, int64 / int32 / bool inputs, Where over any 1/2/4/8-byte
+// dtype). The broadcast is planned as for the float programs (xf_plan_rows: rows of `inner` contiguous elements, each
+// input contiguous along the row or one value per row); each row is one tight typed loop, the chunks of rows split over
+// threads.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "backends/cpu/xformer_tactics.h"
 #include "core/parallel.h"
@@ -14,8 +16,9 @@
 namespace kiln::backends::cpu {
 namespace {
 
-constexpr int64_t kChunk = 4096;                      // elements of a row per work item
-constexpr int64_t kGrainElements = int64_t{1} << 17;  // elements a thread gets at least
+constexpr int64_t kChunk = 4096;  // elements of a row per work item
+// Elements a thread gets at least: a parallel region costs about 0.1 ms (see elementwise_tactic.cc).
+constexpr int64_t kGrainElements = int64_t{1} << 19;
 
 enum class Kind { kWhere, kEqual, kLess, kGreater, kLessEq, kGreaterEq, kAnd, kOr, kXor, kNot, kIsNaN, kIsInf };
 
@@ -266,7 +269,120 @@ class LogicKiln : public Tactic {
   }
 };
 
+// ---- Cast ----
+
+// The conversion Tensor::cast does (core/tensor.cc), element by element: integers to floats
+// through double, floats to integers truncated and clamped (NaN: 0), anything to bool as != 0,
+// integers to integers wrapping.
+template <class To, class From>
+inline To convert(From v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);
+  } else if constexpr (std::is_floating_point_v<To>) {
+    return static_cast<To>(static_cast<double>(v));
+  } else if constexpr (std::is_floating_point_v<From>) {
+    double d = static_cast<double>(v);
+    if (std::isnan(d)) return To(0);
+    double t = std::trunc(d);
+    if (t <= static_cast<double>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
+    if (t >= static_cast<double>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+    return static_cast<To>(t);
+  } else {
+    return static_cast<To>(static_cast<int64_t>(v));
+  }
+}
+
+// Calls f(T{}) for the dtypes the cast takes; false for the others.
+template <class F>
+bool with_cast_type(DataType dt, F f) {
+  switch (dt) {
+    case DataType::kFloat32: return f(float{}), true;
+    case DataType::kFloat64: return f(double{}), true;
+    case DataType::kInt64: return f(int64_t{}), true;
+    case DataType::kInt32: return f(int32_t{}), true;
+    case DataType::kInt16: return f(int16_t{}), true;
+    case DataType::kInt8: return f(int8_t{}), true;
+    case DataType::kUInt8: return f(uint8_t{}), true;
+    case DataType::kBool: return f(bool{}), true;
+    default: return false;
+  }
+}
+
+class PreparedCast : public PreparedLayer {
+ public:
+  DataType from = DataType::kFloat32, to = DataType::kFloat32;
+  Dims shape;
+
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+  std::vector<DataType> output_dtypes() const override { return {to}; }
+
+  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
+    const int64_t n = in[0]->numel();
+    const void* x = in[0]->raw();
+    void* y = outs[0]->raw();
+    if (from == to) {
+      std::memcpy(y, x, static_cast<size_t>(n) * dtype_size(to));
+      return Status::Ok();
+    }
+    with_cast_type(from, [&](auto f) {
+      using F = decltype(f);
+      with_cast_type(to, [&](auto t) {
+        using T = decltype(t);
+        const F* px = static_cast<const F*>(x);
+        T* py = static_cast<T*>(y);
+        parallel_for(n, kGrainElements, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) py[i] = convert<T>(px[i]);
+        });
+      });
+    });
+    return Status::Ok();
+  }
+};
+
+class CastKiln : public Tactic {
+ public:
+  std::string name() const override { return "cast_kiln"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Cast"}, {"", "CastLike"}}; }
+
+  static bool target(const LayerSignature& sig, DataType* to) {
+    if (sig.op() == "CastLike") {
+      if (!sig.has_input(1)) return false;
+      *to = sig.inputs[1].dtype;
+      return true;
+    }
+    const ir::Attribute* a = sig.node->attr("to");
+    if (!a || a->type != ir::Attribute::Type::kInt || !dtype_is_known(static_cast<int32_t>(a->i))) return false;
+    *to = static_cast<DataType>(a->i);
+    return true;
+  }
+
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (sig.device.kind != DeviceKind::kCPU) return "not a CPU layer";
+    if (!sig.has_input(0)) return "no input";
+    DataType to;
+    if (!target(sig, &to)) return "the target dtype is not an integer attribute 'to'";
+    auto any = [](auto) {};
+    if (!with_cast_type(sig.inputs[0].dtype, any)) return std::string("casts from ") + dtype_name(sig.inputs[0].dtype);
+    if (!with_cast_type(to, any)) return std::string("casts to ") + dtype_name(to);
+    return "";
+  }
+
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto p = std::make_unique<PreparedCast>();
+    p->from = sig.inputs[0].dtype;
+    target(sig, &p->to);
+    p->shape = sig.inputs[0].shape;
+    return std::unique_ptr<PreparedLayer>(std::move(p));
+  }
+};
+
 }  // namespace
+
+const Tactic* cast_kiln() {
+  static const CastKiln t;
+  return &t;
+}
 
 const Tactic* logic_kiln() {
   static const LogicKiln t;

@@ -67,9 +67,10 @@ const std::vector<const Tactic*>& all_tactics() {
     v.push_back(cpu::pool2d_kiln_nchw());
     // kiln.BlockedConv: kiln's own Winograd F(4x4, 3x3) (timed against oneDNN's Winograd and direct)
     v.push_back(cpu::conv2d_winograd_f4x3_nchw16c());
-    // The long tail: Resize, Where / comparisons / logical ops, data movement
+    // The long tail: Resize, Where / comparisons / logical ops, Cast, data movement
     v.push_back(cpu::resize_kiln());
     v.push_back(cpu::logic_kiln());
+    v.push_back(cpu::cast_kiln());
     v.push_back(cpu::movement_kiln());
     return v;
   }();

@@ -285,8 +285,41 @@ inline LayerCase movement_case(std::mt19937& rng, uint64_t seed) {
   return lc;
 }
 
+// Cast / CastLike between the numeric dtypes: out-of-range floats (clamped), NaN, fractions
+// (truncated), negative integers into unsigned ones (wrapped).
+inline LayerCase cast_case(std::mt19937& rng, uint64_t seed) {
+  static const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt64, DataType::kInt32,
+                                    DataType::kInt16,   DataType::kInt8,    DataType::kUInt8, DataType::kBool};
+  DataType from = kTypes[rng() % 8], to = kTypes[rng() % 8];
+  Dims x = random_shape(rng, 3, 9);
+  LayerCase lc;
+  Tensor t(from, x);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double v =
+        static_cast<double>(pick(rng, -400, 400)) / (from == DataType::kFloat32 || from == DataType::kFloat64 ? 4 : 1);
+    if (from == DataType::kBool) v = static_cast<double>(rng() % 2);
+    if ((from == DataType::kFloat32 || from == DataType::kFloat64) && rng() % 20 == 0)
+      v = rng() % 3 == 0 ? NAN : (rng() % 2 ? 1e30 : -1e30);
+    if (from == DataType::kInt64 && rng() % 20 == 0) v = 9.007199254740993e15 * (rng() % 2 ? 1 : -1);  // > 2^53
+    t.set_f64(i, v);
+  }
+  lc.inputs = {t};
+  lc.constant = {false};
+  if (rng() % 4 == 0) {
+    lc.node = make_node("", "CastLike", 2);
+    lc.inputs.push_back(Tensor(to, {1}));
+    lc.constant.push_back(true);
+  } else {
+    lc.node = make_node("", "Cast", 1);
+    GraphBuilder::set_int(lc.node, "to", static_cast<int64_t>(to));
+  }
+  (void)seed;
+  return lc;
+}
+
 inline LayerCase longtail_case(std::mt19937& rng, uint64_t seed, int which) {
-  switch (which % 3) {
+  switch (which % 4) {
+    case 3: return cast_case(rng, seed);
     case 1: return logic_case(rng, seed);
     case 2: return movement_case(rng, seed);
     default: return resize_case(rng, seed);
