@@ -13,6 +13,7 @@
 #include <set>
 
 #include "../graph_builder.h"
+#include "backends/cpu/xformer_tactics.h"
 #include "backends/tactic.h"
 #include "layer_case.h"
 #include "longtail_cases.h"
@@ -68,11 +69,18 @@ LayerCase matmul_case(std::mt19937& rng, uint64_t seed) {
   Dims a(static_cast<size_t>(rank)), b;
   for (int64_t i = 0; i + 2 < rank; ++i) a[i] = pick(rng, 1, 3);
   a[rank - 2] = m, a[rank - 1] = k;
-  if (constant_b) {
+  if (constant_b && rng() % 3) {
     b = {k, n};
   } else {
     b = a;
     b[rank - 2] = k, b[rank - 1] = n;
+    if (rng() % 2) {  // numpy batch broadcasting: dims of 1 on either side, fewer dims on either side
+      for (int64_t i = 0; i + 2 < rank; ++i)
+        if (rng() % 2) (rng() % 2 ? a : b)[static_cast<size_t>(i)] = 1;
+      if (rng() % 3 == 0) b.erase(b.begin(), b.begin() + static_cast<int64_t>(rng() % (b.size() - 1)));
+      if (rng() % 4 == 0) a.erase(a.begin(), a.begin() + static_cast<int64_t>(rng() % (a.size() - 1)));
+      if (rng() % 4 == 0) b.insert(b.begin(), pick(rng, 1, 3));  // B of higher rank than A
+    }
   }
   bool bias = fused && rng() % 2, residual = fused && rng() % 2;
   LayerCase lc;
@@ -83,8 +91,9 @@ LayerCase matmul_case(std::mt19937& rng, uint64_t seed) {
                bias ? testing::random_tensor(rng() % 2 ? Dims{n} : Dims{1, n}, seed + 2) : Tensor()};
   lc.constant = {false, constant_b, true, false};
   if (residual) {
-    Dims y = a;
-    y.back() = n;
+    Dims y;
+    backends::cpu::xf_broadcast(Dims(a.begin(), a.end() - 2), b.size() > 2 ? Dims(b.begin(), b.end() - 2) : Dims{}, &y);
+    y.insert(y.end(), {a[a.size() - 2], n});
     lc.inputs.push_back(testing::random_tensor(y, seed + 3));
   }
   return lc;
