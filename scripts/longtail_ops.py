@@ -120,6 +120,11 @@ def cases():
     c["GroupNorm_1x64x56x56_g32"] = model("n", [("GroupNormalization", ["x", "s", "b"], ["y"], dict(num_groups=32))],
                                           [("x", F, [1, 64, 56, 56])], [("y", F, None)],
                                           [("s", np.ones(32, np.float32)), ("b", np.zeros(32, np.float32))], opset=18)
+    c["Dropout_eval_1x56x56x96"] = model("d", [("Dropout", ["x", "r", "t"], ["y"], {})], [("x", F, [1, 56, 56, 96])],
+                                         [("y", F, None)], [("r", f32(0.1)[0:1].reshape([])),
+                                                            ("t", np.array(False))])
+    c["Pad_zero_1x128x28x28"] = model("p", [("Pad", ["x", "p"], ["y"], {})], [("x", F, [1, 128, 28, 28])],
+                                      [("y", F, None)], [("p", i64(0, 0, 0, 0, 0, 0, 0, 0))])
     c["CumSum_1x128x768"] = model("c", [("CumSum", ["x", "a"], ["y"], {})], [("x", F, [1, 128, 768])],
                                   [("y", F, None)], [("a", np.array(1, np.int64))])
     return c
@@ -132,7 +137,6 @@ def bench(kiln, path, threads):
     if r.returncode != 0:
         return "error", float("nan"), out.strip().splitlines()[-1] if out.strip() else "?"
     med = re.search(r"median[ =:]+([0-9.]+) *ms", out)
-    kernels = re.findall(r"^\s*\S+\s+\S+\s+(\S+)\s+[0-9.]+\s", out, re.M)
     return out, float(med.group(1)) if med else float("nan"), ""
 
 
@@ -159,11 +163,6 @@ def main():
             if a.raw:
                 print(out)
             kern = "?"
-            mm = re.search(r"kernel[s]?\s*[:=]?\s*\n?", out)
-            # the profile table names each layer's kernel; one-node models have one layer
-            for line in out.splitlines():
-                if line.strip().startswith(("r ", "p ", "t ", "s ", "c ", "g ", "e ", "w ", "l ", "n ", "m ")):
-                    pass
             found = re.findall(r"\b(reference|[a-z0-9_]+_(?:kiln|onednn)[a-z0-9_]*)\b", out)
             if found:
                 kern = found[-1]

@@ -23,6 +23,8 @@ const Tactic* resize_kiln();
 const Tactic* logic_kiln();
 // Cast / CastLike between float32/float64/int64/int32/int16/int8/uint8/bool.
 const Tactic* cast_kiln();
+// ReduceSum/Mean/Max/Min/Prod/SumSquare/L1/L2/LogSum/LogSumExp on float32, the reduced axes one block.
+const Tactic* reduce_kiln();
 // Transpose / Slice / Split / Expand / Tile / Pad (every mode) / Concat as copies of contiguous runs.
 const Tactic* movement_kiln();
 

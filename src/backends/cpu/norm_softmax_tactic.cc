@@ -239,7 +239,98 @@ class SoftmaxKiln : public Tactic {
   }
 };
 
+// ---- GroupNormalization / InstanceNormalization ----
+
+class PreparedGroupNorm : public PreparedLayer {
+ public:
+  const lt::Kernels* k = nullptr;
+  Dims shape;
+  int64_t blocks = 0, channels = 0, spatial = 0, groups = 1;  // blocks: N * groups of channels x spatial
+  float epsilon = 1e-5f;
+  std::vector<float> scale, bias;  // per channel (opset-18 per-group values repeated)
+
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+
+  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+    const float* x = in[0]->data<float>();
+    float* y = out[0]->data<float>();
+    const int64_t len = channels * spatial;
+    parallel_for(blocks, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(len, 1)), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        int64_t c0 = (b % groups) * channels;
+        k->group_norm(x + b * len, y + b * len, channels, spatial, scale.data() + c0, bias.data() + c0, epsilon);
+      }
+    });
+    return Status::Ok();
+  }
+};
+
+class GroupNormKiln : public Tactic {
+ public:
+  std::string name() const override { return "group_norm_kiln"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    return {{"", "GroupNormalization"}, {"", "InstanceNormalization"}};
+  }
+
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (auto e = xf_float32_layer(sig); !e.empty()) return e;
+    if (!sig.has_input(0) || !sig.has_input(1) || !sig.has_input(2)) return "missing X, scale or B";
+    if (!sig.inputs[1].constant || !sig.inputs[2].constant) return "scale / B are computed at run time";
+    const Dims& x = sig.inputs[0].shape;
+    if (x.size() < 2) return "X has rank below 2";
+    if (x[1] < 0) return "";
+    int64_t groups = 0, nparam = 0;
+    if (auto e = geometry(sig, &groups, &nparam); !e.empty()) return e;
+    if (sig.inputs[1].constant->numel() != nparam || sig.inputs[2].constant->numel() != nparam)
+      return "scale / B do not have " + std::to_string(nparam) + " values";
+    return "";
+  }
+
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto p = std::make_unique<PreparedGroupNorm>();
+    const Dims& x = sig.inputs[0].shape;
+    int64_t nparam = 0;
+    geometry(sig, &p->groups, &nparam);
+    p->k = &lt::kernels(cpu_isa());
+    p->shape = x;
+    p->channels = x[1] / p->groups;
+    p->spatial = 1;
+    for (size_t d = 2; d < x.size(); ++d) p->spatial *= x[d];
+    p->blocks = x[0] * p->groups;
+    p->epsilon = sig.node->attr_float("epsilon", 1e-5f);
+    const float* s = sig.inputs[1].constant->data<float>();
+    const float* b = sig.inputs[2].constant->data<float>();
+    for (int64_t c = 0; c < x[1]; ++c) {
+      int64_t i = nparam == x[1] ? c : c / p->channels;
+      p->scale.push_back(s[i]), p->bias.push_back(b[i]);
+    }
+    return std::unique_ptr<PreparedLayer>(std::move(p));
+  }
+
+ private:
+  // Groups and the number of scale / bias values: InstanceNormalization one group per channel;
+  // GroupNormalization num_groups, values per group before opset 21, per channel from 21.
+  static std::string geometry(const LayerSignature& sig, int64_t* groups, int64_t* nparam) {
+    const int64_t c = sig.inputs[0].shape[1];
+    if (sig.op() == "InstanceNormalization") {
+      *groups = *nparam = c;
+      return c > 0 ? "" : "no channels";
+    }
+    if (!sig.node->attr("num_groups")) return "no num_groups";
+    *groups = sig.node->attr_int("num_groups", 1);
+    if (*groups <= 0 || c % *groups != 0) return "num_groups does not divide the channels";
+    *nparam = sig.node->opset < 21 ? *groups : c;
+    return "";
+  }
+};
+
 }  // namespace
+
+const Tactic* group_norm_kiln() {
+  static const GroupNormKiln t;
+  return &t;
+}
 
 const Tactic* layer_norm_kiln() {
   static const LayerNormKiln t;

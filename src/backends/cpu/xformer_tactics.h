@@ -16,6 +16,9 @@ const Tactic* layer_norm_kiln();
 // Softmax / LogSoftmax over a contiguous block (opset < 13: any axis) or, from opset 13, along any
 // axis (an inner axis: vectorized across the columns after it).
 const Tactic* softmax_kiln();
+// GroupNormalization (per-group or per-channel scale / bias) and InstanceNormalization, constant
+// scale and bias.
+const Tactic* group_norm_kiln();
 // kiln.Attention: scaled dot-product attention fused per (batch, head, query-row block).
 const Tactic* attention_kiln_fused();
 // kiln.FusedElementwise: the body compiled into a vectorized program at prepare time.

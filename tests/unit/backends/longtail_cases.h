@@ -317,8 +317,69 @@ inline LayerCase cast_case(std::mt19937& rng, uint64_t seed) {
   return lc;
 }
 
+// The reductions along random axes (attribute or input, negative, none = all, keepdims or not),
+// long rows and long columns; a few NaN and infinities for Max / Min / LogSumExp.
+inline LayerCase reduce_case(std::mt19937& rng, uint64_t seed) {
+  static const char* kOps[] = {"ReduceSum",    "ReduceMean",      "ReduceMax",  "ReduceMin",
+                               "ReduceProd",   "ReduceSumSquare", "ReduceL1",   "ReduceL2",
+                               "ReduceLogSum", "ReduceLogSumExp", "ReduceMean", "ReduceMean"};
+  std::string op = kOps[rng() % 12];
+  const int64_t rank = pick(rng, 1, 4);
+  Dims x(static_cast<size_t>(rank));
+  for (auto& d : x) d = rng() % 6 == 0 ? pick(rng, 30, 700) : pick(rng, 1, 9);
+  if (op == "ReduceProd")
+    for (auto& d : x) d = std::min<int64_t>(d, 8);
+  std::vector<int64_t> axes;
+  for (int64_t a = 0; a < rank; ++a)
+    if (rng() % 2) axes.push_back(rng() % 2 ? a : a - rank);
+  if (axes.size() > 1 && rng() % 2) std::swap(axes[0], axes[1]);
+  LayerCase lc;
+  bool positive = op == "ReduceLogSum";
+  Tensor t = random_tensor(x, seed, DataType::kFloat32, positive ? 0.1 : -2, 2);
+  bool specials = (op == "ReduceMax" || op == "ReduceMin" || op == "ReduceLogSumExp") && rng() % 3 == 0;
+  for (int64_t i = 0; specials && i < t.numel(); ++i)
+    if (rng() % 23 == 0) t.data<float>()[i] = rng() % 3 == 0 ? NAN : (rng() % 2 ? INFINITY : -INFINITY);
+  lc.inputs = {t};
+  lc.constant = {false};
+  bool as_input = rng() % 2;
+  if (as_input && (!axes.empty() || rng() % 2)) {
+    lc.inputs.push_back(i64_tensor(axes));
+    lc.constant.push_back(true);
+  }
+  lc.node = make_node("", op, lc.inputs.size());
+  lc.node.opset = as_input ? 18 : (op == "ReduceSum" ? 11 : 13);
+  if (!as_input && !axes.empty()) GraphBuilder::set_ints(lc.node, "axes", axes);
+  if (rng() % 3 == 0) GraphBuilder::set_int(lc.node, "keepdims", 0);
+  return lc;
+}
+
+// GroupNormalization (opset 18: scale / bias per group, 21: per channel) and InstanceNormalization
+// over 2-D to 5-D X, odd channel counts and spatial sizes.
+inline LayerCase group_norm_case(std::mt19937& rng, uint64_t seed) {
+  bool instance = rng() % 2;
+  int64_t groups = pick(rng, 1, 6), cpg = pick(rng, 1, 5), c = groups * cpg;
+  Dims x = {pick(rng, 1, 3), c};
+  int64_t extra = pick(rng, 0, 3);
+  for (int64_t i = 0; i < extra; ++i) x.push_back(rng() % 5 == 0 ? pick(rng, 20, 90) : pick(rng, 1, 9));
+  LayerCase lc;
+  lc.node = make_node("", instance ? "InstanceNormalization" : "GroupNormalization", 3);
+  int64_t nparam = c;
+  if (!instance) {
+    lc.node.opset = rng() % 2 ? 18 : 21;
+    GraphBuilder::set_int(lc.node, "num_groups", groups);
+    if (lc.node.opset == 18) nparam = groups;
+  }
+  if (rng() % 2) set_float(lc.node, "epsilon", 1e-3f);
+  lc.inputs = {random_tensor(x, seed, DataType::kFloat32, -3, 5), random_tensor({nparam}, seed + 1),
+               random_tensor({nparam}, seed + 2)};
+  lc.constant = {false, rng() % 6 != 0, true};
+  return lc;
+}
+
 inline LayerCase longtail_case(std::mt19937& rng, uint64_t seed, int which) {
-  switch (which % 4) {
+  switch (which % 6) {
+    case 5: return group_norm_case(rng, seed);
+    case 4: return reduce_case(rng, seed);
     case 3: return cast_case(rng, seed);
     case 1: return logic_case(rng, seed);
     case 2: return movement_case(rng, seed);
