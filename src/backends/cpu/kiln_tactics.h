@@ -25,7 +25,7 @@ const Tactic* logic_kiln();
 const Tactic* cast_kiln();
 // ReduceSum/Mean/Max/Min/Prod/SumSquare/L1/L2/LogSum/LogSumExp on float32, the reduced axes one block.
 const Tactic* reduce_kiln();
-// Transpose / Slice / Split / Expand / Tile / Pad (every mode) / Concat as copies of contiguous runs.
+// Transpose / Slice / Split / Expand / Tile / Pad (every mode) / Concat / Gather as copies of contiguous runs.
 const Tactic* movement_kiln();
 
 // "" when the layer is a float32 CPU layer (every present input float32, computing in float32).

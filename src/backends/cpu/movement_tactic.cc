@@ -1,5 +1,5 @@
 // Data movement as copies of contiguous runs: Transpose, Slice, Split, Expand, Tile, Pad (every
-// mode) and Concat, any dtype of 1, 2, 4 or 8 bytes. Each output is described once, at prepare
+// mode), Concat and Gather, any dtype of 1, 2, 4 or 8 bytes. Each output is described once, at prepare
 // time, as a view of the input: per output dim a size and either a stride (elements, 0 to repeat,
 // negative to reverse) or a table of source offsets (Pad's maps, with kFill where the pad value
 // goes). Adjacent dims that address memory contiguously are merged, so most views end in one long
@@ -183,12 +183,41 @@ class PreparedMovement : public PreparedLayer {
   int64_t concat_outer = 1;
   std::vector<int64_t> concat_len;  // elements of each input per outer index
   int fill_input = -1;              // Pad: the input holding the pad value (-1: zero)
+  bool gather = false;              // Gather: [outer, axis, inner] -> [outer, indices, inner]
+  int64_t gather_outer = 1, gather_axis = 1, gather_inner = 1;
+
+  Status run_gather(const Tensor& data, const Tensor& ind, Tensor& out) const {
+    const size_t es = dtype_size(dtype);
+    const int64_t n = ind.numel(), dim = gather_axis, inner = gather_inner;
+    // Indices are checked before anything is copied: a bad one is the user's error, not a crash.
+    auto index = [&](int64_t j) {
+      return ind.dtype() == DataType::kInt64 ? ind.data<int64_t>()[j] : int64_t{ind.data<int32_t>()[j]};
+    };
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t i = index(j);
+      if (i < -dim || i >= dim)
+        return InvalidArgument("Gather index ", i, " is out of range for an axis of size ", dim);
+    }
+    const auto* s = static_cast<const uint8_t*>(data.raw());
+    auto* d = static_cast<uint8_t*>(out.raw());
+    parallel_for(gather_outer * n, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(inner, 1)),
+                 [&](int64_t u0, int64_t u1) {
+                   for (int64_t u = u0; u < u1; ++u) {
+                     int64_t o = u / n, i = index(u % n);
+                     if (i < 0) i += dim;
+                     std::memcpy(d + static_cast<size_t>(u * inner) * es,
+                                 s + static_cast<size_t>((o * dim + i) * inner) * es, static_cast<size_t>(inner) * es);
+                   }
+                 });
+    return Status::Ok();
+  }
 
   std::vector<Dims> output_shapes() const override { return shapes; }
   std::vector<DataType> output_dtypes() const override { return std::vector<DataType>(shapes.size(), dtype); }
 
   Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
     const size_t es = dtype_size(dtype);
+    if (gather) return run_gather(*in[0], *in[1], *outs[0]);
     if (concat) {
       int64_t total = 0;
       for (int64_t l : concat_len) total += l;
@@ -224,7 +253,8 @@ class MovementKiln : public Tactic {
  public:
   std::string name() const override { return "movement_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
-    return {{"", "Transpose"}, {"", "Slice"}, {"", "Split"}, {"", "Expand"}, {"", "Tile"}, {"", "Pad"}, {"", "Concat"}};
+    return {{"", "Transpose"}, {"", "Slice"}, {"", "Split"},  {"", "Expand"},
+            {"", "Tile"},      {"", "Pad"},   {"", "Concat"}, {"", "Gather"}};
   }
 
   std::string why_unsupported(const LayerSignature& sig) const override {
@@ -263,6 +293,11 @@ class MovementKiln : public Tactic {
       return "";
     };
     if (op == "Transpose" || op == "Concat") return "";
+    if (op == "Gather") {  // indices may be computed at run time
+      if (!sig.has_input(1)) return "no indices";
+      DataType it = sig.inputs[1].dtype;
+      return it == DataType::kInt64 || it == DataType::kInt32 ? "" : "indices are not int64 / int32";
+    }
     if (op == "Tile" && opset < 6) return "Tile-1";
     return need_const(1);
   }
@@ -411,6 +446,21 @@ class MovementKiln : public Tactic {
         for (int64_t i : *map) d.table.push_back(i < 0 ? kFill : i * xs[ku]);
         v.dims.push_back(std::move(d));
       }
+    } else if (op == "Gather") {
+      if (r == 0) return "gathers from a scalar";
+      int64_t axis = n.attr_int("axis", 0);
+      if (axis < -r || axis >= r) return "axis out of range";
+      if (axis < 0) axis += r;
+      const Dims& ind = sig.inputs[1].shape;
+      Dims o(x.begin(), x.begin() + axis);
+      o.insert(o.end(), ind.begin(), ind.end());
+      o.insert(o.end(), x.begin() + axis + 1, x.end());
+      p->gather = true;
+      p->gather_axis = x[static_cast<size_t>(axis)];
+      for (int64_t k = 0; k < r; ++k)
+        if (k != axis) (k < axis ? p->gather_outer : p->gather_inner) *= x[static_cast<size_t>(k)];
+      p->shapes = {o};
+      return "";
     } else if (op == "Concat") {
       if (r == 0) return "a scalar";
       int64_t axis = n.attr_int("axis", n.opset < 4 ? 1 : 0);

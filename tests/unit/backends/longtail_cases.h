@@ -172,12 +172,13 @@ inline LayerCase logic_case(std::mt19937& rng, uint64_t seed) {
 // and out-of-range slice bounds, negative steps, uneven splits, broadcasting expands, pads that
 // crop, every pad mode, concatenation along every axis.
 inline LayerCase movement_case(std::mt19937& rng, uint64_t seed) {
-  static const char* kOps[] = {"Transpose", "Slice", "Split", "Expand", "Tile", "Pad", "Concat", "Transpose", "Pad"};
-  std::string op = kOps[rng() % 9];
+  static const char* kOps[] = {"Transpose", "Slice",  "Split",     "Expand", "Tile",
+                               "Pad",       "Concat", "Transpose", "Pad",    "Gather"};
+  std::string op = kOps[rng() % 10];
   static const DataType kTypes[] = {DataType::kFloat32, DataType::kInt64, DataType::kBool, DataType::kFloat32,
                                     DataType::kInt32,   DataType::kUInt8, DataType::kInt16};
   DataType dt = kTypes[rng() % 7];
-  const int64_t rank = pick(rng, op == "Transpose" || op == "Split" || op == "Concat" ? 1 : 0, 5);
+  const int64_t rank = pick(rng, op == "Transpose" || op == "Split" || op == "Concat" || op == "Gather" ? 1 : 0, 5);
   Dims x(static_cast<size_t>(rank));
   for (auto& d : x) d = rng() % 8 == 0 ? pick(rng, 17, 70) : pick(rng, 1, 6);
   auto values = [&](const Dims& d) {
@@ -268,6 +269,14 @@ inline LayerCase movement_case(std::mt19937& rng, uint64_t seed) {
     }
     lc.node = make_node("", op, lc.inputs.size());
     set_string(lc.node, "mode", mode);
+  } else if (op == "Gather") {  // indices of any shape (a scalar too), negative ones, constant or not
+    int64_t axis = pick(rng, -rank, rank - 1), d = x[static_cast<size_t>(axis < 0 ? axis + rank : axis)];
+    Dims ind = random_shape(rng, 2, 5);
+    DataType it = rng() % 3 ? DataType::kInt64 : DataType::kInt32;
+    lc.inputs.push_back(small_ints(ind, it, rng, static_cast<int>(-d), static_cast<int>(d - 1)));
+    lc.constant.push_back(rng() % 2 == 0);
+    lc.node = make_node("", op, 2);
+    GraphBuilder::set_int(lc.node, "axis", axis);
   } else {  // Concat
     int64_t axis = pick(rng, -rank, rank - 1), a = axis < 0 ? axis + rank : axis;
     int64_t n = pick(rng, 1, 4);

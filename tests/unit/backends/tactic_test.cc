@@ -665,6 +665,23 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
   }
 }
 
+// A Gather index out of range is the user's error: the run returns it (the reference kernel does too).
+TEST(Tactics, GatherIndexOutOfRangeIsAnError) {
+  testing::LayerCase lc;
+  lc.node = make_node("", "Gather", 2);
+  lc.inputs = {testing::random_tensor({4, 3}, 1), testing::i64_tensor({1, 4})};
+  lc.constant = {false, false};
+  const backends::Tactic* t = backends::find_tactic("movement_kiln");
+  ASSERT_NE(t, nullptr);
+  auto p = t->prepare(testing::layer_signature(lc));
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  Tensor y(DataType::kFloat32, {2, 3});
+  Status st = p.value()->run({&lc.inputs[0], &lc.inputs[1]}, {&y});
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("out of range"), std::string::npos) << st.message();
+  EXPECT_FALSE(testing::reference_output(lc).defined());
+}
+
 TEST(Tactics, LibrariesNameTheirRuntimeVersion) {
   std::string libs = backends::tactic_libraries();
   bool onednn = false;
