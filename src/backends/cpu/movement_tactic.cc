@@ -1,10 +1,10 @@
 // Data movement as copies of contiguous runs: Transpose, Slice, Split, Expand, Tile, Pad (every
-// mode), Concat and Gather, any dtype of 1, 2, 4 or 8 bytes. Each output is described once, at prepare
-// time, as a view of the input: per output dim a size and either a stride (elements, 0 to repeat,
-// negative to reverse) or a table of source offsets (Pad's maps, with kFill where the pad value
-// goes). Adjacent dims that address memory contiguously are merged, so most views end in one long
-// innermost run that is copied with memcpy (or filled), and the rows are split over threads. The
-// geometry comes from the reference kernels' own helpers (ops/movement_geometry.h).
+// mode), Concat, Gather, and Dropout (inference) / Identity as copies, any dtype of 1, 2, 4 or 8 bytes. Each output is
+// described once, at prepare time, as a view of the input: per output dim a size and either a stride (elements, 0 to
+// repeat, negative to reverse) or a table of source offsets (Pad's maps, with kFill where the pad value goes). Adjacent
+// dims that address memory contiguously are merged, so most views end in one long innermost run that is copied with
+// memcpy (or filled), and the rows are split over threads. The geometry comes from the reference kernels' own helpers
+// (ops/movement_geometry.h).
 #include <algorithm>
 #include <cstring>
 
@@ -212,8 +212,16 @@ class PreparedMovement : public PreparedLayer {
     return Status::Ok();
   }
 
-  std::vector<Dims> output_shapes() const override { return shapes; }
-  std::vector<DataType> output_dtypes() const override { return std::vector<DataType>(shapes.size(), dtype); }
+  bool mask = false;  // Dropout's mask output: all true
+
+  std::vector<Dims> output_shapes() const override {
+    if (mask) return {shapes[0], shapes[0]};
+    return shapes;
+  }
+  std::vector<DataType> output_dtypes() const override {
+    if (mask) return {dtype, DataType::kBool};
+    return std::vector<DataType>(shapes.size(), dtype);
+  }
 
   Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
     const size_t es = dtype_size(dtype);
@@ -245,6 +253,7 @@ class PreparedMovement : public PreparedLayer {
         in[static_cast<size_t>(fill_input)]->numel() > 0)
       std::memcpy(fill, in[static_cast<size_t>(fill_input)]->raw(), es);
     for (size_t o = 0; o < views.size(); ++o) copy_view(views[o], es, in[0]->raw(), outs[o]->raw(), fill);
+    if (mask) std::memset(outs[1]->raw(), 1, static_cast<size_t>(outs[1]->numel()));
     return Status::Ok();
   }
 };
@@ -253,8 +262,8 @@ class MovementKiln : public Tactic {
  public:
   std::string name() const override { return "movement_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
-    return {{"", "Transpose"}, {"", "Slice"}, {"", "Split"},  {"", "Expand"},
-            {"", "Tile"},      {"", "Pad"},   {"", "Concat"}, {"", "Gather"}};
+    return {{"", "Transpose"}, {"", "Slice"},  {"", "Split"},  {"", "Expand"},  {"", "Tile"},
+            {"", "Pad"},       {"", "Concat"}, {"", "Gather"}, {"", "Dropout"}, {"", "Identity"}};
   }
 
   std::string why_unsupported(const LayerSignature& sig) const override {
@@ -292,7 +301,20 @@ class MovementKiln : public Tactic {
           return "input " + std::to_string(i) + " is computed at run time";
       return "";
     };
-    if (op == "Transpose" || op == "Concat") return "";
+    if (op == "Transpose" || op == "Concat" || op == "Identity") return "";
+    if (op == "Dropout") {  // the identity (inference, or training with ratio 0) and an all-true mask
+      if (sig.node->outputs.size() > 1 && !sig.node->outputs[1].empty() && opset < 10)
+        return "the mask output has X's dtype (opset < 10)";
+      if (opset >= 12 && sig.has_input(2)) {
+        const Tensor* t = sig.inputs[2].constant;
+        if (!t || t->numel() != 1) return "training_mode is not a constant";
+        if (t->get_f64(0) != 0) {  // training: an identity only with a constant ratio of 0
+          const Tensor* ratio = sig.has_input(1) ? sig.inputs[1].constant : nullptr;
+          if (!ratio || ratio->numel() != 1 || ratio->get_f64(0) != 0) return "training mode with a ratio above 0";
+        }
+      }
+      return "";
+    }
     if (op == "Gather") {  // indices may be computed at run time
       if (!sig.has_input(1)) return "no indices";
       DataType it = sig.inputs[1].dtype;
@@ -318,7 +340,10 @@ class MovementKiln : public Tactic {
       v.dims.push_back(d);
       out.push_back(size);
     };
-    if (op == "Transpose") {
+    if (op == "Dropout" || op == "Identity") {
+      for (int64_t k = 0; k < r; ++k) linear(x[static_cast<size_t>(k)], xs[static_cast<size_t>(k)]);
+      p->mask = op == "Dropout" && n.outputs.size() > 1 && !n.outputs[1].empty();
+    } else if (op == "Transpose") {
       std::vector<int64_t> perm = n.attr_ints("perm");
       if (!n.attr("perm"))
         for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);

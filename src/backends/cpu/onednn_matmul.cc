@@ -81,10 +81,10 @@ class OnednnMatmul : public Tactic {
     } else {
       if (sig.inputs[1].constant && b.size() == 2) return "B is a 2-D constant (the packed variant takes it)";
       // numpy batch broadcasting, aligned from the right: equal dims or 1 (oneDNN broadcasts both sides)
+      // Unknown dims (shapes computed at run time, e.g. Swin's window count) are checked at prepare.
       for (size_t i = 2; i < std::max(a.size(), b.size()); ++i) {
         int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1, y = i < b.size() ? b[b.size() - 1 - i] : 1;
-        if (x < 0 || y < 0) return "batch dims are unknown";
-        if (x != y && x != 1 && y != 1) return "batch dims do not broadcast";
+        if (x >= 0 && y >= 0 && x != y && x != 1 && y != 1) return "batch dims do not broadcast";
       }
     }
     return gemm_bias_unsupported(sig);

@@ -172,9 +172,9 @@ inline LayerCase logic_case(std::mt19937& rng, uint64_t seed) {
 // and out-of-range slice bounds, negative steps, uneven splits, broadcasting expands, pads that
 // crop, every pad mode, concatenation along every axis.
 inline LayerCase movement_case(std::mt19937& rng, uint64_t seed) {
-  static const char* kOps[] = {"Transpose", "Slice",  "Split",     "Expand", "Tile",
-                               "Pad",       "Concat", "Transpose", "Pad",    "Gather"};
-  std::string op = kOps[rng() % 10];
+  static const char* kOps[] = {"Transpose", "Slice",     "Split", "Expand", "Tile",    "Pad",
+                               "Concat",    "Transpose", "Pad",   "Gather", "Dropout", "Identity"};
+  std::string op = kOps[rng() % 12];
   static const DataType kTypes[] = {DataType::kFloat32, DataType::kInt64, DataType::kBool, DataType::kFloat32,
                                     DataType::kInt32,   DataType::kUInt8, DataType::kInt16};
   DataType dt = kTypes[rng() % 7];
@@ -277,6 +277,18 @@ inline LayerCase movement_case(std::mt19937& rng, uint64_t seed) {
     lc.constant.push_back(rng() % 2 == 0);
     lc.node = make_node("", op, 2);
     GraphBuilder::set_int(lc.node, "axis", axis);
+  } else if (op == "Dropout" || op == "Identity") {
+    lc.node = make_node("", op, 1);
+    if (op == "Dropout" && rng() % 2) {  // opset 12+: inference, or training with ratio 0 (the identity)
+      opset = 13;
+      bool training = rng() % 2;
+      lc.inputs.push_back(Tensor::scalar<float>(DataType::kFloat32, training ? 0.f : 0.3f));
+      lc.inputs.push_back(Tensor(DataType::kBool, {}));
+      lc.inputs.back().set_f64(0, training ? 1 : 0);
+      lc.constant.insert(lc.constant.end(), {true, true});
+      lc.node = make_node("", op, 3);
+    }
+    if (op == "Dropout" && rng() % 2) lc.node.outputs.push_back("mask");
   } else {  // Concat
     int64_t axis = pick(rng, -rank, rank - 1), a = axis < 0 ? axis + rank : axis;
     int64_t n = pick(rng, 1, 4);
