@@ -160,13 +160,16 @@ Status dropout_kernel(KernelContext& ctx) {
   }
   if (training && !(ratio >= 0 && ratio < 1)) return ctx.error(str_cat("ratio must be in [0, 1), got ", ratio));
   DataType mdt = dropout_mask_dtype(ctx.node, x.dtype());
-  Tensor mask(mdt, x.shape());
-  if (!training || ratio == 0) {
-    for (int64_t i = 0; i < mask.numel(); ++i) mask.set_f64(i, 1);
+  if (!training || ratio == 0) {  // the identity (Y shares X); the all-true mask only when asked for
     ctx.set_output(0, x);
-    if (ctx.wants_output(1)) ctx.set_output(1, mask);
+    if (ctx.wants_output(1)) {
+      Tensor ones(mdt, x.shape());
+      for (int64_t i = 0; i < ones.numel(); ++i) ones.set_f64(i, 1);
+      ctx.set_output(1, ones);
+    }
     return Status::Ok();
   }
+  Tensor mask(mdt, x.shape());
   if (!dtype_is_float(x.dtype())) return ctx.unsupported(str_cat("training-mode Dropout of ", x.describe()));
   // The ONNX reference draws numpy's legacy uniform(0, 1) after np.random.seed(seed): MT19937
   // seeded like std::mt19937, two 32-bit draws per 53-bit double. Same seed, same mask.

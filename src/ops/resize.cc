@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "ops/conv_util.h"
+#include "ops/resize_plan.h"
 
 namespace kiln::ops {
 namespace {
@@ -257,16 +258,16 @@ Result<AxisTaps> axis_taps(const ResizeAttrs& a, const AxisPlan& p) {
   return t;
 }
 
-// Resizes `data` (shape `shape`) along `axis` to plan.out.
-std::vector<double> resize_axis(const std::vector<double>& data, Dims& shape, size_t axis, const AxisTaps& t,
-                                const AxisPlan& p, double extrapolation) {
+// Resizes `data` (shape `shape`) along `axis` to t.out.
+std::vector<double> resize_axis(const std::vector<double>& data, Dims& shape, size_t axis, const ResizeAxis& t,
+                                double extrapolation) {
   int64_t outer = 1, inner = 1;
   for (size_t i = 0; i < axis; ++i) outer *= shape[i];
   for (size_t i = axis + 1; i < shape.size(); ++i) inner *= shape[i];
-  std::vector<double> out(static_cast<size_t>(outer * p.out * inner));
+  std::vector<double> out(static_cast<size_t>(outer * t.out * inner));
   for (int64_t b = 0; b < outer; ++b) {
-    for (int64_t o = 0; o < p.out; ++o) {
-      double* dst = out.data() + (b * p.out + o) * inner;
+    for (int64_t o = 0; o < t.out; ++o) {
+      double* dst = out.data() + (b * t.out + o) * inner;
       if (t.extrapolate[static_cast<size_t>(o)]) {
         std::fill(dst, dst + inner, extrapolation);
         continue;
@@ -274,114 +275,140 @@ std::vector<double> resize_axis(const std::vector<double>& data, Dims& shape, si
       std::fill(dst, dst + inner, 0.0);
       for (int64_t k = 0; k < t.n; ++k) {
         double w = t.weight[static_cast<size_t>(o * t.n + k)];
-        const double* src = data.data() + (b * p.in + t.index[static_cast<size_t>(o * t.n + k)]) * inner;
+        const double* src = data.data() + (b * t.in + t.index[static_cast<size_t>(o * t.n + k)]) * inner;
         for (int64_t i = 0; i < inner; ++i) dst[i] += w * src[i];
       }
     }
   }
-  shape[axis] = p.out;
+  shape[axis] = t.out;
   return out;
 }
 
-// Nearest: a gather (exact for every dtype, including 64-bit integers beyond double precision).
-Status resize_nearest(KernelContext& ctx, const Tensor& x, const std::vector<AxisPlan>& plan, const ResizeAttrs& a,
-                      const Dims& out_shape) {
-  const size_t r = plan.size();
-  std::vector<AxisTaps> taps;
-  for (const AxisPlan& p : plan) {
-    auto t = axis_taps(a, p);
-    if (!t.ok()) return ctx.error(t.status().message());
-    taps.push_back(std::move(t).value());
+}  // namespace
+
+Result<ResizeGeometry> resize_geometry(const ir::Node& node, const Dims& x,
+                                       const std::function<const Tensor*(size_t)>& input) {
+  KILN_ASSIGN_OR_RETURN(ResizeAttrs a, read_attrs(node));
+  InputSlots in = slots(node);
+  auto given = [&](int slot) -> const Tensor* {
+    if (slot < 0) return nullptr;
+    const Tensor* t = input(static_cast<size_t>(slot));
+    return t && t->numel() > 0 ? t : nullptr;
+  };
+  std::vector<double> scales, roi;
+  std::vector<int64_t> sizes;
+  bool have_scales = false, have_sizes = false;
+  if (in.scales < 0) {  // Upsample-7: attribute
+    for (float f : node.attr_floats("scales")) scales.push_back(f);
+    have_scales = true;
+  } else if (const Tensor* s = given(in.scales)) {
+    if (!dtype_is_float(s->dtype())) return InvalidArgument("scales must be a float tensor, got ", s->describe());
+    scales = to_f64_vector(*s);
+    have_scales = true;
   }
+  if (const Tensor* s = given(in.sizes)) {
+    if (have_scales) return InvalidArgument("only one of scales and sizes may be given");
+    if (!dtype_is_integer(s->dtype())) return InvalidArgument("sizes must be an integer tensor, got ", s->describe());
+    sizes = to_i64_vector(*s);
+    have_sizes = true;
+  }
+  if (in.roi >= 0 && a.coord == "tf_crop_and_resize") {  // roi is unused otherwise
+    if (const Tensor* rt = input(static_cast<size_t>(in.roi))) {
+      if (rt->numel() > 0 && !dtype_is_float(rt->dtype()))
+        return InvalidArgument("roi must be a float tensor, got ", rt->describe());
+      roi = to_f64_vector(*rt);
+    }
+  }
+  if (a.coord == "tf_crop_and_resize" && roi.empty())
+    return InvalidArgument("coordinate_transformation_mode tf_crop_and_resize needs the roi input");
+  KILN_ASSIGN_OR_RETURN(std::vector<AxisPlan> plan,
+                        make_plan(a, x, have_scales ? &scales : nullptr, have_sizes ? &sizes : nullptr, &roi));
+  ResizeGeometry g;
+  g.nearest = a.mode == Mode::kNearest;
+  g.extrapolation = a.extrapolation;
+  for (const AxisPlan& p : plan) g.out_shape.push_back(p.out);
+  KILN_ASSIGN_OR_RETURN(int64_t numel, checked_numel(g.out_shape));
+  for (const AxisPlan& p : plan) {
+    ResizeAxis ax;
+    ax.in = p.in, ax.out = p.out;
+    ax.identity = p.out == p.in && std::fabs(p.scale - 1.0) < 1e-9 &&
+                  (a.coord != "tf_crop_and_resize" || (p.roi_start == 0.0 && p.roi_end == 1.0));
+    g.axes.push_back(std::move(ax));
+  }
+  if (numel == 0) return g;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const AxisPlan& p = plan[i];
+    if (p.in == 0 && p.out > 0) return InvalidArgument("cannot resize an empty axis to ", p.out);
+    if (!g.nearest && g.axes[i].identity) continue;
+    KILN_ASSIGN_OR_RETURN(AxisTaps t, axis_taps(a, p));
+    g.axes[i].n = t.n;
+    g.axes[i].index = std::move(t.index);
+    g.axes[i].weight = std::move(t.weight);
+    g.axes[i].extrapolate = std::move(t.extrapolate);
+  }
+  return g;
+}
+
+namespace {
+
+// Nearest: a gather (exact for every dtype, including 64-bit integers beyond double precision).
+Tensor resize_nearest(const Tensor& x, const ResizeGeometry& g) {
+  const size_t r = g.axes.size();
   const Dims in_stride = strides_of(x.shape());
-  Tensor y(x.dtype(), out_shape);
+  Tensor y(x.dtype(), g.out_shape);
   std::vector<int64_t> o(r, 0);
   for (int64_t i = 0; i < y.numel(); ++i) {
     int64_t src = 0;
     bool extrapolate = false;
     for (size_t d = 0; d < r; ++d) {
-      src += taps[d].index[static_cast<size_t>(o[d])] * in_stride[d];
-      extrapolate = extrapolate || taps[d].extrapolate[static_cast<size_t>(o[d])];
+      src += g.axes[d].index[static_cast<size_t>(o[d])] * in_stride[d];
+      extrapolate = extrapolate || g.axes[d].extrapolate[static_cast<size_t>(o[d])];
     }
     if (extrapolate)
-      y.set_f64(i, a.extrapolation);
+      y.set_f64(i, g.extrapolation);
     else
       copy_elements(x, src, y, i, 1);
     for (size_t d = r; d > 0; --d) {
-      if (++o[d - 1] < out_shape[d - 1]) break;
+      if (++o[d - 1] < g.out_shape[d - 1]) break;
       o[d - 1] = 0;
     }
   }
-  ctx.set_output(0, y);
-  return Status::Ok();
+  return y;
 }
 
 Status resize_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   if (!dtype_is_float(x.dtype()) && !dtype_is_integer(x.dtype()))
     return ctx.unsupported(str_cat(ctx.node.op_type, " on ", x.describe()));
-  KILN_ASSIGN_OR_RETURN(ResizeAttrs a, read_attrs(ctx.node));
-  InputSlots in = slots(ctx.node);
-  std::vector<double> scales, roi;
-  std::vector<int64_t> sizes;
-  bool have_scales = false, have_sizes = false;
-  if (in.scales < 0) {  // Upsample-7: attribute
-    for (float f : ctx.node.attr_floats("scales")) scales.push_back(f);
-    have_scales = true;
-  } else if (ctx.has_input(static_cast<size_t>(in.scales)) && ctx.input(static_cast<size_t>(in.scales)).numel() > 0) {
-    const Tensor& s = ctx.input(static_cast<size_t>(in.scales));
-    if (!dtype_is_float(s.dtype())) return ctx.error(str_cat("scales must be a float tensor, got ", s.describe()));
-    scales = to_f64_vector(s);
-    have_scales = true;
+  auto geometry = resize_geometry(ctx.node, x.shape(), [&](size_t i) -> const Tensor* {
+    return i < ctx.num_inputs() && ctx.has_input(i) ? &ctx.input(i) : nullptr;
+  });
+  if (!geometry.ok()) {
+    if (geometry.status().code() == ErrorCode::kInvalidModel) return geometry.status();
+    return ctx.error(geometry.status().message());
   }
-  if (in.sizes >= 0 && ctx.has_input(static_cast<size_t>(in.sizes)) &&
-      ctx.input(static_cast<size_t>(in.sizes)).numel() > 0) {
-    if (have_scales) return ctx.error("only one of scales and sizes may be given");
-    const Tensor& s = ctx.input(static_cast<size_t>(in.sizes));
-    if (!dtype_is_integer(s.dtype())) return ctx.error(str_cat("sizes must be an integer tensor, got ", s.describe()));
-    sizes = to_i64_vector(s);
-    have_sizes = true;
-  }
-  if (in.roi >= 0 && ctx.has_input(static_cast<size_t>(in.roi)) &&
-      a.coord == "tf_crop_and_resize") {  // roi is unused otherwise
-    const Tensor& rt = ctx.input(static_cast<size_t>(in.roi));
-    if (rt.numel() > 0 && !dtype_is_float(rt.dtype()))
-      return ctx.error(str_cat("roi must be a float tensor, got ", rt.describe()));
-    roi = to_f64_vector(rt);
-  }
-  if (a.coord == "tf_crop_and_resize" && roi.empty())
-    return ctx.error("coordinate_transformation_mode tf_crop_and_resize needs the roi input");
-  auto plan = make_plan(a, x.shape(), have_scales ? &scales : nullptr, have_sizes ? &sizes : nullptr, &roi);
-  if (!plan.ok()) return ctx.error(plan.status().message());
-  Dims out_shape;
-  for (const AxisPlan& p : *plan) out_shape.push_back(p.out);
-  auto numel = checked_numel(out_shape);
-  if (!numel.ok()) return ctx.error(numel.status().message());
-
-  if (*numel == 0) {
-    ctx.set_output(0, Tensor(x.dtype(), out_shape));
+  const ResizeGeometry& g = *geometry;
+  if (dims_numel(g.out_shape) == 0) {
+    ctx.set_output(0, Tensor(x.dtype(), g.out_shape));
     return Status::Ok();
   }
-  for (const AxisPlan& p : *plan)
-    if (p.in == 0 && p.out > 0) return ctx.error(str_cat("cannot resize an empty axis to ", p.out));
-  if (a.mode == Mode::kNearest) return resize_nearest(ctx, x, *plan, a, out_shape);
+  if (g.nearest) {
+    ctx.set_output(0, resize_nearest(x, g));
+    return Status::Ok();
+  }
   // Axes that shrink go first so that intermediate results stay small.
   std::vector<size_t> order;
   for (int pass = 0; pass < 2; ++pass)
-    for (size_t axis = 0; axis < plan->size(); ++axis)
-      if (((*plan)[axis].out <= (*plan)[axis].in) == (pass == 0)) order.push_back(axis);
+    for (size_t axis = 0; axis < g.axes.size(); ++axis)
+      if ((g.axes[axis].out <= g.axes[axis].in) == (pass == 0)) order.push_back(axis);
   std::vector<double> data = to_f64_vector(x);
   Dims shape = x.shape();
   for (size_t axis : order) {
-    const AxisPlan& p = (*plan)[axis];
-    bool identity = p.out == p.in && std::fabs(p.scale - 1.0) < 1e-9 &&
-                    (a.coord != "tf_crop_and_resize" || (p.roi_start == 0.0 && p.roi_end == 1.0));
-    if (identity) continue;
-    auto taps = axis_taps(a, p);
-    if (!taps.ok()) return ctx.error(taps.status().message());
-    data = resize_axis(data, shape, axis, *taps, p, a.extrapolation);
+    const ResizeAxis& t = g.axes[axis];
+    if (t.identity) continue;
+    data = resize_axis(data, shape, axis, t, g.extrapolation);
   }
-  Tensor y(x.dtype(), out_shape);
+  Tensor y(x.dtype(), g.out_shape);
   const bool is_int = dtype_is_integer(x.dtype());
   for (int64_t i = 0; i < y.numel(); ++i) {
     double v = data[static_cast<size_t>(i)];

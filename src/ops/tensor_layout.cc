@@ -2,9 +2,81 @@
 // ReverseSequence. (Pad, CenterCropPad and Col2Im are in tensor_pad.cc.)
 #include <algorithm>
 
+#include "ops/movement_geometry.h"
 #include "ops/tensor_util.h"
 
 namespace kiln::ops {
+
+// Sizes of Split's n outputs along an axis of size dim (dim < 0: unknown, then only an explicit
+// split gives sizes; others come back empty).
+Result<std::vector<int64_t>> split_sizes(bool has_split, const std::vector<int64_t>& split, int64_t num_outputs,
+                                         int64_t n, int64_t dim) {
+  if (has_split) {
+    if (static_cast<int64_t>(split.size()) != n)
+      return InvalidArgument("split ", dims_str(split), " has ", split.size(), " entries for ", n, " outputs");
+    int64_t sum = 0;
+    for (int64_t s : split) {
+      if (s < 0 || s > kMaxTensorElements) return InvalidArgument("split ", dims_str(split), " has an invalid size");
+      sum += s;
+    }
+    if (dim >= 0 && sum != dim)
+      return InvalidArgument("split ", dims_str(split), " sums to ", sum, " but the axis has size ", dim);
+    return split;
+  }
+  if (num_outputs >= 0 && num_outputs != n)
+    return InvalidArgument("num_outputs is ", num_outputs, " but the node has ", n, " outputs");
+  if (n <= 0) return InvalidArgument("Split needs at least one output");
+  if (dim < 0) return std::vector<int64_t>{};
+  if (dim % n == 0) return std::vector<int64_t>(static_cast<size_t>(n), dim / n);
+  if (num_outputs < 0) return InvalidArgument("an axis of size ", dim, " cannot be split into ", n, " equal parts");
+  int64_t chunk = (dim + n - 1) / n, last = dim - chunk * (n - 1);
+  if (last < 0) return InvalidArgument("an axis of size ", dim, " cannot be split into ", n, " parts");
+  std::vector<int64_t> sizes(static_cast<size_t>(n), chunk);
+  sizes.back() = last;
+  return sizes;
+}
+
+// Clamps [start, end) with step for an axis of size dim, as ONNX Slice does.
+Result<SliceAxis> slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step) {
+  if (step == 0) return InvalidArgument("slice step is 0");
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  SliceAxis s;
+  s.step = step;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+    s.len = end > start ? static_cast<int64_t>((static_cast<uint64_t>(end - start) + static_cast<uint64_t>(step) - 1) /
+                                               static_cast<uint64_t>(step))
+                        : 0;
+  } else {
+    start = std::clamp<int64_t>(start, 0, dim - 1);
+    end = std::clamp<int64_t>(end, -1, dim - 1);
+    uint64_t ustep = uint64_t{0} - static_cast<uint64_t>(step);
+    s.len = start > end ? static_cast<int64_t>((static_cast<uint64_t>(start - end) + ustep - 1) / ustep) : 0;
+  }
+  s.start = start;
+  return s;
+}
+
+Status check_slice_params(SliceParams& p, int64_t rank) {
+  size_t n = p.starts.size();
+  if (p.ends.size() != n)
+    return InvalidArgument("starts ", dims_str(p.starts), " and ends ", dims_str(p.ends), " differ in length");
+  if (!p.has_axes) {
+    p.axes.clear();
+    for (size_t i = 0; i < n; ++i) p.axes.push_back(static_cast<int64_t>(i));
+  }
+  if (!p.has_steps) p.steps.assign(n, 1);
+  if (p.axes.size() != n || p.steps.size() != n)
+    return InvalidArgument("starts, ends, axes and steps differ in length (", n, ", ", p.ends.size(), ", ",
+                           p.axes.size(), ", ", p.steps.size(), ")");
+  KILN_ASSIGN_OR_RETURN(p.axes, normalize_axes(p.axes, rank));
+  for (int64_t s : p.steps)
+    if (s == 0) return InvalidArgument("slice step is 0");
+  return Status::Ok();
+}
+
 namespace {
 
 // ---------------------------------------------------------------- Transpose
@@ -151,35 +223,6 @@ Status concat_kernel(KernelContext& ctx) {
 
 // ---------------------------------------------------------------- Split
 
-// Sizes of Split's n outputs along an axis of size dim (dim < 0: unknown, then only an explicit
-// split gives sizes; others come back empty).
-Result<std::vector<int64_t>> split_sizes(bool has_split, const std::vector<int64_t>& split, int64_t num_outputs,
-                                         int64_t n, int64_t dim) {
-  if (has_split) {
-    if (static_cast<int64_t>(split.size()) != n)
-      return InvalidArgument("split ", dims_str(split), " has ", split.size(), " entries for ", n, " outputs");
-    int64_t sum = 0;
-    for (int64_t s : split) {
-      if (s < 0 || s > kMaxTensorElements) return InvalidArgument("split ", dims_str(split), " has an invalid size");
-      sum += s;
-    }
-    if (dim >= 0 && sum != dim)
-      return InvalidArgument("split ", dims_str(split), " sums to ", sum, " but the axis has size ", dim);
-    return split;
-  }
-  if (num_outputs >= 0 && num_outputs != n)
-    return InvalidArgument("num_outputs is ", num_outputs, " but the node has ", n, " outputs");
-  if (n <= 0) return InvalidArgument("Split needs at least one output");
-  if (dim < 0) return std::vector<int64_t>{};
-  if (dim % n == 0) return std::vector<int64_t>(static_cast<size_t>(n), dim / n);
-  if (num_outputs < 0) return InvalidArgument("an axis of size ", dim, " cannot be split into ", n, " equal parts");
-  int64_t chunk = (dim + n - 1) / n, last = dim - chunk * (n - 1);
-  if (last < 0) return InvalidArgument("an axis of size ", dim, " cannot be split into ", n, " parts");
-  std::vector<int64_t> sizes(static_cast<size_t>(n), chunk);
-  sizes.back() = last;
-  return sizes;
-}
-
 // The explicit split list: attribute (opset 2-12), input 1 (opset 1 or >= 13).
 struct SplitSpec {
   bool has_split = false, known = true;
@@ -275,56 +318,6 @@ Status split_kernel(KernelContext& ctx) {
 }
 
 // ---------------------------------------------------------------- Slice
-
-struct SliceAxis {
-  int64_t start = 0, len = 0, step = 1;
-};
-
-// Clamps [start, end) with step for an axis of size dim, as ONNX Slice does.
-Result<SliceAxis> slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step) {
-  if (step == 0) return InvalidArgument("slice step is 0");
-  if (start < 0) start += dim;
-  if (end < 0) end += dim;
-  SliceAxis s;
-  s.step = step;
-  if (step > 0) {
-    start = std::clamp<int64_t>(start, 0, dim);
-    end = std::clamp<int64_t>(end, 0, dim);
-    s.len = end > start ? static_cast<int64_t>((static_cast<uint64_t>(end - start) + static_cast<uint64_t>(step) - 1) /
-                                               static_cast<uint64_t>(step))
-                        : 0;
-  } else {
-    start = std::clamp<int64_t>(start, 0, dim - 1);
-    end = std::clamp<int64_t>(end, -1, dim - 1);
-    uint64_t ustep = uint64_t{0} - static_cast<uint64_t>(step);
-    s.len = start > end ? static_cast<int64_t>((static_cast<uint64_t>(start - end) + ustep - 1) / ustep) : 0;
-  }
-  s.start = start;
-  return s;
-}
-
-struct SliceParams {
-  std::vector<int64_t> starts, ends, axes, steps;
-  bool has_axes = false, has_steps = false;
-};
-
-Status check_slice_params(SliceParams& p, int64_t rank) {
-  size_t n = p.starts.size();
-  if (p.ends.size() != n)
-    return InvalidArgument("starts ", dims_str(p.starts), " and ends ", dims_str(p.ends), " differ in length");
-  if (!p.has_axes) {
-    p.axes.clear();
-    for (size_t i = 0; i < n; ++i) p.axes.push_back(static_cast<int64_t>(i));
-  }
-  if (!p.has_steps) p.steps.assign(n, 1);
-  if (p.axes.size() != n || p.steps.size() != n)
-    return InvalidArgument("starts, ends, axes and steps differ in length (", n, ", ", p.ends.size(), ", ",
-                           p.axes.size(), ", ", p.steps.size(), ")");
-  KILN_ASSIGN_OR_RETURN(p.axes, normalize_axes(p.axes, rank));
-  for (int64_t s : p.steps)
-    if (s == 0) return InvalidArgument("slice step is 0");
-  return Status::Ok();
-}
 
 Status slice_infer(InferContext& ctx) {
   DataType dt = ctx.input_dtype(0);

@@ -2,19 +2,12 @@
 // and Col2Im (the inverse of im2col: sums sliding blocks back into an image).
 #include <algorithm>
 
+#include "ops/movement_geometry.h"
 #include "ops/tensor_util.h"
 
 namespace kiln::ops {
-namespace {
 
-// ---------------------------------------------------------------- Pad
-
-// Pads as [begin..., end...] for every dim of a rank-r input, from attributes (opset < 11) or
-// inputs pads/axes (opset >= 11).
-struct PadSpec {
-  bool known = true;
-  std::vector<int64_t> begin, end;
-};
+const char* pads_attr_name(int opset) { return opset < 2 ? "paddings" : "pads"; }
 
 Result<PadSpec> expand_pads(const std::vector<int64_t>& pads, bool has_axes, const std::vector<int64_t>& axes_in,
                             int64_t r) {
@@ -37,50 +30,6 @@ Result<PadSpec> expand_pads(const std::vector<int64_t>& pads, bool has_axes, con
     s.end[static_cast<size_t>(axes[i])] = e;
   }
   return s;
-}
-
-const char* pads_attr_name(int opset) { return opset < 2 ? "paddings" : "pads"; }
-
-Status pad_infer(InferContext& ctx) {
-  DataType dt = ctx.input_dtype(0);
-  const SymShape& in = ctx.input_shape(0);
-  if (!in.rank_known) {
-    ctx.set_output(0, dt, SymShape());
-    return Status::Ok();
-  }
-  int64_t r = static_cast<int64_t>(in.rank());
-  std::vector<int64_t> pads, axes;
-  bool has_axes = false, known = true;
-  if (ctx.opset() < 11) {
-    pads = ctx.node.attr_ints(pads_attr_name(ctx.opset()));
-  } else {
-    known = known_ints(ctx, 1, &pads);
-    if (ctx.opset() >= 18 && ctx.has_input(3)) {
-      has_axes = true;
-      known = known && known_ints(ctx, 3, &axes);
-    }
-  }
-  std::vector<Dim> out = in.dims;
-  if (!known) {
-    for (Dim& d : out) d = ctx.new_symbol();
-    ctx.set_output(0, dt, SymShape(out));
-    return Status::Ok();
-  }
-  auto spec = expand_pads(pads, has_axes, axes, r);
-  if (!spec.ok()) return ctx.error(spec.status().message());
-  for (size_t i = 0; i < out.size(); ++i) {
-    int64_t add = 0, total = 0;
-    if (__builtin_add_overflow(spec->begin[i], spec->end[i], &add)) return ctx.error("pads overflow int64");
-    if (out[i].known()) {
-      if (__builtin_add_overflow(out[i].value, add, &total) || total < 0)
-        return ctx.error(str_cat("pads ", dims_str(pads), " crop dim ", i, " of ", in.str(), " below zero"));
-      out[i] = Dim(total);
-    } else if (add != 0) {
-      out[i] = ctx.new_symbol();
-    }
-  }
-  ctx.set_output(0, dt, SymShape(out));
-  return Status::Ok();
 }
 
 // Source coordinate of output coordinate o along one axis (-1: the fill value).
@@ -123,6 +72,52 @@ Result<std::vector<int64_t>> pad_axis_map(int64_t d, int64_t b, int64_t e, const
     map[static_cast<size_t>(o)] = i < 0 ? -1 : i + crop_lo;
   }
   return map;
+}
+
+namespace {
+
+// ---------------------------------------------------------------- Pad
+
+Status pad_infer(InferContext& ctx) {
+  DataType dt = ctx.input_dtype(0);
+  const SymShape& in = ctx.input_shape(0);
+  if (!in.rank_known) {
+    ctx.set_output(0, dt, SymShape());
+    return Status::Ok();
+  }
+  int64_t r = static_cast<int64_t>(in.rank());
+  std::vector<int64_t> pads, axes;
+  bool has_axes = false, known = true;
+  if (ctx.opset() < 11) {
+    pads = ctx.node.attr_ints(pads_attr_name(ctx.opset()));
+  } else {
+    known = known_ints(ctx, 1, &pads);
+    if (ctx.opset() >= 18 && ctx.has_input(3)) {
+      has_axes = true;
+      known = known && known_ints(ctx, 3, &axes);
+    }
+  }
+  std::vector<Dim> out = in.dims;
+  if (!known) {
+    for (Dim& d : out) d = ctx.new_symbol();
+    ctx.set_output(0, dt, SymShape(out));
+    return Status::Ok();
+  }
+  auto spec = expand_pads(pads, has_axes, axes, r);
+  if (!spec.ok()) return ctx.error(spec.status().message());
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t add = 0, total = 0;
+    if (__builtin_add_overflow(spec->begin[i], spec->end[i], &add)) return ctx.error("pads overflow int64");
+    if (out[i].known()) {
+      if (__builtin_add_overflow(out[i].value, add, &total) || total < 0)
+        return ctx.error(str_cat("pads ", dims_str(pads), " crop dim ", i, " of ", in.str(), " below zero"));
+      out[i] = Dim(total);
+    } else if (add != 0) {
+      out[i] = ctx.new_symbol();
+    }
+  }
+  ctx.set_output(0, dt, SymShape(out));
+  return Status::Ok();
 }
 
 // A tensor of `shape`, each element from per-axis source coordinate maps (-1 anywhere: fill).

@@ -34,11 +34,11 @@ const ir::Graph* body_of(const ir::Node& n) {
 // The instruction of a unary body node; "" or why not.
 std::string unary_instr(const ir::Node& n, EltInstr* in) {
   static const std::map<std::string, EltOp> kPlain = {
-      {"Abs", EltOp::kAbs},         {"Neg", EltOp::kNeg},          {"Exp", EltOp::kExp},
-      {"Sqrt", EltOp::kSqrt},       {"Reciprocal", EltOp::kRecip}, {"Relu", EltOp::kRelu},
-      {"Sigmoid", EltOp::kSigmoid}, {"Tanh", EltOp::kTanh},        {"Erf", EltOp::kErf},
-      {"Floor", EltOp::kFloor},     {"Ceil", EltOp::kCeil},        {"Round", EltOp::kRound},
-      {"Sign", EltOp::kSign},       {"Softsign", EltOp::kSoftsign}};
+      {"Abs", EltOp::kAbs},         {"Neg", EltOp::kNeg},           {"Exp", EltOp::kExp},
+      {"Sqrt", EltOp::kSqrt},       {"Reciprocal", EltOp::kRecip},  {"Relu", EltOp::kRelu},
+      {"Sigmoid", EltOp::kSigmoid}, {"Tanh", EltOp::kTanh},         {"Erf", EltOp::kErf},
+      {"Floor", EltOp::kFloor},     {"Ceil", EltOp::kCeil},         {"Round", EltOp::kRound},
+      {"Sign", EltOp::kSign},       {"Softsign", EltOp::kSoftsign}, {"Mish", EltOp::kMish}};
   const std::string& op = n.op_type;
   if (auto it = kPlain.find(op); it != kPlain.end()) {
     in->op = it->second;
@@ -53,6 +53,14 @@ std::string unary_instr(const ir::Node& n, EltInstr* in) {
     in->op = EltOp::kHardSigmoid, in->p0 = n.attr_float("alpha", 0.2f), in->p1 = n.attr_float("beta", 0.5f);
   } else if (op == "HardSwish") {
     in->op = EltOp::kHardSwish, in->p0 = 1.f / 6.f, in->p1 = 0.5f;
+  } else if (op == "Celu") {
+    float alpha = n.attr_float("alpha", 1.0f);
+    if (alpha == 0) return "Celu alpha 0";
+    in->op = EltOp::kCelu, in->p0 = alpha, in->p1 = 1.f / alpha;
+  } else if (op == "ThresholdedRelu") {
+    in->op = EltOp::kThresholdedRelu, in->p0 = n.attr_float("alpha", 1.0f);
+  } else if (op == "Swish") {
+    in->op = EltOp::kSwish, in->p0 = n.attr_float("alpha", 1.0f);
   } else if (op == "Gelu") {
     std::string a = n.attr_string("approximate", "none");
     if (a != "none" && a != "tanh") return "Gelu approximate '" + a + "'";
@@ -206,8 +214,102 @@ Compiled compile(const LayerSignature& sig) {
   return c;
 }
 
-// The row structure of the output (the broadcast of the inputs) for the program.
-std::string plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out) {
+class PreparedProgram : public PreparedLayer {
+ public:
+  const xf::Kernels* k = nullptr;
+  xf::EltProgram prog;
+  Dims out;
+
+  std::vector<Dims> output_shapes() const override { return {out}; }
+
+  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
+    const float* ptrs[kMaxInputs];
+    for (int i = 0; i < prog.n_inputs; ++i) {  // a missing optional input is never read
+      const Tensor* t = static_cast<size_t>(i) < in.size() ? in[static_cast<size_t>(i)] : nullptr;
+      ptrs[i] = t ? t->data<float>() : nullptr;
+    }
+    float* y = outs[0]->data<float>();
+    int64_t chunk = std::min(prog.inner, xf::kEltChunk);
+    if (chunk == 0) return Status::Ok();
+    int64_t units = prog.outer() * ((prog.inner + xf::kEltChunk - 1) / xf::kEltChunk);
+    parallel_for(units, std::max<int64_t>(1, kGrainElements / chunk),
+                 [&](int64_t b, int64_t e) { k->eltwise(prog, ptrs, y, b, e); });
+    return Status::Ok();
+  }
+};
+
+class FusedElementwiseKiln : public Tactic {
+ public:
+  std::string name() const override { return "fused_elementwise_kiln"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    std::vector<std::pair<std::string, std::string>> v = {{"kiln", "FusedElementwise"}};
+    for (const char* op :
+         {"Add",       "Sub",  "Mul",  "Div",         "Max",       "Min",   "Sum",        "PRelu",
+          "Pow",       "Clip", "Abs",  "Neg",         "Exp",       "Sqrt",  "Reciprocal", "Relu",
+          "Sigmoid",   "Tanh", "Erf",  "Floor",       "Ceil",      "Round", "Sign",       "Softsign",
+          "LeakyRelu", "Elu",  "Selu", "HardSigmoid", "HardSwish", "Mish",  "Celu",       "ThresholdedRelu",
+          "Swish"})
+      v.emplace_back("", op);
+    return v;
+  }
+
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (sig.device.kind != DeviceKind::kCPU || sig.compute != DataType::kFloat32) return "not a float32 CPU layer";
+    Compiled c = compile(sig);
+    if (!c.error.empty()) return c.error;
+    for (size_t i = 0; i < sig.inputs.size(); ++i)
+      if (c.float_input[i] && sig.inputs[i].dtype != DataType::kFloat32) return "an input is not float32";
+    if (sig.has_input(0) && sig.inputs[0].dtype != DataType::kFloat32) return "not float32";
+    if (!sig.fully_known()) return "";
+    std::vector<Dims> shapes;
+    for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
+    xf::EltProgram p;
+    Dims out;
+    return xf_plan_rows(shapes, &p, &out);
+  }
+
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto prep = std::make_unique<PreparedProgram>();
+    prep->k = &xf::kernels(cpu_isa());
+    prep->prog = compile(sig).prog;
+    std::vector<Dims> shapes;
+    for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
+    if (auto e = xf_plan_rows(shapes, &prep->prog, &prep->out); !e.empty()) return Unsupported(name(), ": ", e);
+    return std::unique_ptr<PreparedLayer>(std::move(prep));
+  }
+};
+
+class GeluKiln : public Tactic {
+ public:
+  std::string name() const override { return "gelu_kiln"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Gelu"}, {"kiln", "Gelu"}}; }
+
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (auto e = xf_float32_layer(sig); !e.empty()) return e;
+    if (!sig.has_input(0)) return "no input";
+    EltInstr in;
+    return unary_instr(*sig.node, &in);
+  }
+
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto prep = std::make_unique<PreparedProgram>();
+    prep->k = &xf::kernels(cpu_isa());
+    EltInstr in;
+    unary_instr(*sig.node, &in);
+    in.a = 0, in.dst = xf::kEltOut;
+    prep->prog.code = {in};
+    prep->prog.n_inputs = 1;
+    prep->out = sig.inputs[0].shape;
+    xf_plan_rows({prep->out}, &prep->prog, &prep->out);
+    return std::unique_ptr<PreparedLayer>(std::move(prep));
+  }
+};
+
+}  // namespace
+
+std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out) {
   Dims o;
   for (const Dims& d : in)
     if (!xf_broadcast(o, d, &o)) return "inputs do not broadcast";
@@ -247,99 +349,6 @@ std::string plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out)
   }
   return "";
 }
-
-class PreparedProgram : public PreparedLayer {
- public:
-  const xf::Kernels* k = nullptr;
-  xf::EltProgram prog;
-  Dims out;
-
-  std::vector<Dims> output_shapes() const override { return {out}; }
-
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
-    const float* ptrs[kMaxInputs];
-    for (int i = 0; i < prog.n_inputs; ++i) {  // a missing optional input is never read
-      const Tensor* t = static_cast<size_t>(i) < in.size() ? in[static_cast<size_t>(i)] : nullptr;
-      ptrs[i] = t ? t->data<float>() : nullptr;
-    }
-    float* y = outs[0]->data<float>();
-    int64_t chunk = std::min(prog.inner, xf::kEltChunk);
-    if (chunk == 0) return Status::Ok();
-    int64_t units = prog.outer() * ((prog.inner + xf::kEltChunk - 1) / xf::kEltChunk);
-    parallel_for(units, std::max<int64_t>(1, kGrainElements / chunk),
-                 [&](int64_t b, int64_t e) { k->eltwise(prog, ptrs, y, b, e); });
-    return Status::Ok();
-  }
-};
-
-class FusedElementwiseKiln : public Tactic {
- public:
-  std::string name() const override { return "fused_elementwise_kiln"; }
-  std::vector<std::pair<std::string, std::string>> ops() const override {
-    std::vector<std::pair<std::string, std::string>> v = {{"kiln", "FusedElementwise"}};
-    for (const char* op :
-         {"Add",  "Sub",   "Mul",  "Div",      "Max",        "Min",  "Sum",     "PRelu",       "Pow",      "Clip",
-          "Abs",  "Neg",   "Exp",  "Sqrt",     "Reciprocal", "Relu", "Sigmoid", "Tanh",        "Erf",      "Floor",
-          "Ceil", "Round", "Sign", "Softsign", "LeakyRelu",  "Elu",  "Selu",    "HardSigmoid", "HardSwish"})
-      v.emplace_back("", op);
-    return v;
-  }
-
-  std::string why_unsupported(const LayerSignature& sig) const override {
-    if (sig.device.kind != DeviceKind::kCPU || sig.compute != DataType::kFloat32) return "not a float32 CPU layer";
-    Compiled c = compile(sig);
-    if (!c.error.empty()) return c.error;
-    for (size_t i = 0; i < sig.inputs.size(); ++i)
-      if (c.float_input[i] && sig.inputs[i].dtype != DataType::kFloat32) return "an input is not float32";
-    if (sig.has_input(0) && sig.inputs[0].dtype != DataType::kFloat32) return "not float32";
-    if (!sig.fully_known()) return "";
-    std::vector<Dims> shapes;
-    for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
-    xf::EltProgram p;
-    Dims out;
-    return plan_rows(shapes, &p, &out);
-  }
-
-  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
-    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
-    auto prep = std::make_unique<PreparedProgram>();
-    prep->k = &xf::kernels(cpu_isa());
-    prep->prog = compile(sig).prog;
-    std::vector<Dims> shapes;
-    for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
-    if (auto e = plan_rows(shapes, &prep->prog, &prep->out); !e.empty()) return Unsupported(name(), ": ", e);
-    return std::unique_ptr<PreparedLayer>(std::move(prep));
-  }
-};
-
-class GeluKiln : public Tactic {
- public:
-  std::string name() const override { return "gelu_kiln"; }
-  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Gelu"}, {"kiln", "Gelu"}}; }
-
-  std::string why_unsupported(const LayerSignature& sig) const override {
-    if (auto e = xf_float32_layer(sig); !e.empty()) return e;
-    if (!sig.has_input(0)) return "no input";
-    EltInstr in;
-    return unary_instr(*sig.node, &in);
-  }
-
-  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
-    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
-    auto prep = std::make_unique<PreparedProgram>();
-    prep->k = &xf::kernels(cpu_isa());
-    EltInstr in;
-    unary_instr(*sig.node, &in);
-    in.a = 0, in.dst = xf::kEltOut;
-    prep->prog.code = {in};
-    prep->prog.n_inputs = 1;
-    prep->out = sig.inputs[0].shape;
-    plan_rows({prep->out}, &prep->prog, &prep->out);
-    return std::unique_ptr<PreparedLayer>(std::move(prep));
-  }
-};
-
-}  // namespace
 
 const Tactic* fused_elementwise_kiln() {
   static const FusedElementwiseKiln t;

@@ -8,6 +8,7 @@
 
 #include "backends/cpu/gemm_kernels.h"
 #include "backends/cpu/kiln_tactics.h"
+#include "backends/cpu/xformer_tactics.h"
 
 namespace kiln::backends::cpu {
 
@@ -82,6 +83,12 @@ Result<GemmGeometry> gemm_geometry(const LayerSignature& sig, const std::string&
   if (g.m <= 0 || g.k <= 0 || g.n <= 0) return Unsupported(tactic, ": empty operands");
   if (g.gemm) {
     g.out_shape = {g.m, g.n};
+  } else if (batched_b) {  // numpy matmul: the batch dims of A and B broadcast
+    Dims batch;
+    if (!xf_broadcast(Dims(a.begin(), a.end() - 2), Dims(b.begin(), b.end() - 2), &batch))
+      return Unsupported(tactic, ": batch dims ", dims_str(a), " and ", dims_str(b), " do not broadcast");
+    g.out_shape = batch;
+    g.out_shape.insert(g.out_shape.end(), {a[a.size() - 2], g.n});
   } else {
     g.out_shape = a;
     g.out_shape.back() = g.n;

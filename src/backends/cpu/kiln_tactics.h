@@ -17,6 +17,16 @@ const Tactic* conv2d_kiln_1x1();
 const Tactic* conv2d_kiln_depthwise();
 // MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool on 4-D NCHW.
 const Tactic* pool2d_kiln_nchw();
+// Resize / Upsample on float32 X resizing its last two axes at most: every mode and coordinate transform.
+const Tactic* resize_kiln();
+// Where (any 1/2/4/8-byte dtype), comparisons, And/Or/Xor/Not, IsNaN/IsInf with broadcasting.
+const Tactic* logic_kiln();
+// Cast / CastLike between float32/float64/int64/int32/int16/int8/uint8/bool.
+const Tactic* cast_kiln();
+// ReduceSum/Mean/Max/Min/Prod/SumSquare/L1/L2/LogSum/LogSumExp on float32, the reduced axes one block.
+const Tactic* reduce_kiln();
+// Transpose / Slice / Split / Expand / Tile / Pad (every mode) / Concat / Gather as copies of contiguous runs.
+const Tactic* movement_kiln();
 
 // Concat of 5-D channel-blocked values along axis 1 (the Concat layout_blocked keeps blocked).
 const Tactic* concat_blocked_kiln();

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/longtail_kernels.h"
 #include "backends/cpu/xformer_kernels.h"
 #include "backends/cpu/xformer_tactics.h"
 #include "core/parallel.h"
@@ -141,11 +142,17 @@ class LayerNormKiln : public Tactic {
 
 // ---- Softmax / LogSoftmax ----
 
+// Columns of a strided softmax one work item covers (a few vectors: the axis is read once per
+// vector, `inner` floats apart).
+constexpr int64_t kSoftmaxCols = 128;
+
 class PreparedSoftmax : public PreparedLayer {
  public:
   const xf::Kernels* k = nullptr;
+  const lt::Kernels* lk = nullptr;
   Dims shape;
   int64_t rows = 0, len = 0;
+  int64_t inner = 1;  // > 1: x is [rows, len, inner], normalized along len (a strided axis)
   bool log = false;
 
   std::vector<Dims> output_shapes() const override { return {shape}; }
@@ -153,6 +160,17 @@ class PreparedSoftmax : public PreparedLayer {
   Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
     const float* x = in[0]->data<float>();
     float* y = out[0]->data<float>();
+    if (inner > 1) {
+      int64_t blocks = (inner + kSoftmaxCols - 1) / kSoftmaxCols;
+      parallel_for(rows * blocks, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(len * kSoftmaxCols, 1)),
+                   [&](int64_t u0, int64_t u1) {
+                     for (int64_t u = u0; u < u1; ++u) {
+                       int64_t c0 = (u % blocks) * kSoftmaxCols;
+                       lk->softmax_cols(x, y, u / blocks, len, inner, c0, std::min(kSoftmaxCols, inner - c0), log);
+                     }
+                   });
+      return Status::Ok();
+    }
     parallel_for(rows, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(len, 1)),
                  [&](int64_t r0, int64_t r1) { k->softmax(x, y, r0, r1, len, log); });
     return Status::Ok();
@@ -162,12 +180,15 @@ class PreparedSoftmax : public PreparedLayer {
 class SoftmaxKiln : public Tactic {
  public:
   std::string name() const override { return "softmax_kiln"; }
+  int revision() const override { return 2; }  // 2: any axis (strided columns)
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "Softmax"}, {"", "LogSoftmax"}};
   }
 
-  // The first normalized axis; rows are everything before it.
-  static bool split(const LayerSignature& sig, int64_t* axis_out) {
+  // The first normalized axis; rows are everything before it. *strided: opset 13+ with dims after
+  // the axis (normalized along one axis, columns `inner` apart).
+  static bool split(const LayerSignature& sig, int64_t* axis_out, bool* strided) {
+    *strided = false;
     const ir::Node& n = *sig.node;
     const Dims& s = sig.inputs[0].shape;
     int64_t rank = static_cast<int64_t>(s.size());
@@ -181,8 +202,7 @@ class SoftmaxKiln : public Tactic {
     int64_t axis = n.attr_int("axis", -1);
     if (axis < 0) axis += rank;
     if (axis < 0 || axis >= rank) return false;
-    for (int64_t d = axis + 1; d < rank; ++d)
-      if (s[static_cast<size_t>(d)] != 1) return false;  // a strided axis: not this kernel
+    for (int64_t d = axis + 1; d < rank; ++d) *strided |= s[static_cast<size_t>(d)] != 1;
     *axis_out = axis;
     return true;
   }
@@ -192,7 +212,8 @@ class SoftmaxKiln : public Tactic {
     if (!sig.has_input(0)) return "no input";
     if (sig.inputs[0].shape.empty()) return "a scalar input";
     int64_t axis;
-    if (!split(sig, &axis)) return "the normalized axis is not the innermost one (or out of range)";
+    bool strided;
+    if (!split(sig, &axis, &strided)) return "axis out of range";
     return "";
   }
 
@@ -202,16 +223,114 @@ class SoftmaxKiln : public Tactic {
     p->k = &xf::kernels(cpu_isa());
     p->shape = sig.inputs[0].shape;
     int64_t axis = 0;
-    split(sig, &axis);
+    bool strided = false;
+    split(sig, &axis, &strided);
     p->len = 1;
-    for (size_t d = static_cast<size_t>(axis); d < p->shape.size(); ++d) p->len *= p->shape[d];
-    p->rows = p->len ? numel(p->shape) / p->len : 0;
+    if (strided) {
+      p->lk = &lt::kernels(cpu_isa());
+      p->len = p->shape[static_cast<size_t>(axis)];
+      for (size_t d = static_cast<size_t>(axis) + 1; d < p->shape.size(); ++d) p->inner *= p->shape[d];
+    } else {
+      for (size_t d = static_cast<size_t>(axis); d < p->shape.size(); ++d) p->len *= p->shape[d];
+    }
+    p->rows = p->len * p->inner != 0 ? numel(p->shape) / (p->len * p->inner) : 0;
     p->log = sig.op() == "LogSoftmax";
     return std::unique_ptr<PreparedLayer>(std::move(p));
   }
 };
 
+// ---- GroupNormalization / InstanceNormalization ----
+
+class PreparedGroupNorm : public PreparedLayer {
+ public:
+  const lt::Kernels* k = nullptr;
+  Dims shape;
+  int64_t blocks = 0, channels = 0, spatial = 0, groups = 1;  // blocks: N * groups of channels x spatial
+  float epsilon = 1e-5f;
+  std::vector<float> scale, bias;  // per channel (opset-18 per-group values repeated)
+
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+
+  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+    const float* x = in[0]->data<float>();
+    float* y = out[0]->data<float>();
+    const int64_t len = channels * spatial;
+    parallel_for(blocks, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(len, 1)), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        int64_t c0 = (b % groups) * channels;
+        k->group_norm(x + b * len, y + b * len, channels, spatial, scale.data() + c0, bias.data() + c0, epsilon);
+      }
+    });
+    return Status::Ok();
+  }
+};
+
+class GroupNormKiln : public Tactic {
+ public:
+  std::string name() const override { return "group_norm_kiln"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    return {{"", "GroupNormalization"}, {"", "InstanceNormalization"}};
+  }
+
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (auto e = xf_float32_layer(sig); !e.empty()) return e;
+    if (!sig.has_input(0) || !sig.has_input(1) || !sig.has_input(2)) return "missing X, scale or B";
+    if (!sig.inputs[1].constant || !sig.inputs[2].constant) return "scale / B are computed at run time";
+    const Dims& x = sig.inputs[0].shape;
+    if (x.size() < 2) return "X has rank below 2";
+    if (x[1] < 0) return "";
+    int64_t groups = 0, nparam = 0;
+    if (auto e = geometry(sig, &groups, &nparam); !e.empty()) return e;
+    if (sig.inputs[1].constant->numel() != nparam || sig.inputs[2].constant->numel() != nparam)
+      return "scale / B do not have " + std::to_string(nparam) + " values";
+    return "";
+  }
+
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto p = std::make_unique<PreparedGroupNorm>();
+    const Dims& x = sig.inputs[0].shape;
+    int64_t nparam = 0;
+    geometry(sig, &p->groups, &nparam);
+    p->k = &lt::kernels(cpu_isa());
+    p->shape = x;
+    p->channels = x[1] / p->groups;
+    p->spatial = 1;
+    for (size_t d = 2; d < x.size(); ++d) p->spatial *= x[d];
+    p->blocks = x[0] * p->groups;
+    p->epsilon = sig.node->attr_float("epsilon", 1e-5f);
+    const float* s = sig.inputs[1].constant->data<float>();
+    const float* b = sig.inputs[2].constant->data<float>();
+    for (int64_t c = 0; c < x[1]; ++c) {
+      int64_t i = nparam == x[1] ? c : c / p->channels;
+      p->scale.push_back(s[i]), p->bias.push_back(b[i]);
+    }
+    return std::unique_ptr<PreparedLayer>(std::move(p));
+  }
+
+ private:
+  // Groups and the number of scale / bias values: InstanceNormalization one group per channel;
+  // GroupNormalization num_groups, values per group before opset 21, per channel from 21.
+  static std::string geometry(const LayerSignature& sig, int64_t* groups, int64_t* nparam) {
+    const int64_t c = sig.inputs[0].shape[1];
+    if (sig.op() == "InstanceNormalization") {
+      *groups = *nparam = c;
+      return c > 0 ? "" : "no channels";
+    }
+    if (!sig.node->attr("num_groups")) return "no num_groups";
+    *groups = sig.node->attr_int("num_groups", 1);
+    if (*groups <= 0 || c % *groups != 0) return "num_groups does not divide the channels";
+    *nparam = sig.node->opset < 21 ? *groups : c;
+    return "";
+  }
+};
+
 }  // namespace
+
+const Tactic* group_norm_kiln() {
+  static const GroupNormKiln t;
+  return &t;
+}
 
 const Tactic* layer_norm_kiln() {
   static const LayerNormKiln t;

@@ -1,8 +1,11 @@
 // oneDNN matmul tactics for MatMul, Gemm, kiln.FusedMatMul and kiln.FusedGemm (bias, residual sum,
 // activation as post-ops). "packed": the right-hand side is a constant 2-D weight, reordered once
 // into oneDNN's preferred layout, the left-hand side's leading dims flattened into rows.
-// "batched": both sides are activations of one rank with equal batch dims (attention scores).
+// "batched": any other B of rank 2 or more (activations, or constants with batch dims), batch dims
+// broadcast as numpy's matmul does (attention scores, MobileNetV3's squeeze-excite as exported by
+// the dynamo exporter, T5's relative position terms).
 #if defined(KILN_HAVE_ONEDNN)
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/kiln_tactics.h"
@@ -58,6 +61,7 @@ class OnednnMatmul : public Tactic {
  public:
   explicit OnednnMatmul(bool packed) : packed_(packed) {}
   std::string name() const override { return packed_ ? "matmul_onednn_packed" : "matmul_onednn_batched"; }
+  int revision() const override { return packed_ ? 1 : 2; }  // batched 2: broadcast batch dims, constant B
   std::vector<std::pair<std::string, std::string>> ops() const override {
     if (!packed_) return {{"", "MatMul"}, {"kiln", "FusedMatMul"}};
     return {{"", "MatMul"}, {"", "Gemm"}, {"kiln", "FusedMatMul"}, {"kiln", "FusedGemm"}};
@@ -75,10 +79,13 @@ class OnednnMatmul : public Tactic {
     if (packed_) {
       if (!sig.inputs[1].constant || b.size() != 2) return "B is not a 2-D constant";
     } else {
-      if (sig.inputs[1].constant) return "B is a constant (the packed variant takes it)";
-      if (a.size() != b.size()) return "A and B differ in rank";
-      for (size_t i = 0; i + 2 < a.size(); ++i)
-        if (a[i] != b[i] || a[i] < 0) return "batch dims differ or are unknown";
+      if (sig.inputs[1].constant && b.size() == 2) return "B is a 2-D constant (the packed variant takes it)";
+      // numpy batch broadcasting, aligned from the right: equal dims or 1 (oneDNN broadcasts both sides)
+      // Unknown dims (shapes computed at run time, e.g. Swin's window count) are checked at prepare.
+      for (size_t i = 2; i < std::max(a.size(), b.size()); ++i) {
+        int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1, y = i < b.size() ? b[b.size() - 1 - i] : 1;
+        if (x >= 0 && y >= 0 && x != y && x != 1 && y != 1) return "batch dims do not broadcast";
+      }
     }
     return gemm_bias_unsupported(sig);
   }
@@ -101,7 +108,7 @@ class OnednnMatmul : public Tactic {
     Status st = guarded(name(), [&]() -> Status {
       auto& eng = cpu_engine();
       memory::desc bias_md;
-      size_t rank = packed_ ? 2 : a.size();
+      size_t rank = packed_ ? 2 : p->out_shape.size();
       std::vector<float> bias_values;
       if (gemm && sig.has_input(2)) {
         const Tensor& c = *sig.inputs[2].constant;
@@ -127,7 +134,9 @@ class OnednnMatmul : public Tactic {
         p->dst_md = memory::desc({m, n}, dt::f32, tag::ab);
         p->wei_md = tb ? memory::desc({k, n}, dt::f32, tag::ba) : memory::desc({k, n}, dt::f32, tag::ab);
       } else {
-        auto plain = [](const Dims& d) {
+        // Every operand at the output's rank (leading 1s), as oneDNN's batch broadcasting wants.
+        auto plain = [&](Dims d) {
+          d.insert(d.begin(), rank - d.size(), 1);
           memory::dims strides(d.size());
           int64_t s = 1;
           for (size_t i = d.size(); i-- > 0;) strides[i] = s, s *= d[i];

@@ -66,6 +66,7 @@ const std::vector<const Tactic*>& all_tactics() {
     // kiln.FusedElementwise, Gelu
     v.push_back(cpu::layer_norm_kiln());
     v.push_back(cpu::softmax_kiln());
+    v.push_back(cpu::group_norm_kiln());
     v.push_back(cpu::attention_kiln_fused());
     v.push_back(cpu::fused_elementwise_kiln());
     v.push_back(cpu::gelu_kiln());
@@ -78,6 +79,12 @@ const std::vector<const Tactic*>& all_tactics() {
     v.push_back(cpu::concat_blocked_kiln());
     // kiln.BlockedConv: kiln's own Winograd F(4x4, 3x3) (timed against oneDNN's Winograd and direct)
     v.push_back(cpu::conv2d_winograd_f4x3_nchw16c());
+    // The long tail: Resize, Where / comparisons / logical ops, Cast, data movement, reductions
+    v.push_back(cpu::resize_kiln());
+    v.push_back(cpu::logic_kiln());
+    v.push_back(cpu::cast_kiln());
+    v.push_back(cpu::movement_kiln());
+    v.push_back(cpu::reduce_kiln());
     return v;
   }();
   return list;

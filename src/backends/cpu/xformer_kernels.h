@@ -71,8 +71,12 @@ enum class EltOp : uint8_t {
   kGeluTanh,
   kSquare,
   kCube,
-  kClip,  // max(p0, min(p1, a)), NaN kept
-  kFill,  // p0 (Pow(x, 0))
+  kClip,             // max(p0, min(p1, a)), NaN kept
+  kFill,             // p0 (Pow(x, 0))
+  kMish,             // a tanh(ln(1 + e^a))
+  kCelu,             // p0 = alpha: max(0, a) + min(0, alpha (e^(a / alpha) - 1))
+  kThresholdedRelu,  // p0 = alpha: a > alpha ? a : 0
+  kSwish,            // p0 = alpha: a sigmoid(alpha a)
 };
 inline bool elt_is_binary(EltOp op) { return op <= EltOp::kPRelu; }
 

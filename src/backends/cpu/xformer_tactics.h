@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "backends/cpu/xformer_kernels.h"
 #include "backends/tactic.h"
 
 namespace kiln::backends::cpu {
@@ -12,8 +13,12 @@ namespace kiln::backends::cpu {
 // LayerNormalization (ONNX, kiln): any axis (the normalized block is contiguous), Scale/B of the
 // block's size or scalars, Y only.
 const Tactic* layer_norm_kiln();
-// Softmax / LogSoftmax over a contiguous block (opset < 13: any axis; 13+: the innermost axis).
+// Softmax / LogSoftmax over a contiguous block (opset < 13: any axis) or, from opset 13, along any
+// axis (an inner axis: vectorized across the columns after it).
 const Tactic* softmax_kiln();
+// GroupNormalization (per-group or per-channel scale / bias) and InstanceNormalization, constant
+// scale and bias.
+const Tactic* group_norm_kiln();
 // kiln.Attention: scaled dot-product attention fused per (batch, head, query-row block).
 const Tactic* attention_kiln_fused();
 // kiln.FusedElementwise: the body compiled into a vectorized program at prepare time.
@@ -25,5 +30,8 @@ const Tactic* gelu_kiln();
 std::string xf_float32_layer(const LayerSignature& sig);
 // Multidirectional (numpy) broadcast of two shapes; false when they do not broadcast.
 bool xf_broadcast(const Dims& a, const Dims& b, Dims* out);
+// The row structure of the broadcast of `in` (p's inner, outer_dims, in_strides, in_varies; see
+// xf::EltProgram) and its shape `out`; "" or why not. Used by every broadcasting elementwise tactic.
+std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out);
 
 }  // namespace kiln::backends::cpu

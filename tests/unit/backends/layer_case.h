@@ -96,16 +96,16 @@ inline backends::LayerSignature layer_signature(const LayerCase& lc) {
     }
     sig.inputs.push_back(t);
   }
-  sig.outputs.resize(1);
+  sig.outputs.resize(lc.node.outputs.size());
   return sig;
 }
 
-// The reference kernel's first output; undefined when the op rejects the case, or (`*known` set
-// false) when no schema has the op.
-inline Tensor reference_output(const LayerCase& lc, bool* known = nullptr) {
+// The reference kernel's outputs; empty when the op rejects the case, or (`*known` set false) when
+// no schema has the op.
+inline std::vector<Tensor> reference_outputs(const LayerCase& lc, bool* known = nullptr) {
   const ops::OpSchema* s = ops::OpRegistry::get().find(lc.node.domain, lc.node.op_type, lc.node.opset);
   if (known) *known = s != nullptr;
-  if (!s) return Tensor();
+  if (!s) return {};
   std::vector<ops::Value> vals;
   vals.reserve(lc.inputs.size());
   for (const auto& t : lc.inputs) vals.emplace_back(t);
@@ -114,8 +114,17 @@ inline Tensor reference_output(const LayerCase& lc, bool* known = nullptr) {
     ins.push_back(lc.node.inputs[i].empty() || !lc.inputs[i].defined() ? nullptr : &vals[i]);
   ops::Interpreter runner(std::make_shared<ir::Graph>());  // runs kiln.FusedElementwise bodies
   auto r = ops::run_node(lc.node, *s, ins, &runner);
-  if (!r.ok()) return Tensor();
-  return r.value()[0].tensor;
+  if (!r.ok()) return {};
+  std::vector<Tensor> out;
+  for (const auto& v : r.value()) out.push_back(v.tensor);
+  return out;
+}
+
+// The reference kernel's first output; undefined when the op rejects the case, or (`*known` set
+// false) when no schema has the op.
+inline Tensor reference_output(const LayerCase& lc, bool* known = nullptr) {
+  std::vector<Tensor> outs = reference_outputs(lc, known);
+  return outs.empty() ? Tensor() : outs[0];
 }
 
 }  // namespace kiln::testing

@@ -7,13 +7,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
 
 #include "../graph_builder.h"
+#include "backends/cpu/xformer_tactics.h"
 #include "backends/tactic.h"
 #include "layer_case.h"
+#include "longtail_cases.h"
 #include "ops/interpreter.h"
 #include "ops/kiln_layout.h"
 
@@ -66,11 +69,18 @@ LayerCase matmul_case(std::mt19937& rng, uint64_t seed) {
   Dims a(static_cast<size_t>(rank)), b;
   for (int64_t i = 0; i + 2 < rank; ++i) a[i] = pick(rng, 1, 3);
   a[rank - 2] = m, a[rank - 1] = k;
-  if (constant_b) {
+  if (constant_b && rng() % 3) {
     b = {k, n};
   } else {
     b = a;
     b[rank - 2] = k, b[rank - 1] = n;
+    if (rng() % 2) {  // numpy batch broadcasting: dims of 1 on either side, fewer dims on either side
+      for (int64_t i = 0; i + 2 < rank; ++i)
+        if (rng() % 2) (rng() % 2 ? a : b)[static_cast<size_t>(i)] = 1;
+      if (rng() % 3 == 0) b.erase(b.begin(), b.begin() + static_cast<int64_t>(rng() % (b.size() - 1)));
+      if (rng() % 4 == 0) a.erase(a.begin(), a.begin() + static_cast<int64_t>(rng() % (a.size() - 1)));
+      if (rng() % 4 == 0) b.insert(b.begin(), pick(rng, 1, 3));  // B of higher rank than A
+    }
   }
   bool bias = fused && rng() % 2, residual = fused && rng() % 2;
   LayerCase lc;
@@ -81,8 +91,9 @@ LayerCase matmul_case(std::mt19937& rng, uint64_t seed) {
                bias ? testing::random_tensor(rng() % 2 ? Dims{n} : Dims{1, n}, seed + 2) : Tensor()};
   lc.constant = {false, constant_b, true, false};
   if (residual) {
-    Dims y = a;
-    y.back() = n;
+    Dims y;
+    backends::cpu::xf_broadcast(Dims(a.begin(), a.end() - 2), b.size() > 2 ? Dims(b.begin(), b.end() - 2) : Dims{}, &y);
+    y.insert(y.end(), {a[a.size() - 2], n});
     lc.inputs.push_back(testing::random_tensor(y, seed + 3));
   }
   return lc;
@@ -595,10 +606,12 @@ LayerCase fused_elementwise_case(std::mt19937& rng, uint64_t seed) {
 
 // One ONNX elementwise node (the fused_elementwise tactic takes them as one-node programs).
 LayerCase onnx_elementwise_case(std::mt19937& rng, uint64_t seed) {
-  static const char* kOps[] = {"Add", "Sub",  "Mul",     "Div",   "Max",      "Min",  "PRelu",     "Pow", "Clip",
-                               "Abs", "Relu", "Sigmoid", "Tanh",  "Erf",      "Exp",  "Sqrt",      "Elu", "HardSwish",
-                               "Neg", "Sign", "Floor",   "Round", "Softsign", "Selu", "Reciprocal"};
-  std::string op = kOps[rng() % 25];
+  static const char* kOps[] = {"Add",   "Sub",      "Mul",  "Div",        "Max",     "Min",  "PRelu",
+                               "Pow",   "Clip",     "Abs",  "Relu",       "Sigmoid", "Tanh", "Erf",
+                               "Exp",   "Sqrt",     "Elu",  "HardSwish",  "Neg",     "Sign", "Floor",
+                               "Round", "Softsign", "Selu", "Reciprocal", "Mish",    "Celu", "ThresholdedRelu",
+                               "Swish"};
+  std::string op = kOps[rng() % 29];
   Dims out = random_dims(rng, pick(rng, 0, 4), 8);
   if (!out.empty() && rng() % 3 == 0) out.back() = pick(rng, 500, 1100);
   auto broadcast_shape = [&]() {
@@ -630,6 +643,10 @@ LayerCase onnx_elementwise_case(std::mt19937& rng, uint64_t seed) {
     if (op != "PRelu" && rng() % 2) std::swap(lc.inputs[0], lc.inputs[1]);
   }
   lc.node = make_node("", op, lc.inputs.size());
+  if (op == "Mish") lc.node.opset = 18;
+  if (op == "Swish") lc.node.opset = 24;
+  if (op == "Celu" || op == "ThresholdedRelu" || op == "Swish")
+    testing::GraphBuilder::set_float(lc.node, "alpha", rng() % 2 ? 0.7f : 1.3f);
   for (size_t i = 0; i < lc.inputs.size(); ++i)
     if (!lc.inputs[i].defined()) lc.node.inputs[i] = "";
   while (!lc.node.inputs.empty() && lc.node.inputs.back().empty()) lc.node.inputs.pop_back();
@@ -729,7 +746,7 @@ std::string describe_case(const LayerCase& lc) {
 // Every listed tactic that supports `lc` against the reference kernel's output `want` (each of
 // kiln's own once per ISA); counts the tactics checked per name in `checked`, and in `*took` how
 // many tactics took the case.
-void check_tactics(const LayerCase& lc, const Tensor& want, int iter, const std::vector<std::string>& isas,
+void check_tactics(const LayerCase& lc, const std::vector<Tensor>& want, int iter, const std::vector<std::string>& isas,
                    std::map<std::string, int>& checked, int* took) {
   *took = 0;
   backends::LayerSignature sig = testing::layer_signature(lc);
@@ -752,22 +769,46 @@ void check_tactics(const LayerCase& lc, const Tensor& want, int iter, const std:
       ASSERT_TRUE(prepared.ok()) << t->name() << " on case " << iter << " (" << describe_case(lc)
                                  << "): " << prepared.status().to_string();
       std::vector<Dims> shapes = prepared.value()->output_shapes();
-      ASSERT_EQ(shapes.size(), 1u);
-      ASSERT_EQ(shapes[0], want.shape()) << t->name() << " on case " << iter << " " << lc.node.op_type;
-      Tensor got(DataType::kFloat32, shapes[0]);
+      std::vector<DataType> dtypes = prepared.value()->output_dtypes();
+      ASSERT_EQ(shapes.size(), want.size()) << t->name() << " on case " << iter;
+      ASSERT_EQ(dtypes.size(), want.size()) << t->name() << " on case " << iter;
+      std::vector<Tensor> got;
+      std::vector<Tensor*> got_ptrs;
+      for (size_t o = 0; o < want.size(); ++o) {
+        ASSERT_EQ(shapes[o], want[o].shape()) << t->name() << " on case " << iter << " " << lc.node.op_type;
+        ASSERT_EQ(dtypes[o], want[o].dtype()) << t->name() << " on case " << iter << " " << lc.node.op_type;
+        got.emplace_back(dtypes[o], shapes[o]);
+      }
+      for (Tensor& g : got) got_ptrs.push_back(&g);
       std::vector<const Tensor*> ins;
       for (size_t i = 0; i < lc.node.inputs.size(); ++i)
         ins.push_back(lc.node.inputs[i].empty() || !lc.inputs[i].defined() ? nullptr : &lc.inputs[i]);
-      Status st = prepared.value()->run(ins, {&got});
+      Status st = prepared.value()->run(ins, got_ptrs);
       ASSERT_TRUE(st.ok()) << st.to_string();
-      int bad = 0;
-      for (int64_t i = 0; i < want.numel(); ++i) {
-        float w = want.data<float>()[i], g = got.data<float>()[i];
-        if (!(std::fabs(w - g) <= 1e-4f * std::max(1.f, std::fabs(w))) && bad++ < 3)
-          ADD_FAILURE() << "element " << i << ": want " << w << ", got " << g;
+      for (size_t o = 0; o < want.size(); ++o) {
+        int bad = 0;
+        const bool is_float = want[o].dtype() == DataType::kFloat32;
+        const size_t es = dtype_size(want[o].dtype());
+        for (int64_t i = 0; i < want[o].numel(); ++i) {
+          bool same;
+          if (is_float) {
+            float w = want[o].data<float>()[i], g = got[o].data<float>()[i];
+            same =
+                std::fabs(w - g) <= 1e-4f * std::max(1.f, std::fabs(w)) || (std::isnan(w) && std::isnan(g)) || w == g;
+            if (!same && bad < 3)
+              ADD_FAILURE() << "output " << o << " element " << i << ": want " << w << ", got " << g;
+          } else {  // exact: integers and bools
+            same = std::memcmp(static_cast<const char*>(want[o].raw()) + static_cast<size_t>(i) * es,
+                               static_cast<const char*>(got[o].raw()) + static_cast<size_t>(i) * es, es) == 0;
+            if (!same && bad < 3)
+              ADD_FAILURE() << "output " << o << " element " << i << ": want " << want[o].get_f64(i) << ", got "
+                            << got[o].get_f64(i);
+          }
+          bad += !same;
+        }
+        EXPECT_EQ(bad, 0) << t->name() << " [" << isa << "] on case " << iter << " (" << lc.node.op_type << " "
+                          << dims_str(lc.inputs[0].shape()) << ")";
       }
-      EXPECT_EQ(bad, 0) << t->name() << " [" << isa << "] on case " << iter << " (" << lc.node.op_type << " "
-                        << dims_str(lc.inputs[0].shape()) << ")";
       checked[t->name()]++;
     }
   }
@@ -781,18 +822,20 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
   const char* isa_env = std::getenv("KILN_ISA");
   std::string saved_isa = isa_env ? isa_env : "";
   std::vector<std::string> isas = isas_to_test();
-  for (int iter = 0; iter < cases * 7 / 3; ++iter) {
+  for (int iter = 0; iter < cases * 8 / 3; ++iter) {
     uint64_t seed = 1000 + 10 * iter;
-    LayerCase lc = iter % 7 == 0   ? conv_case(rng, seed)
-                   : iter % 7 == 1 ? matmul_case(rng, seed)
-                   : iter % 7 == 2 ? gemm_case(rng, seed)
-                   : iter % 7 == 3 ? pool_case(rng, seed)
-                   : iter % 7 == 4 ? blocked_case(rng, seed)
-                                   : xformer_case(rng, seed, iter / 7 * 2 + iter % 7 - 5);
+    const int family = iter % 8;
+    LayerCase lc = family == 0   ? conv_case(rng, seed)
+                   : family == 1 ? matmul_case(rng, seed)
+                   : family == 2 ? gemm_case(rng, seed)
+                   : family == 3 ? pool_case(rng, seed)
+                   : family == 4 ? blocked_case(rng, seed)
+                   : family == 7 ? testing::longtail_case(rng, seed, iter / 8)
+                                 : xformer_case(rng, seed, iter / 8 * 2 + family - 5);
     bool known = false;
-    Tensor want = testing::reference_output(lc, &known);
+    std::vector<Tensor> want = testing::reference_outputs(lc, &known);
     EXPECT_TRUE(known) << lc.node.op_type;
-    if (!want.defined()) continue;  // a case the op itself rejects
+    if (want.empty()) continue;  // a case the op itself rejects
     int took = 0;
     check_tactics(lc, want, iter, isas, checked, &took);
     if (::testing::Test::HasFatalFailure()) return;
@@ -807,8 +850,8 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
                    : iter % 5 == 4 ? grouped_blocks_conv_case(rng_nd, seed)
                    : iter % 5 % 2  ? conv_nd_case(rng_nd, seed)
                                    : pool_nd_case(rng_nd, seed);
-    Tensor want = testing::reference_output(lc);
-    ASSERT_TRUE(want.defined()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
+    std::vector<Tensor> want = testing::reference_outputs(lc);
+    ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
     int took = 0;
     check_tactics(lc, want, iter, isas, checked, &took);
     if (::testing::Test::HasFatalFailure()) return;
@@ -853,8 +896,8 @@ TEST(Tactics, CeilModeAverageCountingPadsMatchesReference) {
       testing::GraphBuilder::set_int(lc.node, "pool_opset", 19);
       lc.inputs[0] = blocked(lc.inputs[0], 8);
     }
-    Tensor want = testing::reference_output(lc);
-    ASSERT_TRUE(want.defined());
+    std::vector<Tensor> want = testing::reference_outputs(lc);
+    ASSERT_FALSE(want.empty());
     int took = 0;
     check_tactics(lc, want, shape, {isas_to_test().back()}, checked, &took);
     EXPECT_GT(took, 0) << describe_case(lc);
@@ -863,6 +906,23 @@ TEST(Tactics, CeilModeAverageCountingPadsMatchesReference) {
   EXPECT_EQ(checked["pool2d_onednn_nchw"], 1);
   EXPECT_EQ(checked["pool3d_onednn_ncdhw"], 1);
   EXPECT_EQ(checked["pool2d_onednn_nchwc"], 1);
+}
+
+// A Gather index out of range is the user's error: the run returns it (the reference kernel does too).
+TEST(Tactics, GatherIndexOutOfRangeIsAnError) {
+  testing::LayerCase lc;
+  lc.node = make_node("", "Gather", 2);
+  lc.inputs = {testing::random_tensor({4, 3}, 1), testing::i64_tensor({1, 4})};
+  lc.constant = {false, false};
+  const backends::Tactic* t = backends::find_tactic("movement_kiln");
+  ASSERT_NE(t, nullptr);
+  auto p = t->prepare(testing::layer_signature(lc));
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  Tensor y(DataType::kFloat32, {2, 3});
+  Status st = p.value()->run({&lc.inputs[0], &lc.inputs[1]}, {&y});
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("out of range"), std::string::npos) << st.message();
+  EXPECT_FALSE(testing::reference_output(lc).defined());
 }
 
 TEST(Tactics, LibrariesNameTheirRuntimeVersion) {
