@@ -20,17 +20,15 @@ namespace {
 using testing::GraphBuilder;
 using testing::random_tensor;
 
-// x [4, 32] -> MatMul (has tactics) -> Resize x2 nearest (no tactic implements Resize: a fallback
-// whatever tactics are added elsewhere) -> "logits" [4, 128]. Not shape work: 256 floats in.
+// x [4, 32] -> MatMul (has tactics) -> CumSum along axis 1 (no tactic implements CumSum: a fallback
+// until a test here changes) -> "logits" [4, 64]. Not shape work: 256 floats in.
 std::string resize_onnx() {
   GraphBuilder b(13);
   b.input("x", {4, 32}).output("logits");
   b.init("w", random_tensor({32, 64}, 1));
-  Tensor scales(DataType::kFloat32, {2});
-  scales.data<float>()[0] = 1, scales.data<float>()[1] = 2;
-  b.init("scales", scales);
+  b.init("axis", Tensor::scalar<int64_t>(DataType::kInt64, 1));
   b.node("MatMul", {"x", "w"}, {"h"});
-  b.node("Resize", {"h", "", "scales"}, {"logits"}).name = "upsample";
+  b.node("CumSum", {"h", "axis"}, {"logits"}).name = "upsample";
   ir::Model m = b.finish();
   return onnx_import::serialize_model(m).value();
 }
@@ -43,14 +41,14 @@ const detail::LayerInfo* layer(const Engine& e, const std::string& op) {
 
 TEST(ReferenceLayers, RecordedWithReasonsAndMeasuredShare) {
   auto e = Builder().build_from_memory(resize_onnx());
-  const detail::LayerInfo* r = layer(*e, "Resize");
+  const detail::LayerInfo* r = layer(*e, "CumSum");
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->kernel, "reference");
   EXPECT_TRUE(r->reference.recorded);
   EXPECT_FALSE(r->reference.shape_work);
   EXPECT_TRUE(r->finding());
   ASSERT_EQ(r->reference.reasons.size(), 1u);
-  EXPECT_EQ(r->reference.reasons[0], "no tactic implements Resize");
+  EXPECT_EQ(r->reference.reasons[0], "no tactic implements CumSum");
   EXPECT_GE(r->reference.ms, 0);
   const auto& rec = e->impl().build["reference"];
   EXPECT_EQ(rec["layers"].get<int>(), 1);
@@ -65,7 +63,7 @@ TEST(ReferenceLayers, RecordedWithReasonsAndMeasuredShare) {
 
   // Kept through the engine file, listed by inspect with its share of the estimated time.
   auto loaded = Engine::deserialize(e->serialize());
-  const detail::LayerInfo* lr = layer(*loaded, "Resize");
+  const detail::LayerInfo* lr = layer(*loaded, "CumSum");
   ASSERT_NE(lr, nullptr);
   EXPECT_TRUE(lr->finding());
   EXPECT_EQ(lr->reference.reasons, r->reference.reasons);
@@ -74,11 +72,11 @@ TEST(ReferenceLayers, RecordedWithReasonsAndMeasuredShare) {
   ASSERT_EQ(j["reference_layers"].size(), 1u);
   const auto& jl = j["reference_layers"][0];
   EXPECT_EQ(jl["layer"], "upsample");
-  EXPECT_EQ(jl["op"], "Resize");
+  EXPECT_EQ(jl["op"], "CumSum");
   EXPECT_EQ(jl["opset"].get<int>(), 13);
   EXPECT_GT(jl["share"].get<double>(), 0);
   EXPECT_LE(jl["share"].get<double>(), 1);
-  EXPECT_EQ(jl["reasons"][0], "no tactic implements Resize");
+  EXPECT_EQ(jl["reasons"][0], "no tactic implements CumSum");
 }
 
 TEST(ReferenceLayers, StrictTacticsFailsNamingEveryLayer) {
@@ -91,7 +89,7 @@ TEST(ReferenceLayers, StrictTacticsFailsNamingEveryLayer) {
     EXPECT_EQ(err.category(), ErrorCategory::kUnsupported);
     std::string m = err.what();
     EXPECT_NE(m.find("--strict-tactics: 1 layer would run reference kernels"), std::string::npos) << m;
-    EXPECT_NE(m.find("layer 'upsample' (Resize, opset 13): no tactic implements Resize"), std::string::npos) << m;
+    EXPECT_NE(m.find("layer 'upsample' (CumSum, opset 13): no tactic implements CumSum"), std::string::npos) << m;
     EXPECT_EQ(m.find("MatMul"), std::string::npos) << m;
   }
 }
@@ -131,7 +129,7 @@ TEST(ReferenceLayers, ShapeWorkRule) {
   EXPECT_TRUE(engine::is_shape_work(g, node("Reshape", {"big", "shape"}, {"out"})));
   EXPECT_TRUE(engine::is_shape_work(g, node("Cast", {"shape"}, {"shape_f"})));  // tiny
   EXPECT_TRUE(engine::is_shape_work(g, node("Range", {"", ""}, {"pos"})));      // small integers
-  EXPECT_FALSE(engine::is_shape_work(g, node("Resize", {"big", "", "shape_f"}, {"out"})));
+  EXPECT_FALSE(engine::is_shape_work(g, node("CumSum", {"big", "", "shape_f"}, {"out"})));
   EXPECT_FALSE(engine::is_shape_work(g, node("Neg", {"ids"}, {"ids"})));        // 5000 integers
   EXPECT_FALSE(engine::is_shape_work(g, node("Neg", {"unknown"}, {"shape"})));  // size not known
 }
