@@ -137,6 +137,15 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
     else if (!failures.empty())
       log("[kiln build] layer '" + l.name + "' runs " + l.kernel + ";" + failures);
   }
+  // If/Loop/Scan bodies: their layers get kernels the same way (recorded on the body nodes).
+  engine::BodyTuning bodies = engine::choose_body_tactics(*e.model.graph, *typed, filter, tuner);
+  if (bodies.layers) {
+    std::string kinds;
+    int with = 0;
+    for (const auto& [k, c] : bodies.kernels) kinds += " " + k + " x" + std::to_string(c), with += c;
+    log("[kiln build] control-flow bodies: " + std::to_string(bodies.layers) + " layers, " + std::to_string(with) +
+        " with a tactic" + (kinds.empty() ? "" : ":" + kinds));
+  }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   size_t added = cache.added();
   if (Status s = cache.save(warn); !s.ok()) warn(s.message());
@@ -144,17 +153,12 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
   for (const auto& [k, c] : counts) summary += " " + k + " x" + std::to_string(c);
   log("[kiln build] kernels:" + summary);
   int threads = tuner.threads();
-  e.build["tuning"] = {{"threads", threads},
-                       {"at", tuned_at},
-                       {"shapes", tune_shapes},
-                       {"layers", tuned},
-                       {"timed", timed},
-                       {"prepared", prepared},
-                       {"cache_hits", hits},
-                       {"unproven", unproven},
-                       {"disturbed", disturbed},
-                       {"seconds", seconds},
-                       {"timing_cache", cfg.timing_cache},
+  e.build["tuning"] = {{"threads", threads},           {"at", tuned_at},
+                       {"shapes", tune_shapes},        {"layers", tuned},
+                       {"body_layers", bodies.layers}, {"timed", timed},
+                       {"prepared", prepared},         {"cache_hits", hits},
+                       {"unproven", unproven},         {"disturbed", disturbed},
+                       {"seconds", seconds},           {"timing_cache", cfg.timing_cache},
                        {"cache_entries_added", added}};
   char line[256];
   std::snprintf(line, sizeof line,

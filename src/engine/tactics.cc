@@ -40,14 +40,17 @@ backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n) {
   sig.node = &n;
   for (const auto& name : n.inputs) {
     backends::TensorSig t;
+    // A body node may read values of enclosing graphs: the innermost graph that defines the name.
+    const ir::Graph* scope = &g;
+    while (scope->parent && !scope->defines(name)) scope = scope->parent;
     if (!name.empty()) {
       t.present = true;
-      auto init = g.initializers.find(name);
-      if (init != g.initializers.end()) {
+      auto init = scope->initializers.find(name);
+      if (init != scope->initializers.end()) {
         t.constant = &init->second;
         t.dtype = init->second.dtype();
         t.shape = init->second.shape();
-      } else if (auto it = g.value_types.find(name); it != g.value_types.end() && it->second.is_tensor()) {
+      } else if (auto it = scope->value_types.find(name); it != scope->value_types.end() && it->second.is_tensor()) {
         t.dtype = it->second.elem;
         if (it->second.shape.rank_known)
           for (const Dim& d : it->second.shape.dims) t.shape.push_back(d.known() ? d.value : -1);
@@ -76,20 +79,87 @@ tune::LayerTuning choose_tactic(const ir::Graph& g, const ir::Node& n, const Tac
   return tuner.tune(sig, allowed_candidates(sig, filter));
 }
 
+namespace {
+// The subgraphs of a node, in a fixed order (attribute name, then position).
+std::vector<ir::Graph*> bodies_of(const ir::Node& n) {
+  std::vector<ir::Graph*> out;
+  for (const auto& [k, a] : n.attrs) {
+    if (a.g) out.push_back(a.g.get());
+    for (const auto& sg : a.graphs) out.push_back(sg.get());
+  }
+  return out;
+}
+
+void tune_bodies(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filter, tune::Tuner& tuner,
+                 BodyTuning& out) {
+  for (size_t i = 0; i < g.nodes.size() && i < typed.nodes.size(); ++i) {
+    // kiln's fused ops keep their body private (the fused op's own kernel runs it).
+    if (g.nodes[i].domain == "kiln") continue;
+    std::vector<ir::Graph*> subs = bodies_of(g.nodes[i]), typed_subs = bodies_of(typed.nodes[i]);
+    for (size_t s = 0; s < subs.size() && s < typed_subs.size(); ++s) {
+      ir::Graph& body = *subs[s];
+      const ir::Graph& typed_body = *typed_subs[s];
+      for (size_t j = 0; j < body.nodes.size() && j < typed_body.nodes.size(); ++j) {
+        ir::Node& n = body.nodes[j];
+        n.attrs.erase(kBodyKernelAttr);
+        ++out.layers;
+        tune::LayerTuning t = choose_tactic(typed_body, typed_body.nodes[j], filter, tuner);
+        if (t.kernel.empty() || t.kernel == "reference") continue;
+        ir::Attribute a;
+        a.type = ir::Attribute::Type::kString;
+        a.s = t.kernel;
+        n.attrs[kBodyKernelAttr] = a;
+        out.kernels[t.kernel]++;
+      }
+      tune_bodies(body, typed_body, filter, tuner, out);
+    }
+  }
+}
+}  // namespace
+
+BodyTuning choose_body_tactics(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filter, tune::Tuner& tuner) {
+  BodyTuning out;
+  tune_bodies(g, typed, filter, tuner, out);
+  return out;
+}
+
 TacticRuntime::TacticRuntime(std::shared_ptr<const ir::Graph> g, const std::vector<std::string>& kernels)
     : graph_(std::move(g)) {
   bool off = reference_kernels_forced();
+  auto& top = layers_[graph_.get()];
   for (size_t i = 0; i < graph_->nodes.size(); ++i) {
     auto l = std::make_unique<Layer>();
     if (!off && i < kernels.size() && kernels[i] != "reference") l->tactic = backends::find_tactic(kernels[i]);
     any_ |= l->tactic != nullptr;
-    layers_.push_back(std::move(l));
+    top.push_back(std::move(l));
   }
+  add_bodies(*graph_, off);
 }
 
-std::shared_ptr<const backends::PreparedLayer> TacticRuntime::prepared(size_t i,
+void TacticRuntime::add_bodies(const ir::Graph& g, bool off) {
+  for (const auto& n : g.nodes)
+    for (const auto& [k, a] : n.attrs) {
+      std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
+      if (a.g) subs.push_back(a.g);
+      for (const auto& sg : subs) {
+        auto& layers = layers_[sg.get()];
+        for (const auto& bn : sg->nodes) {
+          auto l = std::make_unique<Layer>();
+          std::string kernel = bn.attr_string(kBodyKernelAttr, "reference");
+          if (!off && kernel != "reference") l->tactic = backends::find_tactic(kernel);
+          any_ |= l->tactic != nullptr;
+          layers.push_back(std::move(l));
+        }
+        add_bodies(*sg, off);
+      }
+    }
+}
+
+std::shared_ptr<const backends::PreparedLayer> TacticRuntime::prepared(const ir::Graph& g, size_t i,
                                                                        const std::vector<const ops::Value*>& inputs) {
-  Layer& l = *layers_[i];
+  auto layers = layers_.find(&g);
+  if (layers == layers_.end() || i >= layers->second.size()) return nullptr;  // not a graph of this engine
+  Layer& l = *layers->second[i];
   if (!l.tactic) return nullptr;
   std::string key;
   for (const ops::Value* v : inputs) {
@@ -103,8 +173,8 @@ std::shared_ptr<const backends::PreparedLayer> TacticRuntime::prepared(size_t i,
   std::lock_guard<std::mutex> lock(l.mu);
   auto it = l.by_shapes.find(key);
   if (it != l.by_shapes.end()) return it->second;
-  const ir::Node& n = graph_->nodes[i];
-  backends::LayerSignature sig = signature_of(*graph_, n);
+  const ir::Node& n = g.nodes[i];
+  backends::LayerSignature sig = signature_of(g, n);
   for (size_t k = 0; k < inputs.size() && k < sig.inputs.size(); ++k) {
     if (!inputs[k]) continue;
     sig.inputs[k].present = true;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/tactic.h"
@@ -47,14 +48,33 @@ std::vector<const backends::Tactic*> allowed_candidates(const backends::LayerSig
 // by `tuner` among the allowed candidates. `g` carries concrete shapes (inferred at the opt shapes).
 tune::LayerTuning choose_tactic(const ir::Graph& g, const ir::Node& n, const TacticFilter& filter, tune::Tuner& tuner);
 
+// Build time: the kernel of every node of the subgraph bodies of `g` (If/Loop/Scan, nested too),
+// chosen as choose_tactic does for a layer and recorded in the node's kBodyKernelAttr. `typed` is
+// g's copy inferred at the opt shapes (infer_at: the same structure). Shapes that depend on the data
+// stay unknown there: the chosen tactic then prepares at run time for the shapes that come.
+struct BodyTuning {
+  int layers = 0;                      // body nodes examined
+  std::map<std::string, int> kernels;  // kernel -> count (body nodes with a tactic only)
+};
+BodyTuning choose_body_tactics(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filter, tune::Tuner& tuner);
+
+// Where a node of a subgraph body (If/Loop/Scan, nested too) records its kernel: body nodes are not
+// layers of the engine's layer list, and the engine file stores node attributes with the graph.
+inline constexpr const char* kBodyKernelAttr = "kiln.kernel";
+
 class TacticRuntime {
  public:
-  // kernels[i]: the kernel recorded for graph node i ("reference" or a tactic name).
+  // kernels[i]: the kernel recorded for graph node i ("reference" or a tactic name); nodes of
+  // subgraph bodies carry theirs in kBodyKernelAttr (absent: reference).
   TacticRuntime(std::shared_ptr<const ir::Graph> g, const std::vector<std::string>& kernels);
   bool any() const { return any_; }
-  // The prepared tactic of node i for these input values, or nullptr: run the reference kernel
-  // (no tactic, or the tactic cannot take these shapes).
-  std::shared_ptr<const backends::PreparedLayer> prepared(size_t i, const std::vector<const ops::Value*>& inputs);
+  // The prepared tactic of node i of `g` (the engine's graph or one of its bodies) for these input
+  // values, or nullptr: run the reference kernel (no tactic, or the tactic cannot take these shapes).
+  std::shared_ptr<const backends::PreparedLayer> prepared(const ir::Graph& g, size_t i,
+                                                          const std::vector<const ops::Value*>& inputs);
+  std::shared_ptr<const backends::PreparedLayer> prepared(size_t i, const std::vector<const ops::Value*>& inputs) {
+    return prepared(*graph_, i, inputs);
+  }
 
  private:
   struct Layer {
@@ -62,8 +82,10 @@ class TacticRuntime {
     std::mutex mu;
     std::map<std::string, std::shared_ptr<const backends::PreparedLayer>> by_shapes;
   };
+  void add_bodies(const ir::Graph& g, bool off);
   std::shared_ptr<const ir::Graph> graph_;
-  std::vector<std::unique_ptr<Layer>> layers_;
+  // Per graph (the main graph and every body), per node; fixed after construction.
+  std::unordered_map<const ir::Graph*, std::vector<std::unique_ptr<Layer>>> layers_;
   bool any_ = false;
 };
 
