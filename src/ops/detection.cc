@@ -239,6 +239,55 @@ bool suppresses(const Box& p, const Box& q, double iou_threshold) {
   return inter / uni > iou_threshold;
 }
 
+// The boxes kept so far, bucketed by x_min, so that a candidate meets only those whose x-interval can
+// overlap its own: a box without overlap never suppresses (suppresses() is false), so the answer is
+// the one comparing with every kept box. Buckets are at least as wide as the widest box of the batch,
+// so the kept boxes that can overlap candidate p have x_min in (p.x_min - width, p.x_max): p's bucket
+// range, plus one bucket of slack for rounding. torchvision's batched NMS runs one NMS over every
+// class with the boxes of each class offset apart: this compares each with about its own class only.
+class KeptBoxes {
+ public:
+  // `all`: every box of the batch (the candidates are among them).
+  void reset(const std::vector<Box>& all) {
+    double x0 = INFINITY, x1 = -INFINITY, w = 0;
+    bool finite = true;
+    for (const Box& b : all) {
+      finite &= std::isfinite(b.x_min) && std::isfinite(b.x_max) && std::isfinite(b.y_min) && std::isfinite(b.y_max);
+      x0 = std::min(x0, b.x_min), x1 = std::max(x1, b.x_max), w = std::max(w, b.x_max - b.x_min);
+    }
+    constexpr double kMaxBuckets = 1024;
+    x0_ = x0;
+    width_ = std::max(w, (x1 - x0) / kMaxBuckets);
+    size_t n = 1;
+    if (finite && !all.empty() && width_ > 0 && std::isfinite(width_))
+      n = static_cast<size_t>(std::min(kMaxBuckets + 2, std::floor((x1 - x0) / width_) + 1));
+    else
+      width_ = 0;  // one bucket: every kept box is compared
+    buckets_.assign(n, {});
+  }
+  bool suppressed(const Box& p, double iou) const {
+    const size_t lo = bucket(p.x_min - width_), hi = bucket(p.x_max);
+    for (size_t i = lo == 0 ? 0 : lo - 1; i <= hi; ++i)
+      for (const Box& q : buckets_[i])
+        if (suppresses(p, q, iou)) return true;
+    return false;
+  }
+  void add(const Box& b) { buckets_[bucket(b.x_min)].push_back(b); }
+  void clear() {
+    for (auto& b : buckets_) b.clear();
+  }
+
+ private:
+  size_t bucket(double x) const {
+    if (width_ <= 0) return 0;
+    double at = std::floor((x - x0_) / width_);
+    if (!(at > 0)) return 0;  // NaN too
+    return std::min(static_cast<size_t>(std::min(at, 1e18)), buckets_.size() - 1);
+  }
+  double x0_ = 0, width_ = 0;
+  std::vector<std::vector<Box>> buckets_;
+};
+
 Status infer_nms(InferContext& ctx) {
   ctx.set_output(0, DataType::kInt64, SymShape({ctx.new_symbol(), Dim(3)}));
   return Status::Ok();
@@ -275,8 +324,11 @@ Status nms_kernel(KernelContext& ctx) {
   std::vector<int64_t> selected;  // triples
   std::vector<int64_t> order;
   std::vector<double> key;
-  std::vector<Box> kept;
+  std::vector<Box> all(static_cast<size_t>(S));
+  KeptBoxes kept;
   for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < S; ++i) all[static_cast<size_t>(i)] = read_box(boxes, (b * S + i) * 4, center == 1);
+    kept.reset(all);
     for (int64_t k = 0; k < K; ++k) {
       const int64_t sbase = (b * K + k) * S;
       order.clear();
@@ -289,12 +341,13 @@ Status nms_kernel(KernelContext& ctx) {
       std::stable_sort(order.begin(), order.end(),
                        [&](int64_t p, int64_t q) { return key[static_cast<size_t>(p)] > key[static_cast<size_t>(q)]; });
       kept.clear();
+      int64_t n_kept = 0;
       for (int64_t i : order) {
-        if (static_cast<int64_t>(kept.size()) >= max_out) break;
-        Box cand = read_box(boxes, (b * S + i) * 4, center == 1);
-        bool keep = std::none_of(kept.begin(), kept.end(), [&](const Box& s) { return suppresses(cand, s, iou); });
-        if (!keep) continue;
-        kept.push_back(cand);
+        if (n_kept >= max_out) break;
+        const Box& cand = all[static_cast<size_t>(i)];
+        if (kept.suppressed(cand, iou)) continue;
+        kept.add(cand);
+        ++n_kept;
         selected.insert(selected.end(), {b, k, i});
       }
     }
