@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <random>
 
 #include "ops/common.h"
 #include "ops/interpreter.h"
@@ -309,6 +310,49 @@ TEST(TensorKernel, ScatterElementsReductionsOnInts) {
   Tensor m = run1(make_node("ScatterElements", {"d", "i", "u"}, {"y"}, 18, {{"reduction", str_attr("min")}}),
                   {data, i64({1, 1}), upd});
   EXPECT_EQ(m.get_i64(1), 1);
+}
+
+// The no-reduction path walks the index positions as an odometer: every axis, indices smaller than
+// data in the other dims, negative indices, 1-, 2-, 4- and 8-byte elements, against a direct
+// computation from the definition.
+TEST(TensorKernel, ScatterElementsMatchesTheDefinition) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t rank = 1 + trial % 4;
+    const int64_t axis = trial % rank;
+    Dims dshape, ishape;
+    for (int64_t k = 0; k < rank; ++k) {
+      dshape.push_back(1 + static_cast<int64_t>(rng() % 5));
+      ishape.push_back(k == axis ? 1 + static_cast<int64_t>(rng() % 6) : 1 + static_cast<int64_t>(rng() % dshape[k]));
+    }
+    const DataType dts[] = {DataType::kFloat32, DataType::kInt64, DataType::kUInt8, DataType::kFloat16};
+    const DataType dt = dts[trial % 4];
+    Tensor data(dt, dshape), upd(dt, ishape), ind(DataType::kInt64, ishape);
+    for (int64_t i = 0; i < data.numel(); ++i) data.set_f64(i, static_cast<double>(i % 50));
+    for (int64_t i = 0; i < upd.numel(); ++i) upd.set_f64(i, static_cast<double>(100 + i % 100));
+    const int64_t dim = dshape[static_cast<size_t>(axis)];
+    for (int64_t i = 0; i < ind.numel(); ++i)
+      ind.data<int64_t>()[i] = static_cast<int64_t>(rng() % static_cast<uint64_t>(2 * dim)) - dim;
+    ir::Node n = make_node("ScatterElements", {"d", "i", "u"}, {"y"}, 18);
+    ir::Attribute a;
+    a.type = ir::Attribute::Type::kInt;
+    a.i = axis;
+    n.attrs["axis"] = a;
+    Tensor y = run1(n, {data, ind, upd});
+    Tensor want = data.clone();
+    Dims istr = strides_of(ishape), dstr = strides_of(dshape);
+    for (int64_t j = 0; j < ind.numel(); ++j) {
+      int64_t off = 0;
+      for (int64_t k = 0; k < rank; ++k) {
+        int64_t p = (j / istr[static_cast<size_t>(k)]) % ishape[static_cast<size_t>(k)];
+        if (k == axis) p = ind.data<int64_t>()[j] < 0 ? ind.data<int64_t>()[j] + dim : ind.data<int64_t>()[j];
+        off += p * dstr[static_cast<size_t>(k)];
+      }
+      want.set_f64(off, upd.get_f64(j));
+    }
+    ASSERT_EQ(values(y), values(want)) << "trial " << trial << " data " << data.describe() << " indices "
+                                       << ind.describe() << " axis " << axis;
+  }
 }
 
 TEST(TensorKernel, UniqueSortedWithAxis) {
