@@ -63,10 +63,13 @@ Status roi_align_kernel(KernelContext& ctx) {
   Dims out_shape = {R, C, oh, ow};
   auto numel = checked_numel(out_shape);
   if (!numel.ok()) return ctx.error(numel.status().message());
-  Tensor x = x0.dtype() == DataType::kFloat64 ? x0 : x0.cast(DataType::kFloat64).value();
-  const double* px = x.data<double>();
-  Tensor y(DataType::kFloat64, out_shape);
-  double* py = y.data<double>();
+  // float32 is read and written as is (each value exactly a double, the sums in double as for other
+  // types, one rounding at the store): the same numbers as casting X to float64 first, without a
+  // copy of every feature map at each call (a detector pools from four FPN levels).
+  const bool f32 = x0.dtype() == DataType::kFloat32;
+  Tensor x = f32 || x0.dtype() == DataType::kFloat64 ? x0 : x0.cast(DataType::kFloat64).value();
+  Tensor y(f32 ? DataType::kFloat32 : DataType::kFloat64, out_shape);
+  const bool avg = mode == "avg";
   std::vector<Sample> samples;
   for (int64_t r = 0; r < R; ++r) {
     const int64_t b = bidx.get_i64(r);
@@ -123,28 +126,36 @@ Status roi_align_kernel(KernelContext& ctx) {
             samples.push_back(s);
           }
         }
-    for (int64_t c = 0; c < C; ++c) {
-      const double* xp = px + (b * C + c) * H * W;
-      size_t si = 0;
-      for (int64_t pbin = 0; pbin < oh * ow; ++pbin) {
-        double acc = 0;
-        bool first = true;
-        for (int64_t k = 0; k < gh * gw; ++k, ++si) {
-          const Sample& s = samples[si];
-          if (mode == "avg") {
-            for (int q = 0; q < 4; ++q) acc += s.w[q] * xp[s.pos[q]];
-          } else {  // max of the weighted corners (as ONNX's reference and onnxruntime do)
-            double v =
-                std::max({s.w[0] * xp[s.pos[0]], s.w[1] * xp[s.pos[1]], s.w[2] * xp[s.pos[2]], s.w[3] * xp[s.pos[3]]});
-            acc = first ? v : std::max(acc, v);
-            first = false;
+    auto pool = [&](const auto* px, auto* py) {
+      using Out = std::remove_pointer_t<decltype(py)>;
+      for (int64_t c = 0; c < C; ++c) {
+        const auto* xp = px + (b * C + c) * H * W;
+        size_t si = 0;
+        for (int64_t pbin = 0; pbin < oh * ow; ++pbin) {
+          double acc = 0;
+          bool first = true;
+          for (int64_t k = 0; k < gh * gw; ++k, ++si) {
+            const Sample& s = samples[si];
+            if (avg) {
+              for (int q = 0; q < 4; ++q) acc += s.w[q] * static_cast<double>(xp[s.pos[q]]);
+            } else {  // max of the weighted corners (as ONNX's reference and onnxruntime do)
+              double v =
+                  std::max({s.w[0] * static_cast<double>(xp[s.pos[0]]), s.w[1] * static_cast<double>(xp[s.pos[1]]),
+                            s.w[2] * static_cast<double>(xp[s.pos[2]]), s.w[3] * static_cast<double>(xp[s.pos[3]])});
+              acc = first ? v : std::max(acc, v);
+              first = false;
+            }
           }
+          py[(r * C + c) * oh * ow + pbin] = static_cast<Out>(avg ? acc / count : acc);
         }
-        py[(r * C + c) * oh * ow + pbin] = mode == "avg" ? acc / count : acc;
       }
-    }
+    };
+    if (f32)
+      pool(x.data<float>(), y.data<float>());
+    else
+      pool(x.data<double>(), y.data<double>());
   }
-  ctx.set_output(0, x0.dtype() == DataType::kFloat64 ? y : y.cast(x0.dtype()).value());
+  ctx.set_output(0, f32 || x0.dtype() == DataType::kFloat64 ? y : y.cast(x0.dtype()).value());
   return Status::Ok();
 }
 
