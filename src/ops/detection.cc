@@ -250,53 +250,66 @@ bool suppresses(const Box& p, const Box& q, double iou_threshold) {
   return inter / uni > iou_threshold;
 }
 
-// The boxes kept so far, bucketed by x_min, so that a candidate meets only those whose x-interval can
-// overlap its own: a box without overlap never suppresses (suppresses() is false), so the answer is
-// the one comparing with every kept box. Buckets are at least as wide as the widest box of the batch,
-// so the kept boxes that can overlap candidate p have x_min in (p.x_min - width, p.x_max): p's bucket
-// range, plus one bucket of slack for rounding. torchvision's batched NMS runs one NMS over every
-// class with the boxes of each class offset apart: this compares each with about its own class only.
+// The boxes kept so far, in a grid of cells by (x_min, y_min), so that a candidate meets only those
+// that can overlap it: a box without overlap never suppresses (suppresses() is false), so the answer
+// is the one comparing with every kept box. A kept box q overlapping candidate p on x has
+// q.x_min in (p.x_min - max_width, p.x_max) (max_width: the widest box of the batch), and so on y:
+// the cells of that range, widened by a margin far above rounding, hold every such q. torchvision's
+// batched NMS runs one NMS over every class, the boxes of each class offset apart (on both axes):
+// a candidate then meets about the kept boxes of its own class only.
 class KeptBoxes {
  public:
   // `all`: every box of the batch (the candidates are among them).
   void reset(const std::vector<Box>& all) {
-    double x0 = INFINITY, x1 = -INFINITY, w = 0;
-    bool finite = true;
-    for (const Box& b : all) {
+    bool finite = !all.empty();
+    for (const Box& b : all)
       finite &= std::isfinite(b.x_min) && std::isfinite(b.x_max) && std::isfinite(b.y_min) && std::isfinite(b.y_max);
-      x0 = std::min(x0, b.x_min), x1 = std::max(x1, b.x_max), w = std::max(w, b.x_max - b.x_min);
-    }
-    constexpr double kMaxBuckets = 1024;
-    x0_ = x0;
-    width_ = std::max(w, (x1 - x0) / kMaxBuckets);
-    size_t n = 1;
-    if (finite && !all.empty() && width_ > 0 && std::isfinite(width_))
-      n = static_cast<size_t>(std::min(kMaxBuckets + 2, std::floor((x1 - x0) / width_) + 1));
-    else
-      width_ = 0;  // one bucket: every kept box is compared
-    buckets_.assign(n, {});
+    x_ = Axis::of(all, finite, &Box::x_min, &Box::x_max);
+    y_ = Axis::of(all, finite, &Box::y_min, &Box::y_max);
+    cells_.assign(x_.n * y_.n, {});
   }
   bool suppressed(const Box& p, double iou) const {
-    const size_t lo = bucket(p.x_min - width_), hi = bucket(p.x_max);
-    for (size_t i = lo == 0 ? 0 : lo - 1; i <= hi; ++i)
-      for (const Box& q : buckets_[i])
-        if (suppresses(p, q, iou)) return true;
+    const size_t x0 = x_.cell(p.x_min - x_.reach), x1 = x_.cell(p.x_max + x_.margin);
+    const size_t y0 = y_.cell(p.y_min - y_.reach), y1 = y_.cell(p.y_max + y_.margin);
+    for (size_t cy = y0; cy <= y1; ++cy)
+      for (size_t cx = x0; cx <= x1; ++cx)
+        for (const Box& q : cells_[cy * x_.n + cx])
+          if (suppresses(p, q, iou)) return true;
     return false;
   }
-  void add(const Box& b) { buckets_[bucket(b.x_min)].push_back(b); }
+  void add(const Box& b) { cells_[y_.cell(b.y_min) * x_.n + x_.cell(b.x_min)].push_back(b); }
   void clear() {
-    for (auto& b : buckets_) b.clear();
+    for (auto& c : cells_) c.clear();
   }
 
  private:
-  size_t bucket(double x) const {
-    if (width_ <= 0) return 0;
-    double at = std::floor((x - x0_) / width_);
-    if (!(at > 0)) return 0;  // NaN too
-    return std::min(static_cast<size_t>(std::min(at, 1e18)), buckets_.size() - 1);
-  }
-  double x0_ = 0, width_ = 0;
-  std::vector<std::vector<Box>> buckets_;
+  struct Axis {
+    double lo = 0, step = 0, reach = 0, margin = 0;  // step 0: a single cell
+    size_t n = 1;
+    static Axis of(const std::vector<Box>& all, bool finite, double Box::*lo_of, double Box::*hi_of) {
+      Axis a;
+      if (!finite) return a;
+      double lo = INFINITY, hi = -INFINITY, w = 0;
+      for (const Box& b : all)
+        lo = std::min(lo, b.*lo_of), hi = std::max(hi, b.*hi_of), w = std::max(w, b.*hi_of - b.*lo_of);
+      constexpr double kMaxCells = 128;  // per axis
+      a.lo = lo;
+      a.margin = 1e-6 * (std::fabs(lo) + std::fabs(hi) + w) + 1e-30;
+      a.reach = w + a.margin;
+      a.step = std::max(w, (hi - lo) / kMaxCells);
+      if (!(a.step > 0) || !std::isfinite(a.step)) return Axis{};
+      a.n = static_cast<size_t>(std::min(kMaxCells + 2, std::floor((hi - lo) / a.step) + 1));
+      return a;
+    }
+    size_t cell(double v) const {
+      if (step <= 0) return 0;
+      double at = std::floor((v - lo) / step);
+      if (!(at > 0)) return 0;  // NaN too
+      return std::min(static_cast<size_t>(std::min(at, 1e18)), n - 1);
+    }
+  };
+  Axis x_, y_;
+  std::vector<std::vector<Box>> cells_;
 };
 
 Status infer_nms(InferContext& ctx) {
