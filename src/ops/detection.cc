@@ -239,19 +239,8 @@ Box read_box(const Tensor& boxes, int64_t at, bool center) {
   return {std::min(b, d), std::max(b, d), std::min(a, c), std::max(a, c)};  // [y1, x1, y2, x2], any corner order
 }
 
-bool suppresses(const Box& p, const Box& q, double iou_threshold) {
-  double ix = std::min(p.x_max, q.x_max) - std::max(p.x_min, q.x_min);
-  double iy = std::min(p.y_max, q.y_max) - std::max(p.y_min, q.y_min);
-  if (!(ix > 0) || !(iy > 0)) return false;
-  double inter = ix * iy;
-  double a1 = (p.x_max - p.x_min) * (p.y_max - p.y_min), a2 = (q.x_max - q.x_min) * (q.y_max - q.y_min);
-  double uni = a1 + a2 - inter;
-  if (!(a1 > 0) || !(a2 > 0) || !(uni > 0)) return false;
-  return inter / uni > iou_threshold;
-}
-
 // The boxes kept so far, in a grid of cells by (x_min, y_min), so that a candidate meets only those
-// that can overlap it: a box without overlap never suppresses (suppresses() is false), so the answer
+// that can overlap it: a box without overlap never suppresses (see suppressed()), so the answer
 // is the one comparing with every kept box. A kept box q overlapping candidate p on x has
 // q.x_min in (p.x_min - max_width, p.x_max) (max_width: the widest box of the batch), and so on y:
 // the cells of that range, widened by a margin far above rounding, hold every such q. torchvision's
@@ -271,18 +260,44 @@ class KeptBoxes {
   bool suppressed(const Box& p, double iou) const {
     const size_t x0 = x_.cell(p.x_min - x_.reach), x1 = x_.cell(p.x_max + x_.margin);
     const size_t y0 = y_.cell(p.y_min - y_.reach), y1 = y_.cell(p.y_max + y_.margin);
+    // Kept box q suppresses p when they intersect (ix, iy > 0), both have positive areas and a
+    // positive union, and IoU > iou. Evaluated over a cell's boxes without a branch per box: the
+    // boxes of one class mostly overlap, so most comparisons compute the whole IoU anyway.
+    const double a1 = (p.x_max - p.x_min) * (p.y_max - p.y_min);
+    if (!(a1 > 0)) return false;
     for (size_t cy = y0; cy <= y1; ++cy)
-      for (size_t cx = x0; cx <= x1; ++cx)
-        for (const Box& q : cells_[cy * x_.n + cx])
-          if (suppresses(p, q, iou)) return true;
+      for (size_t cx = x0; cx <= x1; ++cx) {
+        const Cell& c = cells_[cy * x_.n + cx];
+        const size_t n = c.x_min.size();
+        for (size_t i = 0; i < n; i += 16) {
+          const size_t e = std::min(n, i + 16);
+          int any = 0;
+#pragma omp simd reduction(| : any)
+          for (size_t j = i; j < e; ++j) {
+            const double ix = std::min(p.x_max, c.x_max[j]) - std::max(p.x_min, c.x_min[j]);
+            const double iy = std::min(p.y_max, c.y_max[j]) - std::max(p.y_min, c.y_min[j]);
+            const double inter = ix * iy, a2 = c.area[j], uni = a1 + a2 - inter;
+            any |= (ix > 0) & (iy > 0) & (a2 > 0) & (uni > 0) & (inter / uni > iou);
+          }
+          if (any) return true;
+        }
+      }
     return false;
   }
-  void add(const Box& b) { cells_[y_.cell(b.y_min) * x_.n + x_.cell(b.x_min)].push_back(b); }
+  void add(const Box& b) {
+    Cell& c = cells_[y_.cell(b.y_min) * x_.n + x_.cell(b.x_min)];
+    c.x_min.push_back(b.x_min), c.x_max.push_back(b.x_max), c.y_min.push_back(b.y_min), c.y_max.push_back(b.y_max);
+    c.area.push_back((b.x_max - b.x_min) * (b.y_max - b.y_min));
+  }
   void clear() {
-    for (auto& c : cells_) c.clear();
+    for (auto& c : cells_)
+      for (auto* v : {&c.x_min, &c.x_max, &c.y_min, &c.y_max, &c.area}) v->clear();
   }
 
  private:
+  struct Cell {  // the kept boxes of a cell, one array per coordinate
+    std::vector<double> x_min, x_max, y_min, y_max, area;
+  };
   struct Axis {
     double lo = 0, step = 0, reach = 0, margin = 0;  // step 0: a single cell
     size_t n = 1;
@@ -309,7 +324,7 @@ class KeptBoxes {
     }
   };
   Axis x_, y_;
-  std::vector<std::vector<Box>> cells_;
+  std::vector<Cell> cells_;
 };
 
 Status infer_nms(InferContext& ctx) {
