@@ -180,18 +180,15 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
     else if (!failures.empty())
       log("[kiln build] layer '" + l.name + "' runs " + l.kernel + ";" + failures);
   }
-  if (const ir::Node* cf = engine::top_level_control_flow(*e.model.graph))
-    for (size_t i = 0; i < e.layers.size() && i < typed->nodes.size(); ++i) {
-      // The executor runs such a graph in the reference interpreter: the chosen tactics go unused.
-      LayerInfo& l = e.layers[i];
-      if (l.kernel == "reference") continue;
-      l.kernel = "reference";
-      record_reference(i, {});
-      l.reference.reasons = {"the graph's top level holds control flow (" + cf->op_type + " '" + cf->name +
-                             "'): the engine runs the whole graph in the reference interpreter"};
-    }
-  counts.clear();
-  for (const auto& l : e.layers) counts[l.kernel]++;
+  // If/Loop/Scan bodies: their layers get kernels the same way (recorded on the body nodes).
+  engine::BodyTuning bodies = engine::choose_body_tactics(*e.model.graph, *typed, filter, tuner);
+  if (bodies.layers) {
+    std::string kinds;
+    int with = 0;
+    for (const auto& [k, c] : bodies.kernels) kinds += " " + k + " x" + std::to_string(c), with += c;
+    log("[kiln build] control-flow bodies: " + std::to_string(bodies.layers) + " layers, " + std::to_string(with) +
+        " with a tactic" + (kinds.empty() ? "" : ":" + kinds));
+  }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   size_t added = cache.added();
   if (Status s = cache.save(warn); !s.ok()) warn(s.message());
@@ -199,17 +196,12 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
   for (const auto& [k, c] : counts) summary += " " + k + " x" + std::to_string(c);
   log("[kiln build] kernels:" + summary);
   int threads = tuner.threads();
-  e.build["tuning"] = {{"threads", threads},
-                       {"at", tuned_at},
-                       {"shapes", tune_shapes},
-                       {"layers", tuned},
-                       {"timed", timed},
-                       {"prepared", prepared},
-                       {"cache_hits", hits},
-                       {"unproven", unproven},
-                       {"disturbed", disturbed},
-                       {"seconds", seconds},
-                       {"timing_cache", cfg.timing_cache},
+  e.build["tuning"] = {{"threads", threads},           {"at", tuned_at},
+                       {"shapes", tune_shapes},        {"layers", tuned},
+                       {"body_layers", bodies.layers}, {"timed", timed},
+                       {"prepared", prepared},         {"cache_hits", hits},
+                       {"unproven", unproven},         {"disturbed", disturbed},
+                       {"seconds", seconds},           {"timing_cache", cfg.timing_cache},
                        {"cache_entries_added", added}};
   char line[256];
   std::snprintf(line, sizeof line,

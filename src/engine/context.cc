@@ -120,10 +120,17 @@ Status ContextImpl::run() {
   interp->place_outputs = [&](const ir::Node& n, std::vector<ops::Value>& outs) {
     plant_test_bug(n, outs);
     for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i) {
-      auto off = p.offsets.find(n.outputs[i]);
-      if (off == p.offsets.end() || !outs[i].is_tensor()) continue;
+      if (!outs[i].is_tensor()) continue;
       const Tensor& t = outs[i].tensor;
-      if (t.dtype() == DataType::kString || t.nbytes() > p.sizes.at(n.outputs[i])) continue;  // kept dynamic
+      auto off = p.offsets.find(n.outputs[i]);
+      if (off == p.offsets.end() || t.dtype() == DataType::kString || t.nbytes() > p.sizes.at(n.outputs[i])) {
+        // Kept dynamic. A kernel may hand back a view of an input (an If branch or a Loop passing an
+        // outer value through): when that lies in the arena, its slot is reused once the input dies,
+        // so the output takes its own copy.
+        auto* b = static_cast<const uint8_t*>(t.raw());
+        if (b && t.nbytes() && b >= arena.get() && b < arena.get() + arena_capacity) outs[i] = ops::Value(t.clone());
+        continue;
+      }
       Tensor slot = Tensor::alias(t.dtype(), t.shape(), arena, off->second);
       if (slot.raw() == t.raw()) continue;  // a tactic wrote it there already
       if (t.nbytes()) std::memmove(slot.raw(), t.raw(), t.nbytes());

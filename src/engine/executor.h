@@ -1,7 +1,17 @@
 // The engine's runtime loop: runs the optimized graph layer by layer, each layer through its
 // prepared tactic when it has one (writing straight into the memory-planned arena), else through
-// its reference kernel. Graphs whose top level holds subgraph ops (If/Loop/Scan) run entirely
-// through the reference interpreter for now.
+// its reference kernel.
+//
+// It is the reference interpreter's loop (ops::Interpreter: frames, liveness, the run deadline)
+// with one step replaced: run_layer tries the layer's tactic first. Control flow (If/Loop/Scan)
+// therefore runs inside the engine: the rest of the graph keeps its tactics and memory plan, and a
+// body runs through the same loop (as the interpreter's SubgraphRunner) with a frame whose parent
+// is the enclosing graph's values, so it reads outer-scope values by name. Body layers run their
+// own tactics (chosen at build time, recorded in the node attribute engine::kBodyKernelAttr,
+// prepared lazily per input shape); their outputs are fresh tensors (bodies are not memory
+// planned). Values a body reads from outer scopes stay alive until the control-flow node is done:
+// the interpreter's release lists and the memory planner both count Graph::outer_references()
+// (transitively through nested bodies) as reads by that node.
 #pragma once
 
 #include <functional>
@@ -13,34 +23,32 @@
 
 namespace kiln::engine {
 
-// The top-level node of `g` holding a subgraph (If/Loop/Scan; kiln's fused ops keep self-contained
-// bodies and do not count), or nullptr. While there is one the whole graph runs in the reference
-// interpreter: the builder reports every layer as a reference layer then.
-const ir::Node* top_level_control_flow(const ir::Graph& g);
-
-class LayerExecutor {
+class LayerExecutor : public ops::Interpreter {
  public:
   LayerExecutor(std::shared_ptr<const ir::Graph> graph, std::shared_ptr<TacticRuntime> tactics);
 
-  // The same hooks as ops::Interpreter (the context's memory planning and observers use them).
-  std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_node;
-  std::function<void(const ir::Node&, std::vector<ops::Value>&)> place_outputs;
-  // Where a tactic writes output i of a node (an arena slot); an undefined tensor: a fresh one.
+  // Inherited: run(inputs), and the hooks on_node / place_outputs (the context's memory planning and
+  // observers), called for the main graph's layers only.
+  // Where a tactic writes output i of a main-graph layer (an arena slot); an undefined tensor: a
+  // fresh one. Body layers always write fresh tensors.
   std::function<Tensor(const ir::Node&, size_t, DataType, const Dims&)> allocate_output;
 
-  Result<std::vector<ops::Value>> run(const std::map<std::string, ops::Value>& inputs);
+  // Layers that ran a prepared tactic (main graph and bodies) since construction: tests check that
+  // control flow did not send the graph to reference kernels.
+  size_t tactic_runs() const { return tactic_runs_; }
 
-  // Per layer: how many runs its tactic declined the run-time shapes, so that the layer ran its
-  // reference kernel (TacticRuntime warns the first time; kiln bench --dump-profile shows the counts).
+  // Per main-graph layer: how many runs its tactic declined the run-time shapes, so that the layer ran
+  // its reference kernel (TacticRuntime warns the first time; kiln bench --dump-profile shows the counts).
   const std::vector<int64_t>& declined_runs() const { return declined_runs_; }
 
+ protected:
+  Result<std::vector<ops::Value>> run_layer(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
+                                            const std::vector<const ops::Value*>& inputs, bool top_level) override;
+
  private:
-  std::shared_ptr<const ir::Graph> graph_;
   std::shared_ptr<TacticRuntime> tactics_;
-  ops::Interpreter interp_;
-  bool has_subgraphs_ = false;
-  std::vector<const ops::OpSchema*> schemas_;
-  std::vector<std::vector<std::string>> release_after_;
+  std::vector<const Tensor*> in_tensors_;
+  size_t tactic_runs_ = 0;
   std::vector<int64_t> declined_runs_;
 };
 

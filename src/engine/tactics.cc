@@ -43,14 +43,17 @@ backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n) {
   sig.node = &n;
   for (const auto& name : n.inputs) {
     backends::TensorSig t;
+    // A body node may read values of enclosing graphs: the innermost graph that defines the name.
+    const ir::Graph* scope = &g;
+    while (scope->parent && !scope->defines(name)) scope = scope->parent;
     if (!name.empty()) {
       t.present = true;
-      auto init = g.initializers.find(name);
-      if (init != g.initializers.end()) {
+      auto init = scope->initializers.find(name);
+      if (init != scope->initializers.end()) {
         t.constant = &init->second;
         t.dtype = init->second.dtype();
         t.shape = init->second.shape();
-      } else if (auto it = g.value_types.find(name); it != g.value_types.end() && it->second.is_tensor()) {
+      } else if (auto it = scope->value_types.find(name); it != scope->value_types.end() && it->second.is_tensor()) {
         t.dtype = it->second.elem;
         if (it->second.shape.rank_known)
           for (const Dim& d : it->second.shape.dims) t.shape.push_back(d.known() ? d.value : -1);
@@ -136,15 +139,61 @@ bool is_shape_work(const ir::Graph& g, const ir::Node& n) {
   return true;
 }
 
+namespace {
+// The subgraphs of a node, in a fixed order (attribute name, then position).
+std::vector<ir::Graph*> bodies_of(const ir::Node& n) {
+  std::vector<ir::Graph*> out;
+  for (const auto& [k, a] : n.attrs) {
+    if (a.g) out.push_back(a.g.get());
+    for (const auto& sg : a.graphs) out.push_back(sg.get());
+  }
+  return out;
+}
+
+void tune_bodies(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filter, tune::Tuner& tuner,
+                 BodyTuning& out) {
+  for (size_t i = 0; i < g.nodes.size() && i < typed.nodes.size(); ++i) {
+    // kiln's fused ops keep their body private (the fused op's own kernel runs it).
+    if (g.nodes[i].domain == "kiln") continue;
+    std::vector<ir::Graph*> subs = bodies_of(g.nodes[i]), typed_subs = bodies_of(typed.nodes[i]);
+    for (size_t s = 0; s < subs.size() && s < typed_subs.size(); ++s) {
+      ir::Graph& body = *subs[s];
+      const ir::Graph& typed_body = *typed_subs[s];
+      for (size_t j = 0; j < body.nodes.size() && j < typed_body.nodes.size(); ++j) {
+        ir::Node& n = body.nodes[j];
+        n.attrs.erase(kBodyKernelAttr);
+        ++out.layers;
+        tune::LayerTuning t = choose_tactic(typed_body, typed_body.nodes[j], filter, tuner).tuning;
+        if (t.kernel.empty() || t.kernel == "reference") continue;
+        ir::Attribute a;
+        a.type = ir::Attribute::Type::kString;
+        a.s = t.kernel;
+        n.attrs[kBodyKernelAttr] = a;
+        out.kernels[t.kernel]++;
+      }
+      tune_bodies(body, typed_body, filter, tuner, out);
+    }
+  }
+}
+}  // namespace
+
+BodyTuning choose_body_tactics(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filter, tune::Tuner& tuner) {
+  BodyTuning out;
+  tune_bodies(g, typed, filter, tuner, out);
+  return out;
+}
+
 TacticRuntime::TacticRuntime(std::shared_ptr<const ir::Graph> g, const std::vector<std::string>& kernels)
     : graph_(std::move(g)) {
   bool off = reference_kernels_forced();
+  auto& top = layers_[graph_.get()];
   for (size_t i = 0; i < graph_->nodes.size(); ++i) {
     auto l = std::make_unique<Layer>();
     if (!off && i < kernels.size() && kernels[i] != "reference") l->tactic = backends::find_tactic(kernels[i]);
     any_ |= l->tactic != nullptr;
-    layers_.push_back(std::move(l));
+    top.push_back(std::move(l));
   }
+  add_bodies(*graph_, off);
 }
 
 std::string TacticRuntime::key_of(const std::vector<InputType>& types) {
@@ -154,9 +203,30 @@ std::string TacticRuntime::key_of(const std::vector<InputType>& types) {
   return key;
 }
 
-std::shared_ptr<const backends::PreparedLayer> TacticRuntime::prepared(size_t i,
+void TacticRuntime::add_bodies(const ir::Graph& g, bool off) {
+  for (const auto& n : g.nodes)
+    for (const auto& [k, a] : n.attrs) {
+      std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
+      if (a.g) subs.push_back(a.g);
+      for (const auto& sg : subs) {
+        auto& layers = layers_[sg.get()];
+        for (const auto& bn : sg->nodes) {
+          auto l = std::make_unique<Layer>();
+          std::string kernel = bn.attr_string(kBodyKernelAttr, "reference");
+          if (!off && kernel != "reference") l->tactic = backends::find_tactic(kernel);
+          any_ |= l->tactic != nullptr;
+          layers.push_back(std::move(l));
+        }
+        add_bodies(*sg, off);
+      }
+    }
+}
+
+std::shared_ptr<const backends::PreparedLayer> TacticRuntime::prepared(const ir::Graph& g, size_t i,
                                                                        const std::vector<const ops::Value*>& inputs) {
-  Layer& l = *layers_[i];
+  auto layers = layers_.find(&g);
+  if (layers == layers_.end() || i >= layers->second.size()) return nullptr;  // not a graph of this engine
+  Layer& l = *layers->second[i];
   if (!l.tactic) return nullptr;
   std::vector<InputType> types(inputs.size());
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -165,17 +235,17 @@ std::shared_ptr<const backends::PreparedLayer> TacticRuntime::prepared(size_t i,
     if (!v->is_tensor()) return nullptr;
     types[k] = {true, v->tensor.dtype(), v->tensor.shape()};
   }
-  return get(i, key_of(types), types);
+  return get(g, i, key_of(types), types);
 }
 
-std::shared_ptr<const backends::PreparedLayer> TacticRuntime::get(size_t i, const std::string& key,
+std::shared_ptr<const backends::PreparedLayer> TacticRuntime::get(const ir::Graph& g, size_t i, const std::string& key,
                                                                   const std::vector<InputType>& types) {
-  Layer& l = *layers_[i];
+  Layer& l = *layers_.at(&g)[i];
   std::lock_guard<std::mutex> lock(l.mu);
   auto it = l.by_shapes.find(key);
   if (it != l.by_shapes.end()) return it->second;
-  const ir::Node& n = graph_->nodes[i];
-  backends::LayerSignature sig = signature_of(*graph_, n);
+  const ir::Node& n = g.nodes[i];
+  backends::LayerSignature sig = signature_of(g, n);
   for (size_t k = 0; k < types.size() && k < sig.inputs.size(); ++k) {
     if (!types[k].present) continue;
     sig.inputs[k].present = true;
@@ -213,8 +283,9 @@ std::shared_ptr<const backends::PreparedLayer> TacticRuntime::get(size_t i, cons
 int TacticRuntime::prepare_ahead(const ir::Graph& typed) {
   // The layers whose every input type is known in `typed`, with those types.
   std::vector<std::pair<size_t, std::vector<InputType>>> todo;
-  for (size_t i = 0; i < layers_.size() && i < typed.nodes.size(); ++i) {
-    if (!layers_[i]->tactic) continue;
+  const auto& top = layers_.at(graph_.get());
+  for (size_t i = 0; i < top.size() && i < typed.nodes.size(); ++i) {
+    if (!top[i]->tactic) continue;
     const ir::Node& n = typed.nodes[i];
     std::vector<InputType> types(n.inputs.size());
     bool known = true;
@@ -238,7 +309,7 @@ int TacticRuntime::prepare_ahead(const ir::Graph& typed) {
   kiln::parallel_for(threads, 1, [&](int64_t, int64_t) {
     for (size_t t; (t = next++) < todo.size();) {
       auto& [i, types] = todo[t];
-      done += get(i, key_of(types), types) != nullptr;
+      done += get(*graph_, i, key_of(types), types) != nullptr;
     }
   });
   return done.load();

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/tactic.h"
@@ -77,19 +78,41 @@ std::vector<std::string> reference_reasons(const ir::Node& n, const LayerChoice&
 // most 4096 integer/boolean ones (shape arithmetic, index and mask computations).
 bool is_shape_work(const ir::Graph& g, const ir::Node& n);
 
+// Build time: the kernel of every node of the subgraph bodies of `g` (If/Loop/Scan, nested too),
+// chosen as choose_tactic does for a layer and recorded in the node's kBodyKernelAttr. `typed` is
+// g's copy inferred at the opt shapes (infer_at: the same structure). Shapes that depend on the data
+// stay unknown there: the chosen tactic then prepares at run time for the shapes that come.
+struct BodyTuning {
+  int layers = 0;                      // body nodes examined
+  std::map<std::string, int> kernels;  // kernel -> count (body nodes with a tactic only)
+};
+BodyTuning choose_body_tactics(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filter, tune::Tuner& tuner);
+
+// Where a node of a subgraph body (If/Loop/Scan, nested too) records its kernel: body nodes are not
+// layers of the engine's layer list, and the engine file stores node attributes with the graph.
+inline constexpr const char* kBodyKernelAttr = "kiln.kernel";
+
 class TacticRuntime {
  public:
-  // kernels[i]: the kernel recorded for graph node i ("reference" or a tactic name).
+  // kernels[i]: the kernel recorded for graph node i ("reference" or a tactic name); nodes of
+  // subgraph bodies carry theirs in kBodyKernelAttr (absent: reference).
   TacticRuntime(std::shared_ptr<const ir::Graph> g, const std::vector<std::string>& kernels);
   bool any() const { return any_; }
-  // Whether node i has a tactic (it may still decline some run-time shapes).
-  bool has_tactic(size_t i) const { return i < layers_.size() && layers_[i]->tactic; }
-  // The prepared tactic of node i for these input values, or nullptr: run the reference kernel
-  // (no tactic, or the tactic cannot take these shapes).
-  std::shared_ptr<const backends::PreparedLayer> prepared(size_t i, const std::vector<const ops::Value*>& inputs);
-  // Prepares every layer with a tactic for the value types of `typed` (the engine's graph inferred at
-  // some concrete input shapes), on all threads. Layers whose input shapes are not known there are left
-  // to run time. Returns how many layers it prepared.
+  // Whether node i of the main graph has a tactic (it may still decline some run-time shapes).
+  bool has_tactic(size_t i) const {
+    const auto& top = layers_.at(graph_.get());
+    return i < top.size() && top[i]->tactic;
+  }
+  // The prepared tactic of node i of `g` (the engine's graph or one of its bodies) for these input
+  // values, or nullptr: run the reference kernel (no tactic, or the tactic cannot take these shapes).
+  std::shared_ptr<const backends::PreparedLayer> prepared(const ir::Graph& g, size_t i,
+                                                          const std::vector<const ops::Value*>& inputs);
+  std::shared_ptr<const backends::PreparedLayer> prepared(size_t i, const std::vector<const ops::Value*>& inputs) {
+    return prepared(*graph_, i, inputs);
+  }
+  // Prepares every main-graph layer with a tactic for the value types of `typed` (the engine's graph
+  // inferred at some concrete input shapes), on all threads. Layers whose input shapes are not known
+  // there (and body layers) are left to run time. Returns how many layers it prepared.
   int prepare_ahead(const ir::Graph& typed);
   // How many times a tactic was prepared (ahead or at run time): tests check run() prepares nothing.
   int prepares() const { return prepares_.load(); }
@@ -107,11 +130,14 @@ class TacticRuntime {
     bool warned = false;  // a run-time decline was reported (once per layer)
   };
   static std::string key_of(const std::vector<InputType>& types);
-  // The prepared layer for `types` (key `key`), preparing it when new. Takes the layer's lock.
-  std::shared_ptr<const backends::PreparedLayer> get(size_t i, const std::string& key,
+  // The prepared layer of node i of `g` for `types` (key `key`), preparing it when new. Takes the
+  // layer's lock.
+  std::shared_ptr<const backends::PreparedLayer> get(const ir::Graph& g, size_t i, const std::string& key,
                                                      const std::vector<InputType>& types);
+  void add_bodies(const ir::Graph& g, bool off);
   std::shared_ptr<const ir::Graph> graph_;
-  std::vector<std::unique_ptr<Layer>> layers_;
+  // Per graph (the main graph and every body), per node; fixed after construction.
+  std::unordered_map<const ir::Graph*, std::vector<std::unique_ptr<Layer>>> layers_;
   bool any_ = false;
   std::atomic<int> prepares_{0};
 };

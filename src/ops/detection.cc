@@ -63,10 +63,13 @@ Status roi_align_kernel(KernelContext& ctx) {
   Dims out_shape = {R, C, oh, ow};
   auto numel = checked_numel(out_shape);
   if (!numel.ok()) return ctx.error(numel.status().message());
-  Tensor x = x0.dtype() == DataType::kFloat64 ? x0 : x0.cast(DataType::kFloat64).value();
-  const double* px = x.data<double>();
-  Tensor y(DataType::kFloat64, out_shape);
-  double* py = y.data<double>();
+  // float32 is read and written as is (each value exactly a double, the sums in double as for other
+  // types, one rounding at the store): the same numbers as casting X to float64 first, without a
+  // copy of every feature map at each call (a detector pools from four FPN levels).
+  const bool f32 = x0.dtype() == DataType::kFloat32;
+  Tensor x = f32 || x0.dtype() == DataType::kFloat64 ? x0 : x0.cast(DataType::kFloat64).value();
+  Tensor y(f32 ? DataType::kFloat32 : DataType::kFloat64, out_shape);
+  const bool avg = mode == "avg";
   std::vector<Sample> samples;
   for (int64_t r = 0; r < R; ++r) {
     const int64_t b = bidx.get_i64(r);
@@ -123,28 +126,36 @@ Status roi_align_kernel(KernelContext& ctx) {
             samples.push_back(s);
           }
         }
-    for (int64_t c = 0; c < C; ++c) {
-      const double* xp = px + (b * C + c) * H * W;
-      size_t si = 0;
-      for (int64_t pbin = 0; pbin < oh * ow; ++pbin) {
-        double acc = 0;
-        bool first = true;
-        for (int64_t k = 0; k < gh * gw; ++k, ++si) {
-          const Sample& s = samples[si];
-          if (mode == "avg") {
-            for (int q = 0; q < 4; ++q) acc += s.w[q] * xp[s.pos[q]];
-          } else {  // max of the weighted corners (as ONNX's reference and onnxruntime do)
-            double v =
-                std::max({s.w[0] * xp[s.pos[0]], s.w[1] * xp[s.pos[1]], s.w[2] * xp[s.pos[2]], s.w[3] * xp[s.pos[3]]});
-            acc = first ? v : std::max(acc, v);
-            first = false;
+    auto pool = [&](const auto* px, auto* py) {
+      using Out = std::remove_pointer_t<decltype(py)>;
+      for (int64_t c = 0; c < C; ++c) {
+        const auto* xp = px + (b * C + c) * H * W;
+        size_t si = 0;
+        for (int64_t pbin = 0; pbin < oh * ow; ++pbin) {
+          double acc = 0;
+          bool first = true;
+          for (int64_t k = 0; k < gh * gw; ++k, ++si) {
+            const Sample& s = samples[si];
+            if (avg) {
+              for (int q = 0; q < 4; ++q) acc += s.w[q] * static_cast<double>(xp[s.pos[q]]);
+            } else {  // max of the weighted corners (as ONNX's reference and onnxruntime do)
+              double v =
+                  std::max({s.w[0] * static_cast<double>(xp[s.pos[0]]), s.w[1] * static_cast<double>(xp[s.pos[1]]),
+                            s.w[2] * static_cast<double>(xp[s.pos[2]]), s.w[3] * static_cast<double>(xp[s.pos[3]])});
+              acc = first ? v : std::max(acc, v);
+              first = false;
+            }
           }
+          py[(r * C + c) * oh * ow + pbin] = static_cast<Out>(avg ? acc / count : acc);
         }
-        py[(r * C + c) * oh * ow + pbin] = mode == "avg" ? acc / count : acc;
       }
-    }
+    };
+    if (f32)
+      pool(x.data<float>(), y.data<float>());
+    else
+      pool(x.data<double>(), y.data<double>());
   }
-  ctx.set_output(0, x0.dtype() == DataType::kFloat64 ? y : y.cast(x0.dtype()).value());
+  ctx.set_output(0, f32 || x0.dtype() == DataType::kFloat64 ? y : y.cast(x0.dtype()).value());
   return Status::Ok();
 }
 
@@ -228,16 +239,93 @@ Box read_box(const Tensor& boxes, int64_t at, bool center) {
   return {std::min(b, d), std::max(b, d), std::min(a, c), std::max(a, c)};  // [y1, x1, y2, x2], any corner order
 }
 
-bool suppresses(const Box& p, const Box& q, double iou_threshold) {
-  double ix = std::min(p.x_max, q.x_max) - std::max(p.x_min, q.x_min);
-  double iy = std::min(p.y_max, q.y_max) - std::max(p.y_min, q.y_min);
-  if (!(ix > 0) || !(iy > 0)) return false;
-  double inter = ix * iy;
-  double a1 = (p.x_max - p.x_min) * (p.y_max - p.y_min), a2 = (q.x_max - q.x_min) * (q.y_max - q.y_min);
-  double uni = a1 + a2 - inter;
-  if (!(a1 > 0) || !(a2 > 0) || !(uni > 0)) return false;
-  return inter / uni > iou_threshold;
-}
+// The boxes kept so far, in a grid of cells by (x_min, y_min), so that a candidate meets only those
+// that can overlap it: a box without overlap never suppresses (see suppressed()), so the answer
+// is the one comparing with every kept box. A kept box q overlapping candidate p on x has
+// q.x_min in (p.x_min - max_width, p.x_max) (max_width: the widest box of the batch), and so on y:
+// the cells of that range, widened by a margin far above rounding, hold every such q. torchvision's
+// batched NMS runs one NMS over every class, the boxes of each class offset apart (on both axes):
+// a candidate then meets about the kept boxes of its own class only.
+class KeptBoxes {
+ public:
+  // `all`: every box of the batch (the candidates are among them).
+  void reset(const std::vector<Box>& all) {
+    bool finite = !all.empty();
+    for (const Box& b : all)
+      finite &= std::isfinite(b.x_min) && std::isfinite(b.x_max) && std::isfinite(b.y_min) && std::isfinite(b.y_max);
+    x_ = Axis::of(all, finite, &Box::x_min, &Box::x_max);
+    y_ = Axis::of(all, finite, &Box::y_min, &Box::y_max);
+    cells_.assign(x_.n * y_.n, {});
+  }
+  bool suppressed(const Box& p, double iou) const {
+    const size_t x0 = x_.cell(p.x_min - x_.reach), x1 = x_.cell(p.x_max + x_.margin);
+    const size_t y0 = y_.cell(p.y_min - y_.reach), y1 = y_.cell(p.y_max + y_.margin);
+    // Kept box q suppresses p when they intersect (ix, iy > 0), both have positive areas and a
+    // positive union, and IoU > iou. Evaluated over a cell's boxes without a branch per box: the
+    // boxes of one class mostly overlap, so most comparisons compute the whole IoU anyway.
+    const double a1 = (p.x_max - p.x_min) * (p.y_max - p.y_min);
+    if (!(a1 > 0)) return false;
+    for (size_t cy = y0; cy <= y1; ++cy)
+      for (size_t cx = x0; cx <= x1; ++cx) {
+        const Cell& c = cells_[cy * x_.n + cx];
+        const size_t n = c.x_min.size();
+        for (size_t i = 0; i < n; i += 16) {
+          const size_t e = std::min(n, i + 16);
+          int any = 0;
+#pragma omp simd reduction(| : any)
+          for (size_t j = i; j < e; ++j) {
+            const double ix = std::min(p.x_max, c.x_max[j]) - std::max(p.x_min, c.x_min[j]);
+            const double iy = std::min(p.y_max, c.y_max[j]) - std::max(p.y_min, c.y_min[j]);
+            const double inter = ix * iy, a2 = c.area[j], uni = a1 + a2 - inter;
+            any |= (ix > 0) & (iy > 0) & (a2 > 0) & (uni > 0) & (inter / uni > iou);
+          }
+          if (any) return true;
+        }
+      }
+    return false;
+  }
+  void add(const Box& b) {
+    Cell& c = cells_[y_.cell(b.y_min) * x_.n + x_.cell(b.x_min)];
+    c.x_min.push_back(b.x_min), c.x_max.push_back(b.x_max), c.y_min.push_back(b.y_min), c.y_max.push_back(b.y_max);
+    c.area.push_back((b.x_max - b.x_min) * (b.y_max - b.y_min));
+  }
+  void clear() {
+    for (auto& c : cells_)
+      for (auto* v : {&c.x_min, &c.x_max, &c.y_min, &c.y_max, &c.area}) v->clear();
+  }
+
+ private:
+  struct Cell {  // the kept boxes of a cell, one array per coordinate
+    std::vector<double> x_min, x_max, y_min, y_max, area;
+  };
+  struct Axis {
+    double lo = 0, step = 0, reach = 0, margin = 0;  // step 0: a single cell
+    size_t n = 1;
+    static Axis of(const std::vector<Box>& all, bool finite, double Box::*lo_of, double Box::*hi_of) {
+      Axis a;
+      if (!finite) return a;
+      double lo = INFINITY, hi = -INFINITY, w = 0;
+      for (const Box& b : all)
+        lo = std::min(lo, b.*lo_of), hi = std::max(hi, b.*hi_of), w = std::max(w, b.*hi_of - b.*lo_of);
+      constexpr double kMaxCells = 128;  // per axis
+      a.lo = lo;
+      a.margin = 1e-6 * (std::fabs(lo) + std::fabs(hi) + w) + 1e-30;
+      a.reach = w + a.margin;
+      a.step = std::max(w, (hi - lo) / kMaxCells);
+      if (!(a.step > 0) || !std::isfinite(a.step)) return Axis{};
+      a.n = static_cast<size_t>(std::min(kMaxCells + 2, std::floor((hi - lo) / a.step) + 1));
+      return a;
+    }
+    size_t cell(double v) const {
+      if (step <= 0) return 0;
+      double at = std::floor((v - lo) / step);
+      if (!(at > 0)) return 0;  // NaN too
+      return std::min(static_cast<size_t>(std::min(at, 1e18)), n - 1);
+    }
+  };
+  Axis x_, y_;
+  std::vector<Cell> cells_;
+};
 
 Status infer_nms(InferContext& ctx) {
   ctx.set_output(0, DataType::kInt64, SymShape({ctx.new_symbol(), Dim(3)}));
@@ -275,8 +363,11 @@ Status nms_kernel(KernelContext& ctx) {
   std::vector<int64_t> selected;  // triples
   std::vector<int64_t> order;
   std::vector<double> key;
-  std::vector<Box> kept;
+  std::vector<Box> all(static_cast<size_t>(S));
+  KeptBoxes kept;
   for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < S; ++i) all[static_cast<size_t>(i)] = read_box(boxes, (b * S + i) * 4, center == 1);
+    kept.reset(all);
     for (int64_t k = 0; k < K; ++k) {
       const int64_t sbase = (b * K + k) * S;
       order.clear();
@@ -289,12 +380,13 @@ Status nms_kernel(KernelContext& ctx) {
       std::stable_sort(order.begin(), order.end(),
                        [&](int64_t p, int64_t q) { return key[static_cast<size_t>(p)] > key[static_cast<size_t>(q)]; });
       kept.clear();
+      int64_t n_kept = 0;
       for (int64_t i : order) {
-        if (static_cast<int64_t>(kept.size()) >= max_out) break;
-        Box cand = read_box(boxes, (b * S + i) * 4, center == 1);
-        bool keep = std::none_of(kept.begin(), kept.end(), [&](const Box& s) { return suppresses(cand, s, iou); });
-        if (!keep) continue;
-        kept.push_back(cand);
+        if (n_kept >= max_out) break;
+        const Box& cand = all[static_cast<size_t>(i)];
+        if (kept.suppressed(cand, iou)) continue;
+        kept.add(cand);
+        ++n_kept;
         selected.insert(selected.end(), {b, k, i});
       }
     }

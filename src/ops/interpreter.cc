@@ -138,6 +138,11 @@ Result<std::vector<Value>> run_node(const ir::Node& node, const OpSchema& schema
   return std::move(ctx.outputs);
 }
 
+Result<std::vector<Value>> Interpreter::run_layer(const ir::Graph& g, size_t i, const OpSchema& schema,
+                                                  const std::vector<const Value*>& inputs, bool) {
+  return run_node(g.nodes[i], schema, inputs, this);
+}
+
 Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame, bool top_level) {
   KILN_ASSIGN_OR_RETURN(const Plan* plan, plan_for(g));
   for (const auto& [name, t] : g.initializers)
@@ -161,7 +166,7 @@ Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame
       if (!v) return Internal(n.where(), "input '", name, "' has no value at run time");
       ins.push_back(v);
     }
-    auto res = run_node(n, *plan->schemas[i], ins, this);
+    auto res = run_layer(g, i, *plan->schemas[i], ins, top_level);
     if (!res.ok()) {
       const Status& st = res.status();
       if (st.message().rfind("node '", 0) == 0) return st;

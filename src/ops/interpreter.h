@@ -47,6 +47,13 @@ class Interpreter : public SubgraphRunner {
 
   Result<std::vector<Value>> run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs) override;
 
+ protected:
+  // Runs node i of `g` (the main graph when `top_level`, else a subgraph body) on its inputs: its
+  // reference kernel here. The engine's executor (engine/executor.h) overrides it to run a prepared
+  // tactic where the layer has one, so both share this loop, its frames and its liveness.
+  virtual Result<std::vector<Value>> run_layer(const ir::Graph& g, size_t i, const OpSchema& schema,
+                                               const std::vector<const Value*>& inputs, bool top_level);
+
  private:
   struct Frame {
     std::unordered_map<std::string, Value> values;

@@ -154,19 +154,22 @@ Status topk_kernel(KernelContext& ctx) {
       if (a != b) return largest ? a > b : a < b;
       return ia < ib;
     };
-    std::vector<int64_t> order(static_cast<size_t>(sp.len));
+    // (value, index) pairs side by side, selected then sorted: `before` is a strict total order, so
+    // any exact selection gives the same k elements in the same order.
+    std::vector<std::pair<T, int64_t>> items(static_cast<size_t>(sp.len));
+    auto cmp = [&](const std::pair<T, int64_t>& a, const std::pair<T, int64_t>& b) {
+      return before(a.first, a.second, b.first, b.second);
+    };
     for (int64_t o = 0; o < sp.outer; ++o) {
       for (int64_t in = 0; in < sp.inner; ++in) {
         int64_t base = o * sp.len * sp.inner + in;
-        std::iota(order.begin(), order.end(), 0);
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
-          return before(px[base + a * sp.inner], a, px[base + b * sp.inner], b);
-        });
+        for (int64_t a = 0; a < sp.len; ++a) items[static_cast<size_t>(a)] = {px[base + a * sp.inner], a};
+        if (k < sp.len) std::nth_element(items.begin(), items.begin() + k, items.end(), cmp);
+        std::sort(items.begin(), items.begin() + k, cmp);
         int64_t obase = o * k * sp.inner + in;
         for (int64_t j = 0; j < k; ++j) {
-          int64_t src = order[static_cast<size_t>(j)];
-          pv[obase + j * sp.inner] = px[base + src * sp.inner];
-          pi[obase + j * sp.inner] = src;
+          pv[obase + j * sp.inner] = items[static_cast<size_t>(j)].first;
+          pi[obase + j * sp.inner] = items[static_cast<size_t>(j)].second;
         }
       }
     }

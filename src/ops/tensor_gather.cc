@@ -235,23 +235,31 @@ Status nonzero_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   if (x.dtype() == DataType::kString || x.dtype() == DataType::kComplex64 || x.dtype() == DataType::kComplex128)
     return ctx.unsupported(str_cat("dtype ", dtype_name(x.dtype()), " is not supported"));
-  std::vector<Dims> coords;
-  int64_t flat = 0;
   if (x.rank() == 0) {
     int64_t nnz = x.get_f64(0) != 0 ? 1 : 0;
     ctx.set_output(0, Tensor(DataType::kInt64, {0, nnz}));
     return Status::Ok();
   }
-  for_each_index(x.shape(), [&](const Dims& o) {
-    bool nz = dtype_is_float(x.dtype()) ? x.get_f64(flat) != 0 : x.get_i64(flat) != 0;
-    if (nz) coords.push_back(o);
-    ++flat;
-  });
-  int64_t r = x.rank(), n = static_cast<int64_t>(coords.size());
+  // Flat positions first, coordinates from them: no vector per element (a detector's score
+  // filtering runs NonZero over every anchor of every class).
+  std::vector<int64_t> hits;
+  const int64_t total = x.numel();
+  if (x.dtype() == DataType::kBool) {
+    const bool* p = x.data<bool>();
+    for (int64_t i = 0; i < total; ++i)
+      if (p[i]) hits.push_back(i);
+  } else {
+    const bool is_float = dtype_is_float(x.dtype());
+    for (int64_t i = 0; i < total; ++i)
+      if (is_float ? x.get_f64(i) != 0 : x.get_i64(i) != 0) hits.push_back(i);
+  }
+  const Dims strides = strides_of(x.shape());
+  int64_t r = x.rank(), n = static_cast<int64_t>(hits.size());
   Tensor out(DataType::kInt64, {r, n});
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t k = 0; k < r; ++k)
-      out.data<int64_t>()[k * n + j] = coords[static_cast<size_t>(j)][static_cast<size_t>(k)];
+  int64_t* po = out.data<int64_t>();
+  for (int64_t k = 0; k < r; ++k)
+    for (int64_t j = 0; j < n; ++j)
+      po[k * n + j] = hits[static_cast<size_t>(j)] / strides[static_cast<size_t>(k)] % x.dim(k);
   ctx.set_output(0, out);
   return Status::Ok();
 }

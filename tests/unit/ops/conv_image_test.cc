@@ -2,7 +2,9 @@
 // and error paths (bad attributes and inputs give a Status naming the problem, never a crash).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <random>
 
 #include "ops/interpreter.h"
 #include "ops/registry.h"
@@ -505,6 +507,87 @@ TEST(NonMaxSuppression, SuppressesOverlapsPerClass) {
   EXPECT_EQ(t.shape.dims[1].value, 3);
   EXPECT_FALSE(t.shape.dims[0].known());
   EXPECT_FALSE(run(n, {boxes, f32({1, 1, 2}, {1, 2})}).ok());
+}
+
+// The kernel compares a candidate only with kept boxes near it on x: it must select exactly what
+// comparing with every kept box selects. Random boxes (corner order swapped at random, center format,
+// zero and huge widths) and torchvision's batched layout: one class per block of coordinates.
+TEST(NonMaxSuppression, SameAsComparingWithEveryKeptBox) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(0, 1);
+  auto brute = [](const Tensor& boxes, const Tensor& scores, int64_t max_out, double iou, double smin, bool center) {
+    std::vector<int64_t> sel;
+    const int64_t B = boxes.dim(0), K = scores.dim(1), S = boxes.dim(1);
+    auto box = [&](int64_t b, int64_t i) {
+      double v[4];
+      for (int j = 0; j < 4; ++j) v[j] = boxes.get_f64((b * S + i) * 4 + j);
+      if (center) return std::array<double, 4>{v[0] - v[2] / 2, v[0] + v[2] / 2, v[1] - v[3] / 2, v[1] + v[3] / 2};
+      return std::array<double, 4>{std::min(v[1], v[3]), std::max(v[1], v[3]), std::min(v[0], v[2]),
+                                   std::max(v[0], v[2])};
+    };
+    auto sup = [&](const std::array<double, 4>& p, const std::array<double, 4>& q) {
+      double ix = std::min(p[1], q[1]) - std::max(p[0], q[0]), iy = std::min(p[3], q[3]) - std::max(p[2], q[2]);
+      if (!(ix > 0) || !(iy > 0)) return false;
+      double inter = ix * iy, a1 = (p[1] - p[0]) * (p[3] - p[2]), a2 = (q[1] - q[0]) * (q[3] - q[2]);
+      double uni = a1 + a2 - inter;
+      if (!(a1 > 0) || !(a2 > 0) || !(uni > 0)) return false;
+      return inter / uni > iou;
+    };
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t k = 0; k < K; ++k) {
+        std::vector<int64_t> order;
+        for (int64_t i = 0; i < S; ++i)
+          if (scores.get_f64((b * K + k) * S + i) > smin) order.push_back(i);
+        std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
+          return scores.get_f64((b * K + k) * S + p) > scores.get_f64((b * K + k) * S + q);
+        });
+        std::vector<std::array<double, 4>> kept;
+        for (int64_t i : order) {
+          if (static_cast<int64_t>(kept.size()) >= max_out) break;
+          auto c = box(b, i);
+          bool keep = true;
+          for (const auto& q : kept) keep &= !sup(c, q);
+          if (!keep) continue;
+          kept.push_back(c);
+          sel.insert(sel.end(), {b, k, i});
+        }
+      }
+    return sel;
+  };
+  int selected_total = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const bool center = trial % 3 == 2, batched = trial % 2 == 0;
+    const int64_t B = 1 + trial % 2, K = batched ? 1 : 1 + trial % 3, S = 37 + 53 * (trial % 5);
+    const int64_t classes = 7;
+    Tensor boxes(DataType::kFloat32, {B, S, 4}), scores(DataType::kFloat32, {B, K, S});
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < S; ++i) {
+        // batched: class c's boxes live in [c * 101, c * 101 + 100], as torchvision offsets them.
+        double off = batched ? 101.0 * static_cast<double>(rng() % classes) : 0;
+        double x = off + 90 * u(rng), y = off + 90 * u(rng);
+        double w = trial == 5 ? 0 : (i % 17 == 0 ? 400 : 25 * u(rng)), h = 25 * u(rng);
+        float* p = boxes.data<float>() + (b * S + i) * 4;
+        if (center) {
+          p[0] = static_cast<float>(x), p[1] = static_cast<float>(y), p[2] = static_cast<float>(w);
+          p[3] = static_cast<float>(h);
+        } else if (i % 2) {
+          p[0] = static_cast<float>(y), p[1] = static_cast<float>(x), p[2] = static_cast<float>(y + h);
+          p[3] = static_cast<float>(x + w);
+        } else {  // corners in the other order
+          p[0] = static_cast<float>(y + h), p[1] = static_cast<float>(x + w), p[2] = static_cast<float>(y);
+          p[3] = static_cast<float>(x);
+        }
+      }
+    for (int64_t i = 0; i < scores.numel(); ++i) scores.data<float>()[i] = static_cast<float>(u(rng));
+    const int64_t max_out = trial % 4 == 3 ? 5 : 100000;
+    const float iou = trial % 4 == 1 ? 0.0f : 0.5f, smin = trial % 3 == 1 ? 0.3f : 0.0f;
+    ir::Node n = make_node("NonMaxSuppression", 11, 5, {{"center_point_box", int_attr(center ? 1 : 0)}});
+    Tensor sel = run(n, {boxes, scores, i64({1}, {max_out}), f32({1}, {iou}), f32({1}, {smin})}).value();
+    std::vector<int64_t> want = brute(boxes, scores, max_out, iou, smin, center);
+    ASSERT_EQ(values<int64_t>(sel), want) << "trial " << trial;
+    selected_total += static_cast<int>(want.size() / 3);
+  }
+  EXPECT_GT(selected_total, 200);  // the cases select boxes (and suppress others: iou 0.5 on overlaps)
 }
 
 TEST(DeformConv, ZeroOffsetsEqualConv) {

@@ -2,7 +2,10 @@
 // values on edge cases (negative steps, negative pads, uneven splits, reductions), error paths.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
+#include <numeric>
+#include <random>
 
 #include "ops/common.h"
 #include "ops/interpreter.h"
@@ -309,6 +312,103 @@ TEST(TensorKernel, ScatterElementsReductionsOnInts) {
   Tensor m = run1(make_node("ScatterElements", {"d", "i", "u"}, {"y"}, 18, {{"reduction", str_attr("min")}}),
                   {data, i64({1, 1}), upd});
   EXPECT_EQ(m.get_i64(1), 1);
+}
+
+// The no-reduction path walks the index positions as an odometer: every axis, indices smaller than
+// data in the other dims, negative indices, 1-, 2-, 4- and 8-byte elements, against a direct
+// computation from the definition.
+TEST(TensorKernel, ScatterElementsMatchesTheDefinition) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t rank = 1 + trial % 4;
+    const int64_t axis = trial % rank;
+    Dims dshape, ishape;
+    for (int64_t k = 0; k < rank; ++k) {
+      dshape.push_back(1 + static_cast<int64_t>(rng() % 5));
+      ishape.push_back(k == axis ? 1 + static_cast<int64_t>(rng() % 6) : 1 + static_cast<int64_t>(rng() % dshape[k]));
+    }
+    const DataType dts[] = {DataType::kFloat32, DataType::kInt64, DataType::kUInt8, DataType::kFloat16};
+    const DataType dt = dts[trial % 4];
+    Tensor data(dt, dshape), upd(dt, ishape), ind(DataType::kInt64, ishape);
+    for (int64_t i = 0; i < data.numel(); ++i) data.set_f64(i, static_cast<double>(i % 50));
+    for (int64_t i = 0; i < upd.numel(); ++i) upd.set_f64(i, static_cast<double>(100 + i % 100));
+    const int64_t dim = dshape[static_cast<size_t>(axis)];
+    for (int64_t i = 0; i < ind.numel(); ++i)
+      ind.data<int64_t>()[i] = static_cast<int64_t>(rng() % static_cast<uint64_t>(2 * dim)) - dim;
+    ir::Node n = make_node("ScatterElements", {"d", "i", "u"}, {"y"}, 18);
+    ir::Attribute a;
+    a.type = ir::Attribute::Type::kInt;
+    a.i = axis;
+    n.attrs["axis"] = a;
+    Tensor y = run1(n, {data, ind, upd});
+    Tensor want = data.clone();
+    Dims istr = strides_of(ishape), dstr = strides_of(dshape);
+    for (int64_t j = 0; j < ind.numel(); ++j) {
+      int64_t off = 0;
+      for (int64_t k = 0; k < rank; ++k) {
+        int64_t p = (j / istr[static_cast<size_t>(k)]) % ishape[static_cast<size_t>(k)];
+        if (k == axis) p = ind.data<int64_t>()[j] < 0 ? ind.data<int64_t>()[j] + dim : ind.data<int64_t>()[j];
+        off += p * dstr[static_cast<size_t>(k)];
+      }
+      want.set_f64(off, upd.get_f64(j));
+    }
+    ASSERT_EQ(values(y), values(want)) << "trial " << trial << " data " << data.describe() << " indices "
+                                       << ind.describe() << " axis " << axis;
+  }
+}
+
+// TopK selects with nth_element on (value, index) pairs and NonZero from flat positions: both against
+// the definitions (stable sort by value, ties by index, NaN largest; row-major coordinates) on random
+// shapes and axes, with many ties and NaNs.
+TEST(TensorKernel, TopKAndNonZeroMatchTheDefinition) {
+  std::mt19937_64 rng(9);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int64_t rank = 1 + trial % 3;
+    Dims shape;
+    for (int64_t d = 0; d < rank; ++d) shape.push_back(1 + static_cast<int64_t>(rng() % 9));
+    Tensor x(DataType::kFloat32, shape);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      x.data<float>()[i] = rng() % 7 == 0 ? NAN : static_cast<float>(static_cast<int64_t>(rng() % 5) - 2);
+    const int64_t axis = trial % rank;
+    const int64_t len = shape[static_cast<size_t>(axis)], k = static_cast<int64_t>(rng() % (len + 1));
+    const bool largest = trial % 2 == 0;
+    ir::Node n = make_node("TopK", {"x", "k"}, {"v", "i"}, 11);
+    ir::Attribute a;
+    a.type = ir::Attribute::Type::kInt;
+    a.i = axis;
+    n.attrs["axis"] = a;
+    a.i = largest ? 1 : 0;
+    n.attrs["largest"] = a;
+    auto r = run(n, {x, i64({k})});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    const Tensor& idx = r.value()[1].tensor;
+    Dims str = strides_of(shape);
+    const int64_t inner = str[static_cast<size_t>(axis)], outer = x.numel() / (len * inner);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t in = 0; in < inner; ++in) {
+        std::vector<int64_t> order(static_cast<size_t>(len));
+        std::iota(order.begin(), order.end(), 0);
+        auto val = [&](int64_t j) { return x.data<float>()[(o * len + j) * inner + in]; };
+        std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
+          float a1 = val(p), b1 = val(q);
+          if (std::isnan(a1) || std::isnan(b1)) return !std::isnan(b1) ? largest : (!std::isnan(a1) ? !largest : false);
+          return largest ? a1 > b1 : a1 < b1;
+        });
+        for (int64_t j = 0; j < k; ++j)
+          ASSERT_EQ(idx.data<int64_t>()[(o * k + j) * inner + in], order[static_cast<size_t>(j)])
+              << "trial " << trial << " " << x.describe() << " axis " << axis << " k " << k;
+      }
+    // NonZero of the same tensor (NaN counts as nonzero) and of its bool mask.
+    std::vector<int64_t> want;
+    for (int64_t d = 0; d < rank; ++d)
+      for (int64_t i = 0; i < x.numel(); ++i)
+        if (x.data<float>()[i] != 0) want.push_back(i / str[static_cast<size_t>(d)] % shape[static_cast<size_t>(d)]);
+    Tensor nz = run1(make_node("NonZero", {"x"}, {"y"}, 13), {x});
+    EXPECT_EQ(std::vector<int64_t>(nz.data<int64_t>(), nz.data<int64_t>() + nz.numel()), want);
+    Tensor mask = x.cast(DataType::kBool).value();
+    Tensor nzb = run1(make_node("NonZero", {"x"}, {"y"}, 13), {mask});
+    EXPECT_EQ(std::vector<int64_t>(nzb.data<int64_t>(), nzb.data<int64_t>() + nzb.numel()), want);
+  }
 }
 
 TEST(TensorKernel, UniqueSortedWithAxis) {
