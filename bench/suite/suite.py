@@ -196,7 +196,8 @@ def main():
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--out", required=True, help="models/, engines/, rows/, suite.json go here")
     ap.add_argument("--models", default="", help="comma-separated names or families (default: the whole suite)")
-    ap.add_argument("--batch", default="1,8", help="batches; models other than classifiers run at batch 1 only")
+    ap.add_argument("--batch", default=None,
+                    help="batches (default 1,8; --quick: 1); models other than classifiers run at batch 1 only")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=20)
@@ -216,8 +217,7 @@ def main():
     a = ap.parse_args()
     if a.quick:
         a.warmup, a.iterations, a.profile_iterations = 3, 10, 3
-        if a.batch == "1,8":
-            a.batch = "1"
+        a.batch = a.batch or "1"
     specs = suite_models.SPECS
     if a.models:
         want = a.models.split(",")
@@ -231,7 +231,7 @@ def main():
         for s in specs:
             print(f"{s.name:<40}{s.family:<16}opset {s.opset:<3}{'dynamic ' if s.dynamic else ''}{s.note}")
         return
-    batches = [int(b) for b in a.batch.split(",")]
+    batches = [int(b) for b in (a.batch or "1,8").split(",")]
     models_dir = os.path.join(a.out, "models")
     rows_dir = os.path.join(a.out, "rows")
     os.makedirs(models_dir, exist_ok=True)
