@@ -80,18 +80,21 @@ def export(spec, models_dir, env, timeout):
 def profile_summary(profile, interpreter):
     """Reference-kernel share of kiln's per-layer time, by op and by layer, and every kernel's share."""
     total = sum(p["mean_ms"] for p in profile) or 1e-12
-    ref_ops, kernels, layers = {}, {}, []
+    ref_ops, kernels, layers, every = {}, {}, [], []
     for p in profile:
         share = 100.0 * p["mean_ms"] / total
         kern = "reference" if interpreter else (p["kernel"] or "reference")
         kernels[kern] = kernels.get(kern, 0.0) + share
+        every.append({"layer": p["layer"], "op": p["op"], "kernel": kern, "share": share, "ms": p["mean_ms"]})
         if kern == "reference":
             ref_ops[p["op"]] = ref_ops.get(p["op"], 0.0) + share
             layers.append({"layer": p["layer"], "op": p["op"], "share": share, "ms": p["mean_ms"]})
     layers.sort(key=lambda x: -x["share"])
+    every.sort(key=lambda x: -x["share"])
     return {"reference_share": sum(ref_ops.values()),
             "reference_by_op": dict(sorted(ref_ops.items(), key=lambda kv: -kv[1])),
             "top_reference_layers": layers[:8], "reference_layers": len(layers), "layers": len(profile),
+            "top_layers": every[:8],
             "kernel_share": dict(sorted(kernels.items(), key=lambda kv: -kv[1])), "profiled_ms": total}
 
 
@@ -275,7 +278,7 @@ def main():
     print(f"\nresults: {os.path.join(a.out, 'suite.json')} (every row also in {rows_dir}/)")
     if a.findings:
         saved = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(rows_dir, "*.json")))]
-        write_findings(a.findings, saved, meta)
+        write_findings(a.findings, saved, meta, os.path.relpath(rows_dir, os.path.dirname(BENCH)))
         print(f"findings: {a.findings} ({len(saved)} saved rows)")
 
 
