@@ -21,7 +21,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(1, BENCH)
 import models as suite_models  # noqa: E402
+from bench import cpu_model, fmt  # noqa: E402  (bench/bench.py)
 from findings import write_findings  # noqa: E402
 
 PY = "/usr/bin/python3"
@@ -159,10 +161,6 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
-def fmt(x, spec="{:.2f}"):
-    return "-" if x is None else spec.format(x)
-
-
 def print_table(rows, meta):
     print(f"\nkiln vs ONNX Runtime, median latency in ms, {meta['threads']} threads ({meta['cpu']}, "
           f"{meta['cores']} cores; {meta['kiln']}, onnxruntime-node {meta['ort'] or '?'})")
@@ -182,16 +180,6 @@ def print_table(rows, meta):
     print("ref %: share of kiln's per-layer time in layers whose kernel is 'reference' (kiln bench --dump-profile).")
     print(f"{meta['iterations']} measured iterations after {meta['warmup']} warm-up runs, each runtime in its own "
           "process, one after the other. The machine may be loaded: compare figures within one run only.")
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main():
