@@ -84,6 +84,8 @@ def write_findings(path, rows, meta, rows_dir="bench/out/suite/rows"):
                             if x["share"] >= 0.5) or ("none >= 0.5%" if p else "")
         if r.get("errors"):
             top = (top + "; " if top else "") + "error: " + ", ".join(r["errors"].keys())
+        if "compare" in r and not r.get("compare_ok"):
+            top = (top + "; " if top else "") + f"**outputs differ from the reference**: {r['compare']}"
         L.append(f"| {r['model']} | {r['batch']} | {_f(r['kiln_ms'])} | {_f(r['ort_ms'])} | "
                  f"{_f(r['kiln_vs_ort'], '{:.2f}x')} | {_f(r.get('reference_share'), '{:.1f}')} | {top} |")
     L += ["", "## Reference time by op, per model", ""]

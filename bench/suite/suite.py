@@ -142,6 +142,13 @@ def run_row(spec, onnx_path, batch, a, env):
                 row["interpreter"] = interp
                 row["profile"] = profile_summary(prof, interp)
                 row["reference_share"] = row["profile"]["reference_share"]
+    if a.compare and "kiln_build" not in row["errors"]:
+        # The engine's outputs against the reference interpreter's, on the same random inputs.
+        rc, out, err, s = run_tool([a.kiln, "compare", onnx_path, "--engine", engine, "--shapes", shapes,
+                                    "--threads", th], env=env, timeout=a.run_timeout)
+        result = [l for l in (out + err).splitlines() if l.startswith("RESULT:")]
+        row["compare"] = result[-1][len("RESULT:"):].strip() if result else f"error: {short_error(err)}"
+        row["compare_ok"] = bool(result) and result[-1].startswith("RESULT: PASS")
     if not a.no_ort:
         rc, out, err, s = run_tool(["node", os.path.join(BENCH, "ort_runner.js"), onnx_path, "--threads", th,
                                     "--warmup", str(a.warmup), "--iterations", str(a.iterations), "--shapes", shapes],
@@ -172,6 +179,8 @@ def print_table(rows, meta):
         note = err or r.get("note", "")
         if r.get("interpreter"):
             note = "whole graph on the interpreter (top-level If/Loop); " + note
+        if "compare" in r:
+            note = ("outputs match the reference; " if r["compare_ok"] else f"MISMATCH: {r['compare']}; ") + note
         print(f"{r['model']:<38}{r['batch']:>6}{fmt(r['kiln_ms']):>11}{fmt(r['ort_ms']):>11}"
               f"{fmt(r['kiln_vs_ort'], '{:.2f}x'):>10}{fmt(r['reference_share'], '{:.1f}'):>8}  {note}")
     g = geomean([r["kiln_vs_ort"] for r in rows])
@@ -196,6 +205,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="batch 1, 3 warm-up runs, 10 iterations, 3 profiled")
     ap.add_argument("--timing-cache", default="")
     ap.add_argument("--no-ort", action="store_true")
+    ap.add_argument("--compare", action="store_true",
+                    help="also check each engine against the reference interpreter (kiln compare; slow on big models)")
     ap.add_argument("--export-only", action="store_true")
     ap.add_argument("--list", action="store_true", help="print the suite's models and exit")
     ap.add_argument("--control-flow-in-engine", action="store_true",

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Smoke test of the model suite's harness (bench/suite/suite.py): export -> kiln build -> kiln bench
-(latency and per-layer profile) -> ONNX Runtime (when bench/node_modules has it) -> table, JSON rows and
+(latency and per-layer profile) -> kiln compare -> ONNX Runtime (when bench/node_modules has it) -> table, JSON rows and
 findings, on the suite's tiny smoke_cnn model; and a failing step is a row with its error, not a crash.
 The suite itself (~40 models) is far too slow for CTest: bench/run.sh --suite.
 
@@ -26,7 +26,7 @@ def suite(*args, kiln=KILN):
 
 
 findings = os.path.join(WORK, "FINDINGS.md")
-rc, out, err = suite("--batch", "1,8", "--findings", findings, *([] if HAVE_ORT else ["--no-ort"]))
+rc, out, err = suite("--batch", "1,8", "--compare", "--findings", findings, *([] if HAVE_ORT else ["--no-ort"]))
 check(rc == 0, f"suite exits 0 (rc {rc}; {err[-400:]})")
 check(os.path.getsize(os.path.join(WORK, "models", "smoke_cnn.onnx")) > 0, "smoke_cnn exported")
 rows = json.load(open(os.path.join(WORK, "suite.json")))["rows"]
@@ -41,6 +41,7 @@ for r in rows:
     check(abs(shares - 100.0) < 0.5, f"b{r['batch']}: kernel shares add up to 100% ({shares:.2f})")
     check(0.0 <= r["reference_share"] <= 100.0, f"b{r['batch']}: reference share {r['reference_share']:.1f}%")
     check(r["shapes"] == f"input:{r['batch']}x3x16x16", f"b{r['batch']}: shapes flag {r['shapes']}")
+    check(r.get("compare_ok") is True, f"b{r['batch']}: engine matches the reference interpreter ({r.get('compare')})")
     if HAVE_ORT:
         check((r["ort_ms"] or 0) > 0 and r["kiln_vs_ort"] is not None, f"b{r['batch']}: ORT measured, ratio")
 check("smoke_cnn" in out and "geometric mean of kiln/ORT" in out, "table printed")
