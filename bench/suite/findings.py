@@ -80,8 +80,9 @@ def write_findings(path, rows, meta, rows_dir="bench/out/suite/rows"):
         if r.get("interpreter"):
             top = "all layers (interpreter: top-level If/Loop)"
         else:
-            top = "; ".join(f"{x['op']} {x['share']:.1f}% `{x['layer'][:40]}`" for x in p.get("top_reference_layers", [])
-                            if x["share"] >= 0.5) or ("none >= 0.5%" if p else "")
+            ref = p.get("top_reference_layers", [])
+            shown = [x for x in ref if x["share"] >= 0.5] or [x for x in ref[:3] if x["share"] >= 0.05]
+            top = "; ".join(f"{x['op']} {x['share']:.1f}% `{x['layer'][:40]}`" for x in shown) or ("none" if p else "")
         if r.get("errors"):
             top = (top + "; " if top else "") + "error: " + ", ".join(r["errors"].keys())
         if "compare" in r and not r.get("compare_ok"):
