@@ -104,7 +104,7 @@ def run_row(spec, onnx_path, batch, a, env):
     row = {"model": spec.name, "family": spec.family, "batch": batch, "threads": a.threads, "note": spec.note,
            "second_path_of": spec.second_path_of, "opset": spec.opset, "dynamic": bool(spec.dynamic),
            "kiln_ms": None, "ort_ms": None, "kiln_vs_ort": None, "reference_share": None, "errors": {},
-           "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+           "time": time.strftime("%Y-%m-%d %H:%M:%S"), "warmup": a.warmup, "iterations": a.iterations}
     shapes = shapes_flag(spec, batch)
     row["shapes"] = shapes
     th = str(a.threads)
@@ -187,8 +187,10 @@ def print_table(rows, meta):
     n = sum(1 for r in rows if r["kiln_vs_ort"])
     print(f"\ngeometric mean of kiln/ORT over {n} of {len(rows)} rows: {fmt(g, '{:.2f}x')}  (below 1.0: kiln is faster)")
     print("ref %: share of kiln's per-layer time in layers whose kernel is 'reference' (kiln bench --dump-profile).")
-    print(f"{meta['iterations']} measured iterations after {meta['warmup']} warm-up runs, each runtime in its own "
-          "process, one after the other. The machine may be loaded: compare figures within one run only.")
+    runs = (f"{meta['iterations']} measured iterations after {meta['warmup']} warm-up runs" if not meta.get("report")
+            else "Saved rows of earlier runs (--report; each row's time and counts are in its JSON)")
+    print(f"{runs}, each runtime in its own process, one after the other. The machine may be loaded: compare "
+          "figures within one run only.")
 
 
 def main():
@@ -209,6 +211,8 @@ def main():
                     help="also check each engine against the reference interpreter (kiln compare; slow on big models)")
     ap.add_argument("--export-only", action="store_true")
     ap.add_argument("--list", action="store_true", help="print the suite's models and exit")
+    ap.add_argument("--report", action="store_true",
+                    help="run nothing: print the table of the rows saved by earlier runs (OUT/rows) and --findings")
     ap.add_argument("--control-flow-in-engine", action="store_true",
                     help="do not count a graph with a top-level If/Loop/Scan as run by the interpreter")
     ap.add_argument("--findings", default="", help="write the findings (Markdown) from every saved row to FILE")
@@ -243,7 +247,12 @@ def main():
     if a.blas_dir:
         xenv["LD_LIBRARY_PATH"] = a.blas_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     rows = []
-    for spec in specs:
+    order = {s.name: i for i, s in enumerate(specs)}
+    if a.report:  # no runs: the saved rows of the selected models, in suite order
+        saved = [json.load(open(p)) for p in glob.glob(os.path.join(rows_dir, "*.json"))]
+        rows = sorted((r for r in saved if r["model"] in order and r["batch"] in batches),
+                      key=lambda r: (r["batch"], order[r["model"]]))
+    for spec in [] if a.report else specs:
         log(f"{spec.name}")
         onnx_path, err, s = export(spec, models_dir, xenv, a.export_timeout)
         if a.export_only:
@@ -270,11 +279,16 @@ def main():
     meta = {"cpu": cpu_model(), "cores": os.cpu_count(), "kernel": platform.release(), "kiln": kiln_version,
             "ort": next((r.get("ort_version") for r in rows if r.get("ort_version")), None), "threads": a.threads,
             "warmup": a.warmup, "iterations": a.iterations, "profile_iterations": a.profile_iterations,
-            "geomean_kiln_vs_ort": geomean([r["kiln_vs_ort"] for r in rows]), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-    with open(os.path.join(a.out, "suite.json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+            "geomean_kiln_vs_ort": geomean([r["kiln_vs_ort"] for r in rows]), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "report": a.report}
+    if a.report:
+        meta["threads"] = ",".join(sorted({str(r["threads"]) for r in rows})) or a.threads
+    else:
+        with open(os.path.join(a.out, "suite.json"), "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
     print_table(rows, meta)
-    print(f"\nresults: {os.path.join(a.out, 'suite.json')} (every row also in {rows_dir}/)")
+    if not a.report:
+        print(f"\nresults: {os.path.join(a.out, 'suite.json')} (every row also in {rows_dir}/)")
     if a.findings:
         saved = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(rows_dir, "*.json")))]
         write_findings(a.findings, saved, meta, os.path.relpath(rows_dir, os.path.dirname(BENCH)))

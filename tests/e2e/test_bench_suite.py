@@ -47,6 +47,10 @@ for r in rows:
 check("smoke_cnn" in out and "geometric mean of kiln/ORT" in out, "table printed")
 check(os.path.exists(findings) and "| smoke_cnn | 8 |" in open(findings).read(), "findings written")
 
+# --report: the saved rows again, without running anything.
+rc, out, err = suite("--report", "--batch", "1,8")
+check(rc == 0 and out.count("smoke_cnn") == 2 and "Saved rows" in out, f"--report prints the saved rows (rc {rc})")
+
 # A kiln that cannot build: the row records the error and the suite still prints its table.
 rc, out, err = suite("--no-ort", kiln="/bin/false")
 rows = json.load(open(os.path.join(WORK, "suite.json")))["rows"]
