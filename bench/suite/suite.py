@@ -3,7 +3,7 @@
 
 Called by `bench/run.sh --suite` (which installs ONNX Runtime). Per model: export (cached, own process:
 bench/suite/export.py), then per batch: `kiln build --shapes ... --threads T`, `kiln bench --json`
-(latency), `kiln bench --json --dump-profile` (a shorter run: which kernel each layer ran, its share),
+(latency), `kiln bench --json --export-profile` (a shorter run: which kernel each layer ran, its median share),
 and bench/ort_runner.js (all graph optimizations). A failure at any step is that row's error, never
 the suite's. Every row is also saved to OUT/rows/NAME_bB.json, so that partial runs accumulate:
 --findings writes the Markdown findings from every saved row (this run's and earlier ones).
@@ -14,6 +14,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -79,18 +80,47 @@ def export(spec, models_dir, env, timeout):
     return path, None, s
 
 
+def median_profile(trace_path):
+    """Per-layer median over the profiled iterations, from kiln bench's Chrome trace (--export-profile):
+    on a busy machine one preempted iteration would otherwise inflate a small layer's mean by 10x.
+    The same list as the --json profile: layer, op, kernel, ms. None when the trace cannot be read."""
+    try:
+        with open(trace_path) as f:
+            events = json.load(f)["traceEvents"]
+        os.remove(trace_path)
+    except (OSError, ValueError, KeyError):
+        return None
+    iterations = sum(1 for e in events if e.get("cat") == "iteration")
+    durs, order = {}, []
+    for e in events:
+        if e.get("cat") != "layer":
+            continue
+        key = (e["name"], e["args"]["op"], e["args"]["kernel"])
+        if key not in durs:
+            durs[key] = []
+            order.append(key)
+        durs[key].append(e["dur"] / 1000.0)
+    if not iterations or not order:
+        return None
+    # A name seen k times per iteration (unnamed layers are named by their op): k x the median.
+    return [{"layer": k[0], "op": k[1], "kernel": k[2],
+             "ms": statistics.median(durs[k]) * len(durs[k]) / iterations} for k in order]
+
+
 def profile_summary(profile, interpreter):
     """Reference-kernel share of kiln's per-layer time, by op and by layer, and every kernel's share."""
-    total = sum(p["mean_ms"] for p in profile) or 1e-12
+    for p in profile:  # kiln bench --json: mean_ms
+        p.setdefault("ms", p.get("mean_ms", 0.0))
+    total = sum(p["ms"] for p in profile) or 1e-12
     ref_ops, kernels, layers, every = {}, {}, [], []
     for p in profile:
-        share = 100.0 * p["mean_ms"] / total
+        share = 100.0 * p["ms"] / total
         kern = "reference" if interpreter else (p["kernel"] or "reference")
         kernels[kern] = kernels.get(kern, 0.0) + share
-        every.append({"layer": p["layer"], "op": p["op"], "kernel": kern, "share": share, "ms": p["mean_ms"]})
+        every.append({"layer": p["layer"], "op": p["op"], "kernel": kern, "share": share, "ms": p["ms"]})
         if kern == "reference":
             ref_ops[p["op"]] = ref_ops.get(p["op"], 0.0) + share
-            layers.append({"layer": p["layer"], "op": p["op"], "share": share, "ms": p["mean_ms"]})
+            layers.append({"layer": p["layer"], "op": p["op"], "share": share, "ms": p["ms"]})
     layers.sort(key=lambda x: -x["share"])
     every.sort(key=lambda x: -x["share"])
     return {"reference_share": sum(ref_ops.values()),
@@ -128,12 +158,14 @@ def run_row(spec, onnx_path, batch, a, env):
             j = parse_json(out)
             row["kiln_ms"] = j["latency_ms"]["median"]
             row["kiln_latency"] = j["latency_ms"]
+            trace = engine + ".trace.json"
             rc, out, err, s = run_tool(bench + ["--warmup", "1", "--iterations", str(a.profile_iterations),
-                                                "--dump-profile"], env=env, timeout=a.run_timeout)
+                                                "--dump-profile", "--export-profile", trace], env=env,
+                                       timeout=a.run_timeout)
             if rc != 0:
                 row["errors"]["kiln_profile"] = short_error(err)
             else:
-                prof = parse_json(out).get("profile", [])
+                prof = median_profile(trace) or parse_json(out).get("profile", [])
                 ops = {p["op"] for p in prof}
                 # executor.cc runs a graph whose top level holds a node with a subgraph (If/Loop/Scan) on
                 # the reference interpreter: every layer then runs its reference kernel, whatever tactic
@@ -204,7 +236,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--profile-iterations", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="batch 1, 3 warm-up runs, 10 iterations, 3 profiled")
+    ap.add_argument("--quick", action="store_true", help="batch 1, 3 warm-up runs, 10 iterations, 5 profiled")
     ap.add_argument("--timing-cache", default="")
     ap.add_argument("--no-ort", action="store_true")
     ap.add_argument("--compare", action="store_true",
@@ -222,7 +254,7 @@ def main():
     ap.add_argument("--blas-dir", default="", help="OpenBLAS for the exporter's PyTorch (BatchNorm estimation)")
     a = ap.parse_args()
     if a.quick:
-        a.warmup, a.iterations, a.profile_iterations = 3, 10, 3
+        a.warmup, a.iterations, a.profile_iterations = 3, 10, 5
         a.batch = a.batch or "1"
     specs = suite_models.SPECS
     if a.models:
