@@ -218,7 +218,8 @@ def print_table(rows, meta):
     g = geomean([r["kiln_vs_ort"] for r in rows])
     n = sum(1 for r in rows if r["kiln_vs_ort"])
     print(f"\ngeometric mean of kiln/ORT over {n} of {len(rows)} rows: {fmt(g, '{:.2f}x')}  (below 1.0: kiln is faster)")
-    print("ref %: share of kiln's per-layer time in layers whose kernel is 'reference' (kiln bench --dump-profile).")
+    print("ref %: share of kiln's per-layer time (medians, kiln bench --export-profile) in layers whose kernel is "
+          "'reference'.")
     runs = (f"{meta['iterations']} measured iterations after {meta['warmup']} warm-up runs" if not meta.get("report")
             else "Saved rows of earlier runs (--report; each row's time and counts are in its JSON)")
     print(f"{runs}, each runtime in its own process, one after the other. The machine may be loaded: compare "
