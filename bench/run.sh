@@ -4,6 +4,8 @@
 #   bench/run.sh            resnet50, mobilenet_v2, bert_encoder (12 layers, seq 128) x batch 1, 8 x threads 1, 2
 #   bench/run.sh --quick    batch 1 only, fewer iterations: a few minutes
 #   Extra arguments go to bench/bench.py (e.g. --models mobilenet_v2 --batches 1 --threads 1).
+#   bench/run.sh --suite [--models a,b|family] [--batch 1,8] [--quick] [--findings FILE] ...
+#                           the broad model suite (bench/suite/): ~40 models, kiln vs ORT, 2 threads
 #
 # Installs what it needs on a fresh Debian machine: onnxruntime-node from the npm registry (with
 # --ignore-scripts, into bench/node_modules; its CPU library is bundled), Debian's OpenBLAS unpacked
@@ -18,8 +20,10 @@ OUT="${BENCH_OUT:-$HERE/out}"
 KILN="${KILN:-$ROOT/build/kiln}"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="$(command -v sudo || true)"
 
-QUICK=0; ARGS=()
-for a in "$@"; do if [ "$a" = "--quick" ]; then QUICK=1; else ARGS+=("$a"); fi; done
+QUICK=0; SUITE=0; ARGS=()
+for a in "$@"; do
+  if [ "$a" = "--quick" ]; then QUICK=1; elif [ "$a" = "--suite" ]; then SUITE=1; else ARGS+=("$a"); fi
+done
 
 say() { echo "[bench] $*" >&2; }
 
@@ -33,7 +37,7 @@ fi
 $PY -c "import torch, torchvision, onnx" 2>/dev/null || {
   say "installing python3-torch, python3-torchvision, python3-onnx (Debian)"
   $SUDO apt-get update -qq; $SUDO apt-get install -y -qq --no-install-recommends python3-torch python3-torchvision python3-onnx >/dev/null; }
-if ! $PY -c "import matplotlib" 2>/dev/null; then
+if [ "$SUITE" = 0 ] && ! $PY -c "import matplotlib" 2>/dev/null; then  # the suite draws no chart
   if [ -n "$SUDO" ] || [ "$(id -u)" = 0 ]; then
     say "installing python3-matplotlib (Debian) for the chart"
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-matplotlib >/dev/null || say "no matplotlib: no chart"
@@ -56,6 +60,12 @@ if [ ! -x "$KILN" ]; then
   say "building kiln"
   cmake -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   ninja -C "$ROOT/build" kiln >/dev/null
+fi
+
+# --- the broad model suite: its own runner (exports into OUT/suite/models, cached)
+if [ "$SUITE" = 1 ]; then
+  [ "$QUICK" = 1 ] && ARGS+=("--quick")
+  exec $PY "$HERE/suite/suite.py" --kiln "$KILN" --out "$OUT/suite" --blas-dir "$BLAS_DIR" ${ARGS[@]+"${ARGS[@]}"}
 fi
 
 # --- models (cached)

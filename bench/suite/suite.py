@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""The broad model suite: kiln vs ONNX Runtime on ~40 exported models, one table (bench/README.md).
+
+Called by `bench/run.sh --suite` (which installs ONNX Runtime). Per model: export (cached, own process:
+bench/suite/export.py), then per batch: `kiln build --shapes ... --threads T`, `kiln bench --json`
+(latency), `kiln bench --json --export-profile` (a shorter run: which kernel each layer ran, its median share),
+and bench/ort_runner.js (all graph optimizations). A failure at any step is that row's error, never
+the suite's. Every row is also saved to OUT/rows/NAME_bB.json, so that partial runs accumulate:
+--findings writes the Markdown findings from every saved row (this run's and earlier ones).
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(1, BENCH)
+import models as suite_models  # noqa: E402
+from bench import cpu_model, fmt  # noqa: E402  (bench/bench.py)
+from findings import write_findings  # noqa: E402
+
+PY = "/usr/bin/python3"
+CONTROL_FLOW = ("If", "Loop", "Scan")
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def short_error(text, limit=300):
+    """The most telling line of a tool's stderr: kiln's 'error:' line, a Python exception, or the tail."""
+    lines = [l.strip() for l in (text or "").strip().splitlines() if l.strip()]
+    for pat in ("error", "Error", "Exception"):
+        hits = [l for l in lines if pat in l and "Warning" not in l]
+        if hits:
+            return hits[-1][:limit]
+    return (lines[-1] if lines else "no output")[:limit]
+
+
+def run_tool(cmd, env=None, timeout=900):
+    """(returncode, stdout, stderr, seconds); a timeout is returncode 124 with a message."""
+    t0 = time.time()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        return r.returncode, r.stdout, r.stderr, time.time() - t0
+    except subprocess.TimeoutExpired:
+        return 124, "", f"timed out after {timeout} s: {' '.join(cmd)}", time.time() - t0
+    except OSError as e:
+        return 127, "", f"error: {e}", time.time() - t0
+
+
+def parse_json(text):
+    text = text.strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return json.loads(text.splitlines()[-1])
+
+
+def shapes_flag(spec, batch):
+    return ",".join(f"{i.name}:{'x'.join(map(str, i.dims(batch)))}" for i in spec.inputs)
+
+
+def export(spec, models_dir, env, timeout):
+    path = os.path.join(models_dir, spec.name + ".onnx")
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        return path, None, 0.0
+    log(f"  exporting {spec.name}")
+    rc, out, err, s = run_tool([PY, os.path.join(HERE, "export.py"), spec.name, models_dir], env=env, timeout=timeout)
+    if rc != 0 or not os.path.exists(path):
+        return None, f"export: {short_error(err)}", s
+    return path, None, s
+
+
+def median_profile(trace_path):
+    """Per-layer median over the profiled iterations, from kiln bench's Chrome trace (--export-profile):
+    on a busy machine one preempted iteration would otherwise inflate a small layer's mean by 10x.
+    The same list as the --json profile: layer, op, kernel, ms. None when the trace cannot be read."""
+    try:
+        with open(trace_path) as f:
+            events = json.load(f)["traceEvents"]
+        os.remove(trace_path)
+    except (OSError, ValueError, KeyError):
+        return None
+    iterations = sum(1 for e in events if e.get("cat") == "iteration")
+    durs, order = {}, []
+    for e in events:
+        if e.get("cat") != "layer":
+            continue
+        key = (e["name"], e["args"]["op"], e["args"]["kernel"])
+        if key not in durs:
+            durs[key] = []
+            order.append(key)
+        durs[key].append(e["dur"] / 1000.0)
+    if not iterations or not order:
+        return None
+    # A name seen k times per iteration (unnamed layers are named by their op): k x the median.
+    return [{"layer": k[0], "op": k[1], "kernel": k[2],
+             "ms": statistics.median(durs[k]) * len(durs[k]) / iterations} for k in order]
+
+
+def profile_summary(profile, interpreter):
+    """Reference-kernel share of kiln's per-layer time, by op and by layer, and every kernel's share."""
+    for p in profile:  # kiln bench --json: mean_ms
+        p.setdefault("ms", p.get("mean_ms", 0.0))
+    total = sum(p["ms"] for p in profile) or 1e-12
+    ref_ops, kernels, layers, every = {}, {}, [], []
+    for p in profile:
+        share = 100.0 * p["ms"] / total
+        kern = "reference" if interpreter else (p["kernel"] or "reference")
+        kernels[kern] = kernels.get(kern, 0.0) + share
+        every.append({"layer": p["layer"], "op": p["op"], "kernel": kern, "share": share, "ms": p["ms"]})
+        if kern == "reference":
+            ref_ops[p["op"]] = ref_ops.get(p["op"], 0.0) + share
+            layers.append({"layer": p["layer"], "op": p["op"], "share": share, "ms": p["ms"]})
+    layers.sort(key=lambda x: -x["share"])
+    every.sort(key=lambda x: -x["share"])
+    return {"reference_share": sum(ref_ops.values()),
+            "reference_by_op": dict(sorted(ref_ops.items(), key=lambda kv: -kv[1])),
+            "top_reference_layers": layers[:8], "reference_layers": len(layers), "layers": len(profile),
+            "top_layers": every[:8],
+            "kernel_share": dict(sorted(kernels.items(), key=lambda kv: -kv[1])), "profiled_ms": total}
+
+
+def run_row(spec, onnx_path, batch, a, env):
+    row = {"model": spec.name, "family": spec.family, "batch": batch, "threads": a.threads, "note": spec.note,
+           "second_path_of": spec.second_path_of, "opset": spec.opset, "dynamic": bool(spec.dynamic),
+           "kiln_ms": None, "ort_ms": None, "kiln_vs_ort": None, "reference_share": None, "errors": {},
+           "time": time.strftime("%Y-%m-%d %H:%M:%S"), "warmup": a.warmup, "iterations": a.iterations}
+    shapes = shapes_flag(spec, batch)
+    row["shapes"] = shapes
+    th = str(a.threads)
+    engine = os.path.join(a.out, "engines", f"{spec.name}_b{batch}_t{th}.kiln")
+    os.makedirs(os.path.dirname(engine), exist_ok=True)
+    cmd = [a.kiln, "build", onnx_path, "-o", engine, "--shapes", shapes, "--threads", th]
+    if a.timing_cache:
+        cmd += ["--timing-cache", a.timing_cache]
+    rc, out, err, s = run_tool(cmd, env=env, timeout=a.build_timeout)
+    row["kiln_build_s"] = round(s, 1)
+    row["kiln_build_log"] = [l for l in err.strip().splitlines() if l.strip()][-12:]
+    if rc != 0:
+        row["errors"]["kiln_build"] = short_error(err)
+    else:
+        bench = [a.kiln, "bench", engine, "--threads", th, "--warmup-ms", "0", "--duration", "0", "--json"]
+        rc, out, err, s = run_tool(bench + ["--warmup", str(a.warmup), "--iterations", str(a.iterations)], env=env,
+                                   timeout=a.run_timeout)
+        if rc != 0:
+            row["errors"]["kiln_run"] = short_error(err)
+        else:
+            j = parse_json(out)
+            row["kiln_ms"] = j["latency_ms"]["median"]
+            row["kiln_latency"] = j["latency_ms"]
+            trace = engine + ".trace.json"
+            rc, out, err, s = run_tool(bench + ["--warmup", "1", "--iterations", str(a.profile_iterations),
+                                                "--dump-profile", "--export-profile", trace], env=env,
+                                       timeout=a.run_timeout)
+            if rc != 0:
+                row["errors"]["kiln_profile"] = short_error(err)
+            else:
+                prof = median_profile(trace) or parse_json(out).get("profile", [])
+                ops = {p["op"] for p in prof}
+                # executor.cc runs a graph whose top level holds a node with a subgraph (If/Loop/Scan) on
+                # the reference interpreter: every layer then runs its reference kernel, whatever tactic
+                # the engine recorded. --control-flow-in-engine once kiln runs such graphs with tactics.
+                interp = bool(ops & set(CONTROL_FLOW)) and not a.control_flow_in_engine
+                row["interpreter"] = interp
+                row["profile"] = profile_summary(prof, interp)
+                row["reference_share"] = row["profile"]["reference_share"]
+    if a.compare and "kiln_build" not in row["errors"]:
+        # The engine's outputs against the reference interpreter's, on the same random inputs.
+        rc, out, err, s = run_tool([a.kiln, "compare", onnx_path, "--engine", engine, "--shapes", shapes,
+                                    "--threads", th], env=env, timeout=a.run_timeout)
+        result = [l for l in (out + err).splitlines() if l.startswith("RESULT:")]
+        row["compare"] = result[-1][len("RESULT:"):].strip() if result else f"error: {short_error(err)}"
+        row["compare_ok"] = bool(result) and result[-1].startswith("RESULT: PASS")
+    if not a.no_ort:
+        rc, out, err, s = run_tool(["node", os.path.join(BENCH, "ort_runner.js"), onnx_path, "--threads", th,
+                                    "--warmup", str(a.warmup), "--iterations", str(a.iterations), "--shapes", shapes],
+                                   env=env, timeout=a.run_timeout)
+        if rc != 0:
+            row["errors"]["ort"] = short_error(err)
+        else:
+            o = parse_json(out)
+            row["ort_ms"], row["ort_version"] = o["median_ms"], o.get("version")
+    if row["kiln_ms"] and row["ort_ms"]:
+        row["kiln_vs_ort"] = row["kiln_ms"] / row["ort_ms"]
+    return row
+
+
+def geomean(xs):
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def print_table(rows, meta):
+    print(f"\nkiln vs ONNX Runtime, median latency in ms, {meta['threads']} threads ({meta['cpu']}, "
+          f"{meta['cores']} cores; {meta['kiln']}, onnxruntime-node {meta['ort'] or '?'})")
+    hdr = f"{'model':<38}{'batch':>6}{'kiln ms':>11}{'ORT ms':>11}{'kiln/ORT':>10}{'ref %':>8}  note / error"
+    print(hdr)
+    print("-" * (len(hdr) + 30))
+    for r in rows:
+        err = "; ".join(f"{k}: {v}" for k, v in r["errors"].items())
+        note = err or r.get("note", "")
+        if r.get("interpreter"):
+            note = "whole graph on the interpreter (top-level If/Loop); " + note
+        if "compare" in r:
+            note = ("outputs match the reference; " if r["compare_ok"] else f"MISMATCH: {r['compare']}; ") + note
+        print(f"{r['model']:<38}{r['batch']:>6}{fmt(r['kiln_ms']):>11}{fmt(r['ort_ms']):>11}"
+              f"{fmt(r['kiln_vs_ort'], '{:.2f}x'):>10}{fmt(r['reference_share'], '{:.1f}'):>8}  {note}")
+    g = geomean([r["kiln_vs_ort"] for r in rows])
+    n = sum(1 for r in rows if r["kiln_vs_ort"])
+    print(f"\ngeometric mean of kiln/ORT over {n} of {len(rows)} rows: {fmt(g, '{:.2f}x')}  (below 1.0: kiln is faster)")
+    print("ref %: share of kiln's per-layer time (medians, kiln bench --export-profile) in layers whose kernel is "
+          "'reference'.")
+    runs = (f"{meta['iterations']} measured iterations after {meta['warmup']} warm-up runs" if not meta.get("report")
+            else "Saved rows of earlier runs (--report; each row's time and counts are in its JSON)")
+    print(f"{runs}, each runtime in its own process, one after the other. The machine may be loaded: compare "
+          "figures within one run only.")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kiln", required=True)
+    ap.add_argument("--out", required=True, help="models/, engines/, rows/, suite.json go here")
+    ap.add_argument("--models", default="", help="comma-separated names or families (default: the whole suite)")
+    ap.add_argument("--batch", default=None,
+                    help="batches (default 1,8; --quick: 1); models other than classifiers run at batch 1 only")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--profile-iterations", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="batch 1, 3 warm-up runs, 10 iterations, 5 profiled")
+    ap.add_argument("--timing-cache", default="")
+    ap.add_argument("--no-ort", action="store_true")
+    ap.add_argument("--compare", action="store_true",
+                    help="also check each engine against the reference interpreter (kiln compare; slow on big models)")
+    ap.add_argument("--export-only", action="store_true")
+    ap.add_argument("--list", action="store_true", help="print the suite's models and exit")
+    ap.add_argument("--report", action="store_true",
+                    help="run nothing: print the table of the rows saved by earlier runs (OUT/rows) and --findings")
+    ap.add_argument("--control-flow-in-engine", action="store_true",
+                    help="do not count a graph with a top-level If/Loop/Scan as run by the interpreter")
+    ap.add_argument("--findings", default="", help="write the findings (Markdown) from every saved row to FILE")
+    ap.add_argument("--build-timeout", type=int, default=1200)
+    ap.add_argument("--run-timeout", type=int, default=900)
+    ap.add_argument("--export-timeout", type=int, default=900)
+    ap.add_argument("--blas-dir", default="", help="OpenBLAS for the exporter's PyTorch (BatchNorm estimation)")
+    a = ap.parse_args()
+    if a.quick:
+        a.warmup, a.iterations, a.profile_iterations = 3, 10, 5
+        a.batch = a.batch or "1"
+    specs = suite_models.SPECS
+    if a.models:
+        want = a.models.split(",")
+        unknown = [w for w in want if w not in suite_models.BY_NAME and w not in {s.family for s in specs}]
+        if unknown:
+            sys.exit(f"unknown models/families: {','.join(unknown)} (--list shows them)")
+        specs = [s for s in specs if s.name in want or (s.family in want and not s.smoke)]
+    else:
+        specs = [s for s in specs if not s.smoke]
+    if a.list:
+        for s in specs:
+            print(f"{s.name:<40}{s.family:<16}opset {s.opset:<3}{'dynamic ' if s.dynamic else ''}{s.note}")
+        return
+    batches = [int(b) for b in (a.batch or "1,8").split(",")]
+    models_dir = os.path.join(a.out, "models")
+    rows_dir = os.path.join(a.out, "rows")
+    os.makedirs(models_dir, exist_ok=True)
+    os.makedirs(rows_dir, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+    xenv = dict(env)
+    if a.blas_dir:
+        xenv["LD_LIBRARY_PATH"] = a.blas_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    rows = []
+    order = {s.name: i for i, s in enumerate(specs)}
+    if a.report:  # no runs: the saved rows of the selected models, in suite order
+        saved = [json.load(open(p)) for p in glob.glob(os.path.join(rows_dir, "*.json"))]
+        rows = sorted((r for r in saved if r["model"] in order and r["batch"] in batches),
+                      key=lambda r: (r["batch"], order[r["model"]]))
+    for spec in [] if a.report else specs:
+        log(f"{spec.name}")
+        onnx_path, err, s = export(spec, models_dir, xenv, a.export_timeout)
+        if a.export_only:
+            log(f"  {'exported' if onnx_path else err}")
+            continue
+        # Classifiers (a batch dim "B") run every batch asked for; the others batch 1 only.
+        batched = any("B" in i.shape for i in spec.inputs)
+        for batch in batches if batched else [b for b in batches if b == 1]:
+            if err:
+                row = {"model": spec.name, "family": spec.family, "batch": batch, "threads": a.threads,
+                       "note": spec.note, "kiln_ms": None, "ort_ms": None, "kiln_vs_ort": None,
+                       "reference_share": None, "errors": {"export": err}, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+            else:
+                row = run_row(spec, onnx_path, batch, a, env)
+            rows.append(row)
+            with open(os.path.join(rows_dir, f"{spec.name}_b{batch}.json"), "w") as f:
+                json.dump(row, f, indent=1)
+            log("  b%d: kiln %s ms, ORT %s ms, ref %s%% %s" % (batch, fmt(row["kiln_ms"]), fmt(row["ort_ms"]),
+                                                             fmt(row["reference_share"], "{:.1f}"),
+                                                             json.dumps(row["errors"]) if row["errors"] else ""))
+    if a.export_only:
+        return
+    kiln_version = run_tool([a.kiln, "--version"], timeout=30)[1].strip()
+    meta = {"cpu": cpu_model(), "cores": os.cpu_count(), "kernel": platform.release(), "kiln": kiln_version,
+            "ort": next((r.get("ort_version") for r in rows if r.get("ort_version")), None), "threads": a.threads,
+            "warmup": a.warmup, "iterations": a.iterations, "profile_iterations": a.profile_iterations,
+            "geomean_kiln_vs_ort": geomean([r["kiln_vs_ort"] for r in rows]), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "report": a.report}
+    if a.report:
+        meta["threads"] = ",".join(sorted({str(r["threads"]) for r in rows})) or a.threads
+    else:
+        with open(os.path.join(a.out, "suite.json"), "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    print_table(rows, meta)
+    if not a.report:
+        print(f"\nresults: {os.path.join(a.out, 'suite.json')} (every row also in {rows_dir}/)")
+    if a.findings:
+        saved = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(rows_dir, "*.json")))]
+        write_findings(a.findings, saved, meta, os.path.relpath(rows_dir, os.path.dirname(BENCH)))
+        print(f"findings: {a.findings} ({len(saved)} saved rows)")
+
+
+if __name__ == "__main__":
+    main()
