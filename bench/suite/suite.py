@@ -28,7 +28,6 @@ from bench import cpu_model, fmt  # noqa: E402  (bench/bench.py)
 from findings import write_findings  # noqa: E402
 
 PY = "/usr/bin/python3"
-CONTROL_FLOW = ("If", "Loop", "Scan")
 
 
 def log(msg):
@@ -166,13 +165,9 @@ def run_row(spec, onnx_path, batch, a, env):
                 row["errors"]["kiln_profile"] = short_error(err)
             else:
                 prof = median_profile(trace) or parse_json(out).get("profile", [])
-                ops = {p["op"] for p in prof}
-                # executor.cc runs a graph whose top level holds a node with a subgraph (If/Loop/Scan) on
-                # the reference interpreter: every layer then runs its reference kernel, whatever tactic
-                # the engine recorded. --control-flow-in-engine once kiln runs such graphs with tactics.
-                interp = bool(ops & set(CONTROL_FLOW)) and not a.control_flow_in_engine
-                row["interpreter"] = interp
-                row["profile"] = profile_summary(prof, interp)
+                # Control flow runs inside the engine (executor.cc): every layer's kernel in the profile is
+                # the one it ran, bodies included in their If/Loop/Scan layer's time.
+                row["profile"] = profile_summary(prof, False)
                 row["reference_share"] = row["profile"]["reference_share"]
     if a.compare and "kiln_build" not in row["errors"]:
         # The engine's outputs against the reference interpreter's, on the same random inputs.
@@ -246,8 +241,6 @@ def main():
     ap.add_argument("--list", action="store_true", help="print the suite's models and exit")
     ap.add_argument("--report", action="store_true",
                     help="run nothing: print the table of the rows saved by earlier runs (OUT/rows) and --findings")
-    ap.add_argument("--control-flow-in-engine", action="store_true",
-                    help="do not count a graph with a top-level If/Loop/Scan as run by the interpreter")
     ap.add_argument("--findings", default="", help="write the findings (Markdown) from every saved row to FILE")
     ap.add_argument("--build-timeout", type=int, default=1200)
     ap.add_argument("--run-timeout", type=int, default=900)
