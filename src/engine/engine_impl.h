@@ -68,6 +68,9 @@ Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph
 Result<std::string> serialize_engine(const EngineImpl& e);
 Status write_engine(const EngineImpl& e, const std::string& path);  // the same bytes, into a file
 Result<std::shared_ptr<EngineImpl>> deserialize_engine(std::string_view bytes);
+// Opens PATH without blocking (a regular file only), checks size, magic, version and lengths from
+// its first 32 bytes before anything else, then maps it (the weights alias the mapping, no copy).
+Result<std::shared_ptr<EngineImpl>> load_engine_file(const std::string& path);
 
 nlohmann::json inspect(const EngineImpl& e);
 

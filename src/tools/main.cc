@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include "kiln/kiln.h"
+#include "onnx/importer.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
@@ -21,6 +22,10 @@ int main(int argc, char** argv) {
     sub->add_option_function<int>(
         "--threads", [](const int& n) { kiln::set_threads(n); },
         "threads for the kernels (default: one per core, or OMP_NUM_THREADS); build tunes for this count");
+  for (CLI::App* sub : app.get_subcommands({}))
+    sub->add_flag_callback(
+        "--allow-external-data-outside", [] { kiln::onnx_import::set_allow_external_data_outside_default(true); },
+        "let external data (of models and .pb inputs) resolve outside their file's folder (off: refused)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
