@@ -9,7 +9,7 @@
 #include "engine/engine_impl.h"
 #include "fuzz_util.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+KILN_FUZZ_TARGET(engine) {
   kiln::fuzz::bound_allocations();
   if (size < 1) return 0;
   bool fix = data[0] & 1;

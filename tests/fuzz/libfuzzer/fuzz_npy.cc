@@ -5,7 +5,7 @@
 #include "core/npy.h"
 #include "fuzz_util.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+KILN_FUZZ_TARGET(npy) {
   kiln::fuzz::bound_allocations();
   auto t = kiln::parse_npy(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.npy");
   if (!t.ok() && t.status().message().empty()) __builtin_trap();

@@ -5,7 +5,7 @@
 #include "fuzz_util.h"
 #include "onnx/importer.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+KILN_FUZZ_TARGET(onnx_import) {
   kiln::fuzz::bound_allocations();
   auto m = kiln::onnx_import::parse_model(std::string_view(reinterpret_cast<const char*>(data), size), "");
   if (!m.ok() && m.status().message().empty()) __builtin_trap();  // every error says what is wrong

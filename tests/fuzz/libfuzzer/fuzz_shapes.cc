@@ -7,7 +7,7 @@
 #include "fuzz_util.h"
 #include "tools/cli_common.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+KILN_FUZZ_TARGET(shapes) {
   if (size < 1) return 0;
   std::string s(reinterpret_cast<const char*>(data + 1), size - 1);
   if (data[0] & 1) {

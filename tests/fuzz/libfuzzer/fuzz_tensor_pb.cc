@@ -4,7 +4,7 @@
 #include "ir/graph.h"
 #include "onnx/importer.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+KILN_FUZZ_TARGET(tensor_pb) {
   kiln::fuzz::bound_allocations();
   if (size < 1) return 0;
   kiln::fuzz::MemFile f(data + 1, size - 1);

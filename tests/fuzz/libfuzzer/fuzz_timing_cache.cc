@@ -4,7 +4,7 @@
 #include "fuzz_util.h"
 #include "tune/timing_cache.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+KILN_FUZZ_TARGET(timing_cache) {
   kiln::fuzz::MemFile f(data, size);
   if (!f.ok()) return 0;
   kiln::tune::CacheIdentity id{KILN_VERSION, "fuzz", "fuzz"};

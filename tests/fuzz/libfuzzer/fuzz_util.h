@@ -11,6 +11,14 @@
 
 #include "core/checked_size.h"
 
+// Each target is its own libFuzzer binary; fuzz_all.cc builds them into one binary as well (the
+// target picked by $KILN_FUZZ_TARGET), for copying to a bigger machine to fuzz there.
+#ifdef KILN_FUZZ_ALL
+#define KILN_FUZZ_TARGET(name) int kiln_fuzz_##name(const uint8_t* data, size_t size)
+#else
+#define KILN_FUZZ_TARGET(name) extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
+#endif
+
 namespace kiln::fuzz {
 
 // A memfd holding the input; path() is /proc/self/fd/N, a regular file for every reader.

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../expect_status.h"
 #include "core/checked_size.h"
 
 namespace kiln {
@@ -78,11 +79,7 @@ std::string temp_file(const std::string& name, const std::string& bytes) {
   return p;
 }
 
-void expect_error(const Status& s, ErrorCode code, const std::string& fragment) {
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.code(), code) << s.to_string();
-  EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
-}
+using kiln::testing::expect_error;
 
 TEST(CheckedSize, OverflowNegativeAndLimit) {
   int64_t r;

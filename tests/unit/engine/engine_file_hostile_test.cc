@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../expect_status.h"
 #include "core/checksum.h"
 #include "engine/engine_impl.h"
 #include "kiln/kiln.h"
@@ -73,11 +74,7 @@ std::string with_header(const std::string& file, const std::string& header) {
   return out;
 }
 
-void expect_error(const Status& s, ErrorCode code, const std::string& fragment) {
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.code(), code) << s.to_string();
-  EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
-}
+using kiln::testing::expect_error;
 
 TEST(EngineFileHostile, HeaderRewriteKeepsAGoodEngineLoadable) {
   auto e = detail::deserialize_engine(with_header(engine_bytes(), header_of(engine_bytes())));

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../expect_status.h"
 #include "core/checked_size.h"
 #include "onnx/importer.h"
 #include "onnx/onnx.pb.h"
@@ -47,11 +48,7 @@ void make_external(onnx::TensorProto* w, const std::string& location) {
   e->set_value(location);
 }
 
-void expect_error(const Status& s, ErrorCode code, const std::string& fragment) {
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.code(), code) << s.to_string();
-  EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
-}
+using kiln::testing::expect_error;
 
 class ImporterFiles : public ::testing::Test {
  protected:
