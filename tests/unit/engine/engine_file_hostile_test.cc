@@ -117,6 +117,9 @@ TEST(EngineFileHostile, ProfilesAreValidatedBeforeUse) {
                "engine profile 'p' input 'x': min, opt and max have different ranks");
   expect_error(with_profile({{"min", {1, 4}}, {"opt", {2, 4}}, {"max", {1, 4}}}), ErrorCode::kInvalidModel,
                "is not 0 <= min <= opt <= max");
+  // Found by fuzz_shapes: a float dim used to be converted to int64 (undefined behaviour).
+  expect_error(with_profile({{"min", {1, 4}}, {"opt", {1, 3.8e35}}, {"max", {1, 4}}}), ErrorCode::kInvalidModel,
+               "is not an integer");
   int64_t big = int64_t{1} << 40;
   expect_error(with_profile({{"min", {1, 4}}, {"opt", {1, 4}}, {"max", {big, big}}}), ErrorCode::kInvalidModel,
                "more elements than fit in 64 bits");
