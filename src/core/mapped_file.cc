@@ -1,8 +1,6 @@
 #include "core/mapped_file.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,46 +8,28 @@
 
 namespace kiln {
 
-namespace {
-// Closes a descriptor on every path out.
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-}  // namespace
+Result<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& path) { return open(path, Options{}); }
 
-Result<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& path) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) {
-    if (errno == ENOENT) return NotFound("file '", path, "' does not exist");
-    return IOError("cannot open '", path, "' (", std::strerror(errno), ")");
-  }
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) return IOError("cannot stat '", path, "' (", std::strerror(errno), ")");
-  if (S_ISDIR(st.st_mode)) return InvalidArgument("'", path, "' is a directory, not a file");
+Result<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& path, const Options& opts) {
+  KILN_ASSIGN_OR_RETURN(OpenedFile f, open_regular_file(path));
+  return map(std::move(f), "'" + path + "'", opts);
+}
+
+Result<std::shared_ptr<const MappedFile>> MappedFile::map(OpenedFile f, const std::string& what, const Options& opts) {
   std::shared_ptr<MappedFile> m(new MappedFile());
-  if (S_ISREG(st.st_mode) && st.st_size > 0) {
+  if (f.size > 0) {
     // MAP_POPULATE maps the whole file at once (page-cache pages, no copy) instead of one fault per page.
-    void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE | MAP_POPULATE, f.fd, 0);
+    int prot = PROT_READ | (opts.writable ? PROT_WRITE : 0);
+    void* p = ::mmap(nullptr, f.size, prot, MAP_PRIVATE | (opts.populate ? MAP_POPULATE : 0), f.fd.get(), 0);
     if (p != MAP_FAILED) {
       m->data_ = static_cast<const char*>(p);
-      m->size_ = static_cast<size_t>(st.st_size);
+      m->size_ = f.size;
       m->mapped_ = true;
       return std::shared_ptr<const MappedFile>(std::move(m));
     }
-  }
-  // Not mappable (a pipe, /dev/stdin, a file system without mmap): read to the end.
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(f.fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return IOError("cannot read '", path, "' (", std::strerror(errno), ")");
-    }
-    if (n == 0) break;
-    m->copy_.append(buf, static_cast<size_t>(n));
+    // Not mappable (a file system without mmap): read it, at the size fstat gave.
+    m->copy_.resize(f.size);
+    KILN_RETURN_IF_ERROR(read_at(f.fd.get(), m->copy_.data(), f.size, 0, what));
   }
   m->data_ = m->copy_.data();
   m->size_ = m->copy_.size();

@@ -1,7 +1,11 @@
-// NumPy .npy and .npz files (npz: zip archives, stored or deflated entries).
+// NumPy .npy and .npz files (npz: zip archives, stored or deflated entries, zip64 sizes included).
+// Reading checks every declared size before allocating (core/checked_size.h): an .npz member must
+// declare exactly the bytes its .npy header needs before it is inflated, and is inflated in 1 MiB
+// steps that cannot run past that size (a zip bomb is refused, never inflated).
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -10,7 +14,7 @@
 
 namespace kiln {
 
-Result<Tensor> parse_npy(const std::string& bytes, const std::string& what);
+Result<Tensor> parse_npy(std::string_view bytes, const std::string& what);
 std::string serialize_npy(const Tensor& t);  // kString is written as fixed-width unicode ('<U')
 Result<Tensor> read_npy(const std::string& path);
 Status write_npy(const std::string& path, const Tensor& t);

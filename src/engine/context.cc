@@ -224,11 +224,8 @@ std::shared_ptr<Engine> Engine::deserialize(const std::string& bytes) try {
 }
 
 std::shared_ptr<Engine> Engine::load(const std::string& path) try {
-  // Mapped, not read: deserialize_engine copies the bytes once, into the storage the weights alias.
-  auto file = MappedFile::open(path);
-  if (!file.ok()) detail::throw_error(file.status().with_context("cannot open engine file: "));
-  auto e = detail::deserialize_engine(file.value()->view());
-  if (!e.ok()) detail::throw_error(e.status().with_context("'" + path + "': "));
+  auto e = detail::load_engine_file(path);  // checked before mapped; the weights alias the mapping
+  if (!e.ok()) detail::throw_error(e.status());
   return std::make_shared<Engine>(std::move(e).value());
 } catch (...) {
   detail::rethrow_as_error("loading engine file '" + path + "'");

@@ -30,7 +30,11 @@
 #include <cstring>
 
 #include "backends/tactic.h"
+#include "core/bounded_json.h"
+#include "core/checked_size.h"
 #include "core/checksum.h"
+#include "core/file_access.h"
+#include "core/mapped_file.h"
 #include "engine/engine_impl.h"
 #include "engine/profiles.h"
 #include "onnx/exporter.h"
@@ -272,16 +276,14 @@ Status write_engine(const EngineImpl& e, const std::string& path) {
   return Status::Ok();
 }
 
-Result<std::shared_ptr<EngineImpl>> deserialize_engine(std::string_view bytes) {
-  const size_t n = bytes.size();
+namespace {
+
+// The 32 fixed bytes against the file's size: magic, format version and both lengths, before
+// anything else is read, copied or mapped. Returns where the body starts.
+Result<size_t> check_fixed_header(const uint8_t* p, size_t n) {
   if (n < kFixedHeader)
     return InvalidModel("not a kiln engine: the file has ", n, " bytes, fewer than the 32-byte header (truncated?)",
                         kRebuild);
-  // Copy into 64-byte-aligned storage that the weights alias for the engine's lifetime.
-  std::shared_ptr<uint8_t[]> storage(static_cast<uint8_t*>(::operator new[](n, std::align_val_t(64))),
-                                     [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
-  std::memcpy(storage.get(), bytes.data(), n);
-  const uint8_t* p = storage.get();
   if (std::memcmp(p, kMagic, 8) != 0)
     return InvalidModel(
         "not a kiln engine file (bad magic bytes; an ONNX model is the input of kiln build, not of this "
@@ -299,6 +301,75 @@ Result<std::shared_ptr<EngineImpl>> deserialize_engine(std::string_view bytes) {
         "engine file is truncated or has extra bytes: its header says ",
         header_len <= n && body_len <= n ? std::to_string(body_start + body_len) : std::string("an impossible size"),
         " bytes, the file has ", n, kRebuild);
+  return body_start;
+}
+
+// Every profile input has min, opt and max of one rank, non-negative, min <= opt <= max, and a
+// max whose element count fits in 64 bits: what select_profile and the planner index by.
+Status check_profiles(const std::vector<Profile>& profiles) {
+  for (const auto& p : profiles)
+    for (const auto& [name, r] : p.inputs) {
+      std::string what = "engine profile '" + p.name + "' input '" + name + "'";
+      if (r.min.size() != r.opt.size() || r.min.size() != r.max.size())
+        return InvalidModel(what, ": min, opt and max have different ranks", kRebuild);
+      for (size_t k = 0; k < r.min.size(); ++k)
+        if (r.min[k] < 0 || r.min[k] > r.opt[k] || r.opt[k] > r.max[k])
+          return InvalidModel(what, ": dim ", k, " is not 0 <= min <= opt <= max (", r.min[k], ", ", r.opt[k], ", ",
+                              r.max[k], ")", kRebuild);
+      KILN_RETURN_IF_ERROR(checked_numel(r.max, what, ErrorCode::kInvalidModel).status());
+    }
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<EngineImpl>> deserialize_checked(std::shared_ptr<uint8_t[]> storage, size_t n);
+Result<std::shared_ptr<EngineImpl>> deserialize_parts(const std::shared_ptr<uint8_t[]>& storage, size_t body_start,
+                                                      uint64_t header_len, uint64_t body_len);
+
+}  // namespace
+
+Result<std::shared_ptr<EngineImpl>> deserialize_engine(std::string_view bytes) {
+  const size_t n = bytes.size();
+  KILN_RETURN_IF_ERROR(check_fixed_header(reinterpret_cast<const uint8_t*>(bytes.data()), n).status());
+  // Copy into 64-byte-aligned storage that the weights alias for the engine's lifetime.
+  auto* raw = static_cast<uint8_t*>(::operator new[](n, std::align_val_t(64), std::nothrow));
+  if (!raw) return InvalidModel("engine of ", n, " bytes: not enough memory to load it");
+  std::shared_ptr<uint8_t[]> storage(raw, [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
+  std::memcpy(storage.get(), bytes.data(), n);
+  return deserialize_checked(std::move(storage), n);
+}
+
+Result<std::shared_ptr<EngineImpl>> load_engine_file(const std::string& path) {
+  std::string what = "engine file '" + path + "'";
+  KILN_ASSIGN_OR_RETURN(OpenedFile f, open_regular_file(path, what, ErrorCode::kInvalidArgument));
+  uint8_t fixed[kFixedHeader] = {};
+  if (f.size >= kFixedHeader) KILN_RETURN_IF_ERROR(read_at(f.fd.get(), fixed, kFixedHeader, 0, what));
+  auto checked = check_fixed_header(fixed, f.size);
+  if (!checked.ok()) return checked.status().with_context("'" + path + "': ");
+  // Mapped, not read: pages come in as the checksum reads them; copy-on-write, so the weights that
+  // alias it are as writable as heap memory and nothing is ever written back. An engine is replaced
+  // by rename (write_engine), so the mapped file is never truncated under a loaded engine by kiln.
+  MappedFile::Options mo;
+  mo.populate = false;
+  mo.writable = true;
+  KILN_ASSIGN_OR_RETURN(auto file, MappedFile::map(std::move(f), what, mo));
+  if (!file->mapped() || reinterpret_cast<uintptr_t>(file->data()) % 64 != 0) {
+    auto e = deserialize_engine(file->view());  // read into memory: copy into aligned storage
+    if (!e.ok()) return e.status().with_context("'" + path + "': ");
+    return e;
+  }
+  std::shared_ptr<uint8_t[]> storage(file, reinterpret_cast<uint8_t*>(const_cast<char*>(file->data())));
+  auto e = deserialize_checked(std::move(storage), file->size());
+  if (!e.ok()) return e.status().with_context("'" + path + "': ");
+  return e;
+}
+
+namespace {
+
+Result<std::shared_ptr<EngineImpl>> deserialize_checked(std::shared_ptr<uint8_t[]> storage, size_t n) {
+  const uint8_t* p = storage.get();
+  KILN_ASSIGN_OR_RETURN(size_t body_start, check_fixed_header(p, n));
+  uint64_t header_len = get<uint32_t>(p + 12);
+  uint64_t body_len = get<uint64_t>(p + 16);
   uint32_t header_crc = get<uint32_t>(p + 24), body_crc = get<uint32_t>(p + 28);
   uint32_t actual_header_crc = crc(p + kFixedHeader, header_len);
   if (actual_header_crc != header_crc)
@@ -309,12 +380,33 @@ Result<std::shared_ptr<EngineImpl>> deserialize_engine(std::string_view bytes) {
   if (actual_body_crc != body_crc)
     return InvalidModel("engine weights/graph are corrupted (checksum ", actual_body_crc, ", expected ", body_crc, ")",
                         kRebuild);
+  try {
+    return deserialize_parts(storage, body_start, header_len, body_len);
+  } catch (const std::bad_alloc&) {
+    return InvalidModel("the engine needs more memory than is available to load", kRebuild);
+  } catch (const std::exception& ex) {
+    return InvalidModel("engine is malformed (", ex.what(), ")", kRebuild);
+  }
+}
+
+}  // namespace
+
+namespace {
+// The header's JSON and the graph, once the fixed header and both checksums are verified.
+Result<std::shared_ptr<EngineImpl>> deserialize_parts(const std::shared_ptr<uint8_t[]>& storage, size_t body_start,
+                                                      uint64_t header_len, uint64_t body_len) {
+  const uint8_t* p = storage.get();
   auto e = std::make_shared<EngineImpl>();
   e->storage = storage;
   nlohmann::json h;
   size_t graph_offset, graph_length, weights_offset, weights_length;
   try {
-    h = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(p + kFixedHeader), header_len));
+    auto parsed = parse_bounded_json(
+        std::string_view(reinterpret_cast<const char*>(p + kFixedHeader), static_cast<size_t>(header_len)),
+        "engine header", ErrorCode::kInvalidModel);
+    if (!parsed.ok()) return Status(parsed.status().code(), parsed.status().message() + kRebuild);
+    h = std::move(parsed).value();
+    if (!h.is_object()) return InvalidModel("engine header is not a JSON object", kRebuild);
     std::string built_by = h.at("kiln_version").get<std::string>();
     if (built_by != KILN_VERSION)
       return InvalidModel("engine was built by kiln ", built_by, "; this is kiln ", KILN_VERSION,
@@ -340,17 +432,18 @@ Result<std::shared_ptr<EngineImpl>> deserialize_engine(std::string_view bytes) {
     auto profiles = profiles_from_json(e->build["config"]["profiles"]);
     if (!profiles.ok()) return InvalidModel(profiles.status().message(), kRebuild);
     e->profiles = std::move(profiles).value();
+    KILN_RETURN_IF_ERROR(check_profiles(e->profiles));
   }
   KILN_RETURN_IF_ERROR(engine::check_runnable(e->required_isa, e->target, engine::detect_host()));
   const size_t weights_abs = body_start + weights_offset;
   onnx_import::ImportOptions opts;
   opts.external_resolver = [&](const std::string& location, int64_t offset, int64_t length, DataType dt,
                                const Dims& dims) -> Result<Tensor> {
-    int64_t numel = 1;
-    for (int64_t d : dims) {
-      if (d != 0 && numel > (int64_t{1} << 40) / d) return InvalidModel("engine weight has impossible dims", kRebuild);
-      numel *= d;
-    }
+    auto numel_r = checked_numel(dims, "engine weight", ErrorCode::kInvalidModel);
+    if (!numel_r.ok()) return Status(numel_r.status().code(), numel_r.status().message() + kRebuild);
+    int64_t numel = numel_r.value();
+    if (dt != DataType::kString && static_cast<uint64_t>(numel) > weights_length / std::max<size_t>(dtype_size(dt), 1))
+      return InvalidModel("engine weight reference is out of bounds", kRebuild);
     if (location != "kiln-engine-weights" || offset < 0 || length < 0 || static_cast<size_t>(offset) > weights_length ||
         static_cast<size_t>(length) > weights_length - static_cast<size_t>(offset) ||
         static_cast<size_t>(numel) * dtype_size(dt) != static_cast<size_t>(length) || dt == DataType::kString)
@@ -380,6 +473,7 @@ Result<std::shared_ptr<EngineImpl>> deserialize_engine(std::string_view bytes) {
       return Unsupported("layer '", l.name, "' runs tactic '", l.kernel, "', which this kiln lacks", kRebuild);
   return e;
 }
+}  // namespace
 
 nlohmann::json inspect(const EngineImpl& e) {
   nlohmann::json j;

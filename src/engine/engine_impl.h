@@ -103,6 +103,9 @@ Result<engine::MemoryPlan> plan_at(const ir::Graph& g, const std::map<std::strin
 Result<std::string> serialize_engine(const EngineImpl& e);
 Status write_engine(const EngineImpl& e, const std::string& path);  // the same bytes, into a file
 Result<std::shared_ptr<EngineImpl>> deserialize_engine(std::string_view bytes);
+// Opens PATH without blocking (a regular file only), checks size, magic, version and lengths from
+// its first 32 bytes before anything else, then maps it (the weights alias the mapping, no copy).
+Result<std::shared_ptr<EngineImpl>> load_engine_file(const std::string& path);
 
 nlohmann::json inspect(const EngineImpl& e);
 

@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <set>
+#include <stdexcept>
 
 #include "engine/engine_impl.h"
 
@@ -160,6 +161,19 @@ nlohmann::json profiles_to_json(const std::vector<Profile>& profiles) {
   return a;
 }
 
+namespace {
+// Dims from JSON: integers only (a float such as 3.8e35 converted to int64 is undefined behaviour).
+Dims dims_from_json(const nlohmann::json& j) {
+  if (!j.is_array()) throw std::runtime_error("profile dims are not an array");
+  Dims d;
+  for (const auto& v : j) {
+    if (!v.is_number_integer()) throw std::runtime_error("profile dim " + v.dump() + " is not an integer");
+    d.push_back(v.get<int64_t>());
+  }
+  return d;
+}
+}  // namespace
+
 Result<std::vector<Profile>> profiles_from_json(const nlohmann::json& j) {
   std::vector<Profile> out;
   try {
@@ -167,7 +181,7 @@ Result<std::vector<Profile>> profiles_from_json(const nlohmann::json& j) {
       Profile p;
       p.name = jp.at("name").get<std::string>();
       for (const auto& [name, r] : jp.at("inputs").items())
-        p.inputs[name] = {r.at("min").get<Dims>(), r.at("opt").get<Dims>(), r.at("max").get<Dims>()};
+        p.inputs[name] = {dims_from_json(r.at("min")), dims_from_json(r.at("opt")), dims_from_json(r.at("max"))};
       p.memory_min = jp.at("memory").at("min").get<size_t>();
       p.memory_opt = jp.at("memory").at("opt").get<size_t>();
       p.memory_max = jp.at("memory").at("max").get<size_t>();

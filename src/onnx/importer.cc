@@ -3,12 +3,15 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
 
+#include "core/checked_size.h"
+#include "core/file_access.h"
 #include "core/mapped_file.h"
 #include "core/parallel.h"
 #include "onnx/onnx.pb.h"
@@ -45,10 +48,14 @@ void unpack_sub_byte(const uint8_t* src, Tensor& t) {
   }
 }
 
-size_t packed_bytes(const Tensor& t) {
-  int bits = dtype_packed_bits(t.dtype());
-  return static_cast<size_t>((t.numel() * bits + 7) / 8);
+// Bytes `numel` elements of dt take in a file (sub-byte types packed); numel is already checked.
+size_t file_bytes(DataType dt, int64_t numel) {
+  int bits = dtype_packed_bits(dt);
+  return bits < 8 ? static_cast<size_t>(numel / 8 * bits + (numel % 8 * bits + 7) / 8)
+                  : static_cast<size_t>(numel) * dtype_size(dt);
 }
+
+size_t packed_bytes(const Tensor& t) { return file_bytes(t.dtype(), t.numel()); }
 
 // Whether n bytes are exactly t's elements as stored (no unpacking, no size error): a plain copy.
 bool plain_bytes(const Tensor& t, size_t n) {
@@ -97,35 +104,36 @@ Result<ExternalRef> external_ref(const onnx::TensorProto& p, const std::string& 
   return r;
 }
 
-// Reads a tensor's external data from its file beside the model, straight into the tensor.
-Status read_external(const ExternalRef& ref, const std::string& base_dir, const std::string& what, Tensor& t) {
-  fs::path rel(ref.location);
-  if (rel.is_absolute() || ref.location.find("..") != std::string::npos)
-    return InvalidModel(what, ": external data location '", ref.location, "' must be a path inside the model's folder");
+// Reads a tensor's external data from its file beside the model, straight into the tensor. The file
+// is opened confined to the model's folder (core/file_access.h), without blocking, and must be a
+// regular file; offset and length are checked against its size and the tensor's before any read.
+Result<Tensor> read_external(const ExternalRef& ref, const std::string& base_dir, bool allow_outside,
+                             const std::string& what, DataType dt, const Dims& dims) {
   if (base_dir.empty()) return InvalidModel(what, ": uses external data but the model was not loaded from a file");
-  fs::path full = fs::path(base_dir) / rel;
-  std::ifstream f(full, std::ios::binary);
-  if (!f) return NotFound(what, ": external data file '", full.string(), "' is missing");
-  f.seekg(0, std::ios::end);
-  int64_t size = f.tellg();
-  int64_t offset = ref.offset, length = ref.length;
+  std::string file_what = "external data '" + ref.location + "' of " + what;
+  KILN_ASSIGN_OR_RETURN(OpenedFile f, open_inside(base_dir, ref.location, allow_outside, file_what));
+  int64_t size = static_cast<int64_t>(f.size), offset = ref.offset, length = ref.length;
   if (offset < 0 || offset > size)
-    return InvalidModel(what, ": external data offset ", offset, " is outside '", full.string(), "' (", size,
-                        " bytes)");
-  if (length < 0) length = size - offset;
-  if (offset + length > size)
-    return InvalidModel(what, ": external data [", offset, ", ", offset + length, ") runs past the end of '",
-                        full.string(), "' (", size, " bytes)");
-  f.seekg(offset);
-  if (plain_bytes(t, static_cast<size_t>(length))) {  // the common case: one read into the tensor
-    f.read(static_cast<char*>(t.raw()), length);
-    if (!f) return IOError(what, ": cannot read external data from '", full.string(), "'");
-    return Status::Ok();
+    return InvalidModel(what, ": external data offset ", offset, " is outside '", ref.location, "' (", size, " bytes)");
+  if (length < -1) return InvalidModel(what, ": external data length ", length, " is negative");
+  if (length == -1) length = size - offset;
+  if (length > size - offset)
+    return InvalidModel(what, ": external data [", offset, ", +", length, ") runs past the end of '", ref.location,
+                        "' (", size, " bytes)");
+  if (dt == DataType::kString) return InvalidModel(what, ": string tensors cannot use external data");
+  size_t need = file_bytes(dt, dims_numel(dims));
+  if (static_cast<size_t>(length) != need)
+    return InvalidModel(what, ": external data holds ", length, " bytes but ", dtype_name(dt), dims_str(dims),
+                        " needs ", need);
+  Tensor t = Tensor::uninitialized(dt, dims);  // sizes checked: allocate, then fill every byte
+  if (plain_bytes(t, need)) {                  // the common case: one read into the tensor
+    KILN_RETURN_IF_ERROR(read_at(f.fd.get(), t.raw(), need, static_cast<uint64_t>(offset), file_what));
+    return t;
   }
-  std::string buf(static_cast<size_t>(length), '\0');
-  f.read(buf.data(), length);
-  if (!f) return IOError(what, ": cannot read external data from '", full.string(), "'");
-  return fill_from_raw(buf, t, what);
+  std::string buf(need, '\0');
+  KILN_RETURN_IF_ERROR(read_at(f.fd.get(), buf.data(), need, static_cast<uint64_t>(offset), file_what));
+  KILN_RETURN_IF_ERROR(fill_from_raw(buf, t, what));
+  return t;
 }
 
 Result<ir::TypeInfo> convert_type(const onnx::TypeProto& tp, const std::string& what) {
@@ -188,26 +196,29 @@ struct Detached {
   void run_copies();
 };
 
-Result<Tensor> convert_tensor(const onnx::TensorProto& p, const std::string& base_dir, Detached* detached);
+Result<Tensor> convert_tensor(const onnx::TensorProto& p, const std::string& base_dir, bool allow_outside,
+                              Detached* detached, const char* kind = "tensor");
 
 struct Importer {
   std::string base_dir;
+  bool allow_outside = false;
   ExternalResolver resolver;
   Detached detached;
 
-  Result<Tensor> load_tensor(const onnx::TensorProto& p) {
+  // `kind` names it in errors: "initializer 'w'", "tensor 'w'".
+  Result<Tensor> load_tensor(const onnx::TensorProto& p, const char* kind = "tensor") {
     if (resolver && p.data_location() == onnx::TensorProto::EXTERNAL) {
-      std::string what = "tensor '" + p.name() + "'";
+      std::string what = std::string(kind) + " '" + p.name() + "'";
       KILN_ASSIGN_OR_RETURN(ExternalRef ref, external_ref(p, what));
       if (ref.location != kDetachedLocation || detached.empty()) {
         if (!dtype_is_known(p.data_type())) return Unsupported(what, ": unknown data type code ", p.data_type());
         Dims dims(p.dims().begin(), p.dims().end());
-        for (int64_t d : dims)
-          if (d < 0) return InvalidModel(what, ": negative dimension ", d);
+        KILN_RETURN_IF_ERROR(
+            checked_tensor_bytes(static_cast<DataType>(p.data_type()), dims, what, ErrorCode::kInvalidModel).status());
         return resolver(ref.location, ref.offset, ref.length, static_cast<DataType>(p.data_type()), dims);
       }
     }
-    return convert_tensor(p, base_dir, detached.empty() ? nullptr : &detached);
+    return convert_tensor(p, base_dir, allow_outside, detached.empty() ? nullptr : &detached, kind);
   }
   std::map<std::string, int> opsets;
   int node_counter = 0;
@@ -217,9 +228,8 @@ struct Importer {
     g.parent = parent;
     g.opset_imports = opsets;
     for (const auto& tp : gp.initializer()) {
-      std::string what = "initializer '" + tp.name() + "'";
       if (tp.name().empty()) return InvalidModel("graph '", g.name, "' has an initializer without a name");
-      KILN_ASSIGN_OR_RETURN(Tensor t, load_tensor(tp));
+      KILN_ASSIGN_OR_RETURN(Tensor t, load_tensor(tp, "initializer"));
       g.initializers[tp.name()] = std::move(t);
     }
     for (const auto& sp : gp.sparse_initializer()) {
@@ -252,26 +262,43 @@ struct Importer {
     return Status::Ok();  // sorted once every graph is complete (sort_all)
   }
 
+  // ONNX SparseTensorProto: values [NNZ], indices [NNZ] (linear) or [NNZ, rank] (COO coordinates),
+  // dims the dense shape. Every index is checked against NNZ and the dims before it is used.
   Result<Tensor> sparse_to_dense(const onnx::SparseTensorProto& sp) {
+    std::string what = "sparse tensor '" + sp.values().name() + "'";
     KILN_ASSIGN_OR_RETURN(Tensor values, load_tensor(sp.values()));
     KILN_ASSIGN_OR_RETURN(Tensor indices, load_tensor(sp.indices()));
     Dims dims(sp.dims().begin(), sp.dims().end());
-    for (int64_t d : dims)
-      if (d < 0) return InvalidModel("sparse tensor '", sp.values().name(), "' has a negative dim");
-    Tensor out(values.dtype(), dims);
-    int64_t n = values.numel(), total = out.numel();
-    size_t es = dtype_size(values.dtype());
+    KILN_RETURN_IF_ERROR(checked_tensor_bytes(values.dtype(), dims, what, ErrorCode::kInvalidModel).status());
+    if (values.rank() != 1)
+      return InvalidModel(what, ": values must be 1-D [NNZ] but have shape ", dims_str(values.shape()));
+    if (!dtype_is_integer(indices.dtype()))
+      return InvalidModel(what, ": indices must be integers, not ", dtype_name(indices.dtype()));
+    int64_t n = values.numel();
+    int64_t rank = static_cast<int64_t>(dims.size());
     bool coo_flat = indices.rank() == 1;
+    if (coo_flat ? indices.numel() != n : indices.rank() != 2 || indices.shape()[0] != n || indices.shape()[1] != rank)
+      return InvalidModel(what, ": indices of shape ", dims_str(indices.shape()), " do not match ", n,
+                          " values and dense shape ", dims_str(dims), " (expected [", n, "] or [", n, ",", rank, "])");
+    Tensor out(values.dtype(), dims);
+    int64_t total = out.numel();
+    size_t es = dtype_size(values.dtype());
     for (int64_t i = 0; i < n; ++i) {
       int64_t flat = 0;
       if (coo_flat) {
         flat = indices.get_i64(i);
       } else {
-        for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d)
-          flat = flat * dims[static_cast<size_t>(d)] + indices.get_i64(i * static_cast<int64_t>(dims.size()) + d);
+        for (int64_t d = 0; d < rank; ++d) {
+          int64_t c = indices.get_i64(i * rank + d), extent = dims[static_cast<size_t>(d)];
+          if (c < 0 || c >= extent)
+            return InvalidModel(what, ": index ", i, " has coordinate ", c, " on axis ", d, ", outside [0, ", extent,
+                                ")");
+          flat = flat * extent + c;  // < total: no overflow
+        }
       }
       if (flat < 0 || flat >= total)
-        return InvalidModel("sparse tensor '", sp.values().name(), "' has an index out of range");
+        return InvalidModel(what, ": index ", i, " is ", flat, ", outside the ", total, " elements of ",
+                            dims_str(dims));
       if (values.dtype() == DataType::kString)
         out.strings()[flat] = values.strings()[i];
       else
@@ -447,21 +474,17 @@ void Detached::run_copies() {
 }
 
 // `detached`: set when detach_raw_data() rewrote the model; its copies are deferred (run_copies).
-Result<Tensor> convert_tensor(const onnx::TensorProto& p, const std::string& base_dir, Detached* detached) {
-  std::string what = "tensor '" + p.name() + "'";
+Result<Tensor> convert_tensor(const onnx::TensorProto& p, const std::string& base_dir, bool allow_outside,
+                              Detached* detached, const char* kind) {
+  std::string what = std::string(kind) + " '" + p.name() + "'";
   if (p.has_segment()) return Unsupported(what, ": segmented tensors are not supported");
   if (!dtype_is_known(p.data_type())) return Unsupported(what, ": unknown data type code ", p.data_type());
   auto dt = static_cast<DataType>(p.data_type());
   if (dt == DataType::kComplex64 || dt == DataType::kComplex128)
     return Unsupported(what, ": complex tensors are not supported");
-  Dims dims;
-  int64_t numel = 1;
-  for (int64_t d : p.dims()) {
-    if (d < 0) return InvalidModel(what, ": negative dimension ", d);
-    if (d > 0 && numel > (int64_t{1} << 40) / d) return InvalidModel(what, ": has more than 2^40 elements");
-    numel *= d;
-    dims.push_back(d);
-  }
+  Dims dims(p.dims().begin(), p.dims().end());
+  KILN_RETURN_IF_ERROR(checked_tensor_bytes(dt, dims, what, ErrorCode::kInvalidModel).status());
+  const int64_t numel = dims_numel(dims);  // checked just above
   // Check the stored element count before allocating, so a lying header cannot force a huge allocation.
   int bits = dtype_packed_bits(dt);
   int64_t stored = -1;
@@ -484,7 +507,6 @@ Result<Tensor> convert_tensor(const onnx::TensorProto& p, const std::string& bas
       return InvalidModel(what, ": holds data for ", stored, " elements but its dims ", dims_str(dims), " need ",
                           numel);
   }
-  Tensor t = Tensor::uninitialized(dt, dims);  // every path below writes each element or fails
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
     KILN_ASSIGN_OR_RETURN(ExternalRef ref, external_ref(p, what));
     if (ref.location == kDetachedLocation && detached) {
@@ -493,6 +515,11 @@ Result<Tensor> convert_tensor(const onnx::TensorProto& p, const std::string& bas
           static_cast<uint64_t>(ref.length) > all.size() - static_cast<uint64_t>(ref.offset))
         return Internal(what, ": detached raw_data [", ref.offset, ", +", ref.length, ") is outside the model");
       std::string_view raw = all.substr(static_cast<size_t>(ref.offset), static_cast<size_t>(ref.length));
+      if (dt == DataType::kString) return InvalidModel(what, ": string tensors cannot use raw_data");
+      if (raw.size() != file_bytes(dt, numel))  // before allocating: the dims may lie
+        return InvalidModel(what, ": raw_data holds ", raw.size(), " bytes but ", dtype_name(dt), dims_str(dims),
+                            " needs ", file_bytes(dt, numel));
+      Tensor t = Tensor::uninitialized(dt, dims);
       if (plain_bytes(t, raw.size())) {
         if (!raw.empty()) detached->copies.push_back({raw.data(), raw.size(), t.raw()});
         return t;
@@ -500,9 +527,12 @@ Result<Tensor> convert_tensor(const onnx::TensorProto& p, const std::string& bas
       KILN_RETURN_IF_ERROR(fill_from_raw(raw, t, what));  // sub-byte types, and the size error
       return t;
     }
-    KILN_RETURN_IF_ERROR(read_external(ref, base_dir, what, t));
-    return t;
+    return read_external(ref, base_dir, allow_outside, what, dt, dims);
   }
+  if (p.has_raw_data() && dt != DataType::kString && p.raw_data().size() != file_bytes(dt, numel))
+    return InvalidModel(what, ": raw_data holds ", p.raw_data().size(), " bytes but ", dtype_name(dt), dims_str(dims),
+                        " needs ", file_bytes(dt, numel));
+  Tensor t = Tensor::uninitialized(dt, dims);  // every path below writes each element or fails
   if (p.has_raw_data()) {
     KILN_RETURN_IF_ERROR(fill_from_raw(p.raw_data(), t, what));
     return t;
@@ -566,9 +596,15 @@ Result<Tensor> convert_tensor(const onnx::TensorProto& p, const std::string& bas
 }
 }  // namespace
 
-Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir) {
-  return convert_tensor(p, base_dir, {});
+Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir, bool allow_outside) {
+  return convert_tensor(p, base_dir, allow_outside, nullptr);
 }
+
+namespace {
+std::atomic<bool> g_allow_outside{false};
+}
+bool allow_external_data_outside_default() { return g_allow_outside.load(std::memory_order_relaxed); }
+void set_allow_external_data_outside_default(bool allow) { g_allow_outside.store(allow, std::memory_order_relaxed); }
 
 void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p) {
   p->set_name(name);
@@ -626,6 +662,7 @@ Result<ir::Model> parse_model_impl(std::string_view bytes, const std::string& ba
   }
   Importer imp;
   imp.base_dir = base_dir;
+  imp.allow_outside = opts.allow_external_data_outside;
   imp.resolver = opts.external_resolver;
   if (detached) imp.detached.bytes = bytes;
   imp.opsets = m.opset_imports;
@@ -660,13 +697,13 @@ Result<ir::Model> load_model(const std::string& path, const ImportOptions& opts)
 }
 
 namespace {
-Result<ops::Value> value_from_sequence(const onnx::SequenceProto& sp, const std::string& base_dir) {
+Result<ops::Value> value_from_sequence(const onnx::SequenceProto& sp, const std::string& base_dir, bool allow_outside) {
   std::vector<Tensor> items;
   DataType elem = DataType::kUndefined;
   if (sp.elem_type() != onnx::SequenceProto::TENSOR && sp.elem_type() != onnx::SequenceProto::UNDEFINED)
     return Unsupported("sequence '", sp.name(), "': only sequences of tensors are supported");
   for (const auto& tp : sp.tensor_values()) {
-    KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, base_dir));
+    KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, base_dir, allow_outside));
     elem = t.dtype();
     items.push_back(std::move(t));
   }
@@ -674,16 +711,20 @@ Result<ops::Value> value_from_sequence(const onnx::SequenceProto& sp, const std:
 }
 }  // namespace
 
-Result<ops::Value> read_value_pb(const std::string& path, const ir::TypeInfo* expected) {
+namespace {
+Result<ops::Value> read_value_pb_impl(const std::string& path, const ir::TypeInfo* expected,
+                                      const ImportOptions& opts) {
+  const bool allow = opts.allow_external_data_outside;
   KILN_ASSIGN_OR_RETURN(auto file, MappedFile::open(path));
   std::string_view bytes = file->view();
   std::string dir = fs::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
   using K = ir::TypeInfo::Kind;
   K kind = expected ? expected->kind : K::kTensor;
   if (kind == K::kSequence) {
     onnx::SequenceProto sp;
     if (!parse_message(bytes, &sp)) return InvalidArgument("'", path, "' is not a valid SequenceProto");
-    auto v = value_from_sequence(sp, dir);
+    auto v = value_from_sequence(sp, dir, allow);
     if (v.ok() && v.value().sequence_elem == DataType::kUndefined && expected->inner)
       v.value().sequence_elem = expected->inner->elem;
     return v;
@@ -692,16 +733,27 @@ Result<ops::Value> read_value_pb(const std::string& path, const ir::TypeInfo* ex
     onnx::OptionalProto op;
     if (!parse_message(bytes, &op)) return InvalidArgument("'", path, "' is not a valid OptionalProto");
     if (op.has_tensor_value()) {
-      KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(op.tensor_value(), dir));
+      KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(op.tensor_value(), dir, allow));
       return ops::Value(std::move(t));
     }
-    if (op.has_sequence_value()) return value_from_sequence(op.sequence_value(), dir);
+    if (op.has_sequence_value()) return value_from_sequence(op.sequence_value(), dir, allow);
     return ops::Value::none();
   }
   onnx::TensorProto tp;
   if (!parse_message(bytes, &tp)) return InvalidArgument("'", path, "' is not a valid TensorProto");
-  KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, dir));
+  KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, dir, allow));
   return ops::Value(std::move(t));
+}
+}  // namespace
+
+Result<ops::Value> read_value_pb(const std::string& path, const ir::TypeInfo* expected, const ImportOptions& opts) {
+  try {
+    return read_value_pb_impl(path, expected, opts);
+  } catch (const std::bad_alloc&) {
+    return InvalidArgument("'", path, "': not enough memory to read it");
+  } catch (const std::exception& e) {
+    return Internal("reading '", path, "' failed: ", e.what());
+  }
 }
 
 Status write_tensor_pb(const std::string& path, const Tensor& t, const std::string& name) {

@@ -3,6 +3,7 @@
 
 #include "engine/engine_impl.h"
 #include "kiln/kiln.h"
+#include "onnx/importer.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
@@ -24,6 +25,10 @@ int main(int argc, char** argv) {
            "--threads", [](const int& n) { kiln::set_threads(n); },
            "threads for the kernels (default: one per core, or OMP_NUM_THREADS); build tunes for this count")
         ->check(kiln::tools::bounded(1, kiln::tools::kMaxThreads));
+  for (CLI::App* sub : app.get_subcommands({}))
+    sub->add_flag_callback(
+        "--allow-external-data-outside", [] { kiln::onnx_import::set_allow_external_data_outside_default(true); },
+        "let external data (of models and .pb inputs) resolve outside their file's folder (off: refused)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

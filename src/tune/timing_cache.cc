@@ -7,6 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_json.h"
+#include "core/file_access.h"
+#include "core/mapped_file.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -39,6 +43,11 @@ Result<CacheEntry> entry_from(const nlohmann::json& j) {
   CacheEntry e;
   if (!j.is_object()) return InvalidModel("an entry is not an object");
   if (!j.contains("rev") || !j["rev"].is_number_integer()) return InvalidModel("an entry has no revision");
+  for (const char* k : {"ms", "min_ms"})
+    if (j.contains(k) && !j[k].is_number()) return InvalidModel("an entry's ", k, " is not a number");
+  if (j.contains("runs") && !j["runs"].is_number_integer()) return InvalidModel("an entry's runs is not an integer");
+  if (j.contains("prepared") && !j["prepared"].is_boolean())
+    return InvalidModel("an entry's prepared is not a boolean");
   e.revision = j["rev"].get<int>();
   if (j.contains("ms")) {
     if (!j["ms"].is_number() || j["ms"].get<double>() < 0) return InvalidModel("an entry's ms is not a time");
@@ -50,7 +59,7 @@ Result<CacheEntry> entry_from(const nlohmann::json& j) {
     if (!j["error"].is_string()) return InvalidModel("an entry's error is not a string");
     e.state = CacheEntry::State::kFailed;
     e.error = j["error"].get<std::string>();
-  } else if (j.value("prepared", false) == true) {
+  } else if (j.contains("prepared") && j["prepared"].get<bool>()) {
     e.state = CacheEntry::State::kPrepared;
   } else {
     return InvalidModel("an entry has neither ms, error nor prepared");
@@ -67,31 +76,32 @@ nlohmann::json entry_json(const CacheEntry& e) {
   return {};
 }
 
-FileState read_file(const std::string& path, const CacheIdentity& id) {
+FileState read_file_unchecked(const std::string& path, const CacheIdentity& id) {
   FileState st;
-  struct stat sb;
-  if (::stat(path.c_str(), &sb) != 0) {
-    st.kind = errno == ENOENT ? FileState::Kind::kMissing : FileState::Kind::kUnreadable;
-    st.detail = std::strerror(errno);
+  // Non-blocking open, regular files only (a FIFO would block a plain open forever).
+  auto opened = open_regular_file(path, "it");
+  if (!opened.ok()) {
+    st.kind = opened.status().code() == ErrorCode::kNotFound ? FileState::Kind::kMissing : FileState::Kind::kUnreadable;
+    st.detail = opened.status().message();
     return st;
   }
-  std::ifstream f(path, std::ios::binary);
-  if (!f || S_ISDIR(sb.st_mode)) {
+  auto file = MappedFile::map(std::move(opened).value(), "timing cache " + path, MappedFile::Options{});
+  if (!file.ok()) {
     st.kind = FileState::Kind::kUnreadable;
-    st.detail = S_ISDIR(sb.st_mode) ? "it is a directory" : std::strerror(errno);
+    st.detail = file.status().message();
     return st;
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
   auto corrupt = [&](const std::string& why) {
     st.kind = FileState::Kind::kCorrupt;
     st.detail = why;
     st.entries.clear();
     return st;
   };
-  if (j.is_discarded()) return corrupt(ss.str().empty() ? "it is empty" : "it is not valid JSON (truncated?)");
-  if (!j.is_object() || j.value("format", "") != kFormatName)
+  auto parsed = parse_bounded_json(file.value()->view(), "it", ErrorCode::kInvalidArgument);
+  if (!parsed.ok()) return corrupt(parsed.status().message());
+  nlohmann::json j = std::move(parsed).value();
+  if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
+      j["format"].get<std::string>() != kFormatName)
     return corrupt(std::string("it does not say \"format\": \"") + kFormatName + "\"");
   if (!j.contains("format_version") || !j["format_version"].is_number_integer() || !j.contains("kiln_version") ||
       !j["kiln_version"].is_string() || !j.contains("machine") || !j["machine"].is_string() || !j.contains("layers") ||
@@ -123,6 +133,19 @@ FileState read_file(const std::string& path, const CacheIdentity& id) {
     }
   }
   return st;
+}
+
+// Every field's type is checked before use; anything that still throws (a JSON type error, memory)
+// makes the file corrupt: ignored with a warning, never an abort.
+FileState read_file(const std::string& path, const CacheIdentity& id) {
+  try {
+    return read_file_unchecked(path, id);
+  } catch (const std::exception& e) {
+    FileState st;
+    st.kind = FileState::Kind::kCorrupt;
+    st.detail = std::string("it could not be read as a timing cache (") + e.what() + ")";
+    return st;
+  }
 }
 
 std::string describe_ignored(const std::string& path, const FileState& st) {

@@ -1,6 +1,7 @@
 // The timing cache file: round trip, what it refuses to trust (stale, foreign, corrupt) and how it says
 // so, and concurrent builds writing one file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -274,6 +275,47 @@ TEST(TimingCache, ConcurrentProcessesKeepEveryEntry) {
       EXPECT_NE(c.find("threads=1|P" + std::to_string(p) + "R" + std::to_string(r) + "{}", "t0"), nullptr) << p << r;
   for (const auto& e : fs::directory_iterator(dir))  // no temporaries left behind
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+// Hostile files: fields of the wrong JSON type anywhere (each used to throw out of the reader and
+// abort), nesting 100,000 deep (a stack overflow), a FIFO (a hang) and a directory. Each is a
+// warning naming the problem and an empty cache, never an abort.
+TEST(TimingCache, WrongTypesDeepNestingFifoAndDirectoryAreWarnings) {
+  std::string dir = temp_dir("hostile");
+  std::string path = dir + "/tc.json";
+  std::string head =
+      "{\"format\": \"kiln-timing-cache\", \"format_version\": 2, \"kiln_version\": \"0.1.0\", "
+      "\"machine\": \"" +
+      kHere.machine + "\", \"layers\": ";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{\"format\": 5}", "does not say"},
+      {head + "{\"k\": {\"t\": {\"prepared\": \"yes\", \"rev\": 1}}}}", "prepared is not a boolean"},
+      {head + "{\"k\": {\"t\": {\"ms\": 1, \"runs\": \"7\", \"rev\": 1}}}}", "runs is not an integer"},
+      {head + "{\"k\": {\"t\": {\"ms\": 1, \"min_ms\": [1], \"rev\": 1}}}}", "min_ms is not a number"},
+      {head + "{\"k\": {\"t\": {\"error\": 3, \"rev\": 1}}}}", "error is not a string"},
+      {"{\"format\": \"kiln-timing-cache\", \"format_version\": 2.5, \"kiln_version\": 1, \"machine\": [], "
+       "\"layers\": 3}",
+       "wrong type"},
+      {std::string(100000, '[') + std::string(100000, ']'), "deeper than 64 levels"},
+  };
+  for (const auto& [text, why] : bad) {
+    std::ofstream(path, std::ios::trunc | std::ios::binary) << text;
+    Warnings w;
+    TimingCache c = TimingCache::open(path, kHere, w.fn());
+    EXPECT_EQ(c.size(), 0u) << text.substr(0, 200);
+    EXPECT_TRUE(w.any("is corrupt")) << text.substr(0, 200);
+    EXPECT_TRUE(w.any(why)) << text.substr(0, 200) << "\n" << (w.lines.empty() ? "" : w.lines[0]);
+  }
+  fs::remove(path);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  Warnings wf;
+  EXPECT_EQ(TimingCache::open(path, kHere, wf.fn()).size(), 0u);
+  EXPECT_TRUE(wf.any("cannot be read (it is a FIFO")) << (wf.lines.empty() ? "" : wf.lines[0]);
+  fs::remove(path);
+  fs::create_directories(path);
+  Warnings wd;
+  EXPECT_EQ(TimingCache::open(path, kHere, wd.fn()).size(), 0u);
+  EXPECT_TRUE(wd.any("cannot be read (it is a directory")) << (wd.lines.empty() ? "" : wd.lines[0]);
 }
 
 }  // namespace
