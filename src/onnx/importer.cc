@@ -25,12 +25,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Protobuf nesting accepted (ModelProto -> GraphProto -> NodeProto -> AttributeProto -> GraphProto ...).
+constexpr int kProtoRecursionLimit = 200;
+
 template <typename Msg>
-bool parse_message(std::string_view bytes, Msg* msg) {
+bool parse_message(std::string_view bytes, Msg* msg, int recursion_limit = kProtoRecursionLimit) {
   google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
                                             static_cast<int>(std::min<size_t>(bytes.size(), INT32_MAX)));
   in.SetTotalBytesLimit(INT32_MAX);
-  in.SetRecursionLimit(200);
+  in.SetRecursionLimit(recursion_limit);
   return msg->ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
 }
 
@@ -634,8 +637,20 @@ Result<ir::Model> parse_model_impl(std::string_view bytes, const std::string& ba
   // Large raw_data fields become references into `bytes` (see raw_data_split.h): protobuf does not
   // copy them, the importer copies them once, into the tensors.
   std::optional<std::string> detached = detach_raw_data(bytes);
-  if (!parse_message(detached ? std::string_view(*detached) : bytes, &mp))
-    return InvalidModel("not a valid ONNX model: the protobuf could not be parsed (truncated or corrupted file?)");
+  const std::string_view wire = detached ? std::string_view(*detached) : bytes;
+  if (!parse_message(wire, &mp)) {
+    // Tell nesting from corruption: a model that parses with a 10x deeper (still stack-safe) limit is
+    // well formed but nests its subgraphs deeper than kiln accepts.
+    onnx::ModelProto deeper;
+    if (parse_message(wire, &deeper, 10 * kProtoRecursionLimit))
+      return InvalidModel("the model nests messages deeper than ", kProtoRecursionLimit,
+                          " protobuf levels (subgraphs inside subgraphs, about 3 levels per If/Loop/Scan): refused "
+                          "— flatten the control flow");
+    return InvalidModel(
+        "not a valid ONNX model: the protobuf could not be parsed (truncated or corrupted file, or nested deeper "
+        "than ",
+        10 * kProtoRecursionLimit, " levels?)");
+  }
   if (!mp.has_graph()) return InvalidModel("the ONNX model has no graph");
   if (mp.ir_version() < kMinIrVersion || mp.ir_version() > kMaxIrVersion)
     return Unsupported("the model's IR version ", mp.ir_version(), " is outside what kiln reads (", kMinIrVersion, "-",
