@@ -8,6 +8,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev libdnnl-dev
   googletest libgtest-dev libbenchmark-dev
   clang-format
+  clang libclang-rt-14-dev   # the libFuzzer targets (ASan + UBSan tree of tests/fuzz/run_fuzz_sanitized.sh)
   chromium
   python3-numpy python3-onnx python3-torch python3-torchvision
 )
