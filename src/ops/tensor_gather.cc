@@ -38,6 +38,11 @@ Status gather_infer(InferContext& ctx) {
   out.insert(out.end(), ind.dims.begin(), ind.dims.end());
   out.insert(out.end(), data.dims.begin() + static_cast<std::ptrdiff_t>(axis) + 1, data.dims.end());
   ctx.set_output(0, dt, SymShape(out));
+  // Build validates what run validates: constant indices against a known extent, by the kernel's rule.
+  if (const Tensor* c = ctx.constant(1); c && data.dims[axis].known()) {
+    auto checked = read_indices(*c, data.dims[axis].value, "indices");
+    if (!checked.ok()) return ctx.error(checked.status().message());
+  }
   // Picking elements of a symbolic 1-D value (a dim out of a Shape).
   const SymValue* v = ctx.sym_value(0);
   std::vector<int64_t> idx;

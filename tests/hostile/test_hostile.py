@@ -129,6 +129,8 @@ reshape_bad = save_model([helper.make_node("Reshape", ["x", "shape"], ["y"])], [
                          "reshape_count", [const("shape", np.array([4, 2], np.int64))])
 cumsum_bad = save_model([helper.make_node("CumSum", ["x", "axis"], ["y"])], [vi("x", F, [2, 3])], [vi("y", F, None)],
                         "cumsum_axis", [const("axis", np.array(5, np.int64))])
+gather_bad = save_model([helper.make_node("Gather", ["x", "idx"], ["y"], axis=1)], [vi("x", F, [2, 3])],
+                        [vi("y", F, None)], "gather_index", [const("idx", np.array([0, 3], np.int64))])
 H, In = 3, 2
 lstm_bad = save_model(
     [helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=4)], [vi("x", F, [1, 1, In])], [vi("y", F, None)],
@@ -361,6 +363,8 @@ cases = [
      "cannot reshape float32[2,3] (6 elements) to [4,2] (8 elements)"),
     ("reshape_count_run", ["run", reshape_bad], INVALID, "cannot reshape float32[2,3] (6 elements) to [4,2] (8 elements)"),
     ("cumsum_axis_build", ["build", cumsum_bad, "-o", path("r.kiln")], INVALID, "axis 5 is out of range for rank 2"),
+    ("gather_constant_index_build", ["build", gather_bad, "-o", path("r.kiln")], INVALID,
+     "indices[1] = 3 is out of range for a dim of size 3"),
     ("lstm_hidden_size_build", ["build", lstm_bad, "-o", path("r.kiln")], INVALID, "W float32[1,12,2] must be [1,16,2]"),
     ("lstm_hidden_size_run", ["run", lstm_bad], INVALID, "W float32[1,12,2] must be [1,16,2]"),
     ("dft_length_0_build", ["build", dft_bad, "-o", path("r.kiln")], INVALID, "dft_length must be in [1,"),
