@@ -126,11 +126,7 @@ Result<int> prune_padding_taps(ir::Graph& g) {
     n.attrs["dilations"] = ir::attr_ints(dil);
     n.attrs["kernel_shape"] = ir::attr_ints(ks);
     n.attrs.erase("auto_pad");
-    ++changed;
-  }
-  if (changed) {
-    KILN_ASSIGN_OR_RETURN(int dead, remove_dead_nodes(g));
-    (void)dead;
+    ++changed;  // the original weights, if nothing else reads them, go in remove_dead_nodes (last pass)
   }
   return changed;
 }

@@ -3,6 +3,8 @@
 // the memory planner must keep alive, and every output matches the reference interpreter.
 #include <gtest/gtest.h>
 
+#include "ir/attribute_builders.h"
+
 #include <cmath>
 
 #include "../graph_builder.h"
@@ -28,13 +30,6 @@ ir::Node make_node(const std::string& name, const std::string& op, std::vector<s
   n.inputs = std::move(in);
   n.outputs = std::move(out);
   return n;
-}
-
-ir::Attribute graph_attr(std::shared_ptr<ir::Graph> g) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kGraph;
-  a.g = std::move(g);
-  return a;
 }
 
 std::shared_ptr<ir::Graph> body(const std::string& name, std::vector<ir::Node> nodes, std::vector<std::string> outs,
@@ -85,16 +80,17 @@ ir::Model if_model() {
                          {"ia"});
   auto inner_else = body("inner_else", {make_node("in_neg", "Neg", {"d"}, {"nd"})}, {"nd"});
   ir::Node inner_if = make_node("inner_if", "If", {"c2"}, {"e"});
-  inner_if.attrs["then_branch"] = graph_attr(inner_then);
-  inner_if.attrs["else_branch"] = graph_attr(inner_else);
+  inner_if.attrs["then_branch"] = ir::attr_graph(inner_then);
+  inner_if.attrs["else_branch"] = ir::attr_graph(inner_else);
   auto else_g = body("else", {inner_if}, {"e"});
   ir::Node& top_if = b.node("If", {"c1"}, {"y"});
-  top_if.attrs["then_branch"] = graph_attr(then_g);
-  top_if.attrs["else_branch"] = graph_attr(else_g);
+  top_if.attrs["then_branch"] = ir::attr_graph(then_g);
+  top_if.attrs["else_branch"] = ir::attr_graph(else_g);
 
   ir::Node& pass_if = b.node("If", {"c1"}, {"passed"});
-  pass_if.attrs["then_branch"] = graph_attr(body("pass_then", {}, {"a"}));
-  pass_if.attrs["else_branch"] = graph_attr(body("pass_else", {make_node("fl", "Flatten", {"c"}, {"fc_"})}, {"fc_"}));
+  pass_if.attrs["then_branch"] = ir::attr_graph(body("pass_then", {}, {"a"}));
+  pass_if.attrs["else_branch"] =
+      ir::attr_graph(body("pass_else", {make_node("fl", "Flatten", {"c"}, {"fc_"})}, {"fc_"}));
 
   // After the Ifs: new values of a's size, written into freed slots.
   b.conv({"y", "w3"}, "z1", 1);
@@ -249,7 +245,7 @@ ir::Model loop_model() {
             make_node("lb_tanh", "Tanh", {"s1"}, {"s2"}), make_node("lb_id", "Identity", {"cond"}, {"co"})},
            {"co", "s2"}, {{"iter", i64}, {"cond", bl}, {"st", f}});
   ir::Node& loop = b.node("Loop", {"trips", "", "ta"}, {"out"});
-  loop.attrs["body"] = graph_attr(loop_body);
+  loop.attrs["body"] = ir::attr_graph(loop_body);
   auto row = ir::TypeInfo::tensor(DataType::kFloat32, SymShape::from_dims({16}));
   auto scan_body = body(
       "scan_body",
@@ -258,7 +254,7 @@ ir::Model loop_model() {
       {"acc3", "rowo"}, {{"acc", row}, {"row", row}});
   b.init("zero", Tensor(DataType::kFloat32, {16}));
   ir::Node& scan = b.node("Scan", {"zero", "sx"}, {"scan_sum", "scan_rows"});
-  scan.attrs["body"] = graph_attr(scan_body);
+  scan.attrs["body"] = ir::attr_graph(scan_body);
   GraphBuilder::set_int(scan, "num_scan_inputs", 1);
   ir::Model m = b.finish();
   for (auto& n : m.graph->nodes)

@@ -3,6 +3,8 @@
 // a build refuses with the interpreter's message what a run would refuse.
 #include <gtest/gtest.h>
 
+#include "ir/attribute_builders.h"
+
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -33,13 +35,6 @@ ir::Node node(const std::string& op, std::vector<std::string> ins, std::vector<s
   return n;
 }
 
-ir::Attribute graph_attr(std::shared_ptr<ir::Graph> g) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kGraph;
-  a.g = std::move(g);
-  return a;
-}
-
 // The body of a Loop carrying one float [1] value at nesting `level` of `depth`: the innermost adds 1,
 // the others run the next level once. The outermost Loop runs `trips` times: y = x + trips.
 std::shared_ptr<ir::Graph> nested_body(const ir::Graph* parent, int level, int depth) {
@@ -57,7 +52,7 @@ std::shared_ptr<ir::Graph> nested_body(const ir::Graph* parent, int level, int d
   } else {
     b->initializers["m" + s] = Tensor::scalar<int64_t>(DataType::kInt64, 1);
     ir::Node loop = node("Loop", {"m" + s, "", "v" + s}, {"vo" + s});
-    loop.attrs["body"] = graph_attr(nested_body(b.get(), level + 1, depth));
+    loop.attrs["body"] = ir::attr_graph(nested_body(b.get(), level + 1, depth));
     b->nodes.push_back(std::move(loop));
   }
   b->outputs = {{"co" + s, ir::TypeInfo()}, {"vo" + s, ir::TypeInfo()}};
@@ -75,7 +70,7 @@ ir::Model loop_model(int64_t trips, int depth) {
   m.graph->inputs = {{"x", tensor_t(DataType::kFloat32, {1})}};
   m.graph->initializers["M"] = Tensor::scalar<int64_t>(DataType::kInt64, trips);
   ir::Node loop = node("Loop", {"M", "", "x"}, {"y"});
-  loop.attrs["body"] = graph_attr(nested_body(m.graph.get(), 0, depth));
+  loop.attrs["body"] = ir::attr_graph(nested_body(m.graph.get(), 0, depth));
   m.graph->nodes.push_back(std::move(loop));
   m.graph->outputs = {{"y", ir::TypeInfo()}};
   return m;
