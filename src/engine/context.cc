@@ -1,5 +1,4 @@
 // Engine (public) and ExecutionContext: running an engine with memory-planned activations.
-#include <cstdlib>
 #include <cstring>
 
 #include "core/mapped_file.h"
@@ -44,30 +43,6 @@ std::shared_ptr<uint8_t[]> alloc_arena(size_t n) {
   return std::shared_ptr<uint8_t[]>(
       static_cast<uint8_t*>(::operator new[](std::max<size_t>(n, 64), std::align_val_t(64))),
       [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
-}
-
-// TEST-ONLY fault injection for kiln compare's acceptance test (tests/e2e/test_compare.py), never
-// set in production: KILN_TEST_PLANT_BUG=conv_channels_mod_N makes every Conv/FusedConv/BlockedConv
-// layer whose output channel count is a multiple of N wrong (its first channel shifted by 0.25).
-void plant_test_bug(const ir::Node& n, std::vector<ops::Value>& outs) {
-  static const long mod = [] {
-    const char* s = std::getenv("KILN_TEST_PLANT_BUG");
-    const char* prefix = "conv_channels_mod_";
-    return s && std::strncmp(s, prefix, std::strlen(prefix)) == 0 ? std::atol(s + std::strlen(prefix)) : 0L;
-  }();
-  // kiln.BlockedConv (layout pass): [N, Cb, H, W, B], channel 0 is lane 0 of block 0.
-  const bool blocked = n.op_type == "BlockedConv";
-  if (mod <= 0 || (n.op_type != "Conv" && n.op_type != "FusedConv" && !blocked) || outs.empty() || !outs[0].is_tensor())
-    return;
-  const Tensor& t = outs[0].tensor;
-  const int64_t channels = blocked ? n.attr_int("kiln.plain_channels", 0) : t.rank() >= 2 ? t.dim(1) : 0;
-  if (t.dtype() != DataType::kFloat32 || t.rank() < (blocked ? 5 : 2) || channels == 0 || channels % mod != 0) return;
-  Tensor bad = t.clone();
-  const int64_t lanes = blocked ? t.dim(4) : 1;
-  int64_t per = bad.numel() / std::max<int64_t>(1, t.dim(0) * t.dim(1) * lanes);
-  for (int64_t b = 0; b < t.dim(0); ++b)
-    for (int64_t i = 0; i < per; ++i) bad.data<float>()[(b * t.dim(1) * per + i) * lanes] += 0.25f;
-  outs[0] = ops::Value(std::move(bad));
 }
 }  // namespace
 
@@ -118,7 +93,6 @@ Status ContextImpl::run() {
   size_t layer_index = 0;
   auto layer_begin = std::chrono::steady_clock::now();
   interp->place_outputs = [&](const ir::Node& n, std::vector<ops::Value>& outs) {
-    plant_test_bug(n, outs);
     for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i) {
       if (!outs[i].is_tensor()) continue;
       const Tensor& t = outs[i].tensor;

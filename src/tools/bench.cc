@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "engine/engine_impl.h"
+#include "tools/build_flags.h"
 #include "tools/commands.h"
 #include "tools/inputs.h"
 
@@ -27,8 +28,9 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
   std::string model;
-  InputOptions in;  // in.shapes: --shapes, also the build profile for .onnx
-  std::string min_shapes, opt_shapes, max_shapes;
+  InputOptions in;   // in.shapes: --shapes, also the build profile for .onnx
+  BuildFlags build;  // .onnx: the build (build.build_shapes: --shapes)
+  std::vector<std::string> build_flags_given;
   int64_t batch = 0;
   int warmup = 1;
   double warmup_ms = 200;
@@ -82,17 +84,17 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
   double build_ms = 0, load_ms = 0;
   try {
     if (is_engine) {
+      warn_ignored_build_flags(o.build_flags_given, o.model);
       auto t0 = Clock::now();
       engine = Engine::load(o.model);
       load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     } else {
-      BuilderConfig cfg;
       auto t0 = Clock::now();
       // The --shapes used at run time also form the build's profile, as in trtexec; --batch alone
       // builds for any shape the model allows.
-      std::string fixed = o.in.shapes;
-      KILN_ASSIGN_OR_RETURN(auto profiles, profiles_from_flags(o.min_shapes, o.opt_shapes, o.max_shapes, fixed));
-      cfg.profiles = profiles;
+      BuildFlags flags = o.build;
+      flags.build_shapes = o.in.shapes;
+      KILN_ASSIGN_OR_RETURN(BuilderConfig cfg, builder_config(flags));
       engine = Builder(cfg).build_from_file(o.model);
       build_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     }
@@ -404,12 +406,11 @@ void print_text(const BenchOptions& o, const nlohmann::json& j) {
 void add_bench_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure latency and throughput of a model or engine (trtexec-like)");
-  cmd->add_option("model", o->model, "model.onnx (built in memory) or model.kiln")->required();
+  cmd->add_option("model", o->model, "model.onnx (built in memory with the Engine build flags) or model.kiln")
+      ->required();
   cmd->add_option("--shapes", o->in.shapes, "input shapes NAME:1x3x224x224,... (also the build profile for .onnx)");
   add_input_options(cmd, o->in, /*with_shapes=*/false);
-  cmd->add_option("--min-shapes", o->min_shapes, ".onnx: smallest shapes of the build profile");
-  cmd->add_option("--opt-shapes", o->opt_shapes, ".onnx: shapes to tune for");
-  cmd->add_option("--max-shapes", o->max_shapes, ".onnx: largest shapes of the build profile");
+  auto build_flags = add_build_flags(cmd, o->build, nullptr);
   cmd->add_option("--batch", o->batch, "first dim of every input whose first dim is dynamic (not given by --shapes)")
       ->check(bounded(1, 1 << 30));
   cmd->add_option("--warmup", o->warmup, "warm-up runs per stream, excluded from statistics (default 1)")
@@ -429,7 +430,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--export-profile", o->export_profile,
                   "write a per-layer Chrome trace (FILE.json; one track per stream; opens in Perfetto)");
   cmd->add_flag("--json", o->json, "print the results as JSON on stdout");
-  cmd->callback([o, &exit_code]() {
+  cmd->callback([o, build_flags, &exit_code]() {
+    o->build_flags_given = given_flags(build_flags);
     auto r = bench(*o);
     if (!r.ok()) {
       exit_code = report_error(r.status());

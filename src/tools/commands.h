@@ -17,8 +17,5 @@ void add_bench_command(CLI::App& app, int& exit_code);
 
 // The Status behind a public kiln::Error (for exit codes and messages).
 Status detail_status(const Error& e);
-// min/opt/max flags (trtexec syntax) -> profiles, validated (ranks, min <= opt <= max).
-Result<std::vector<Profile>> profiles_from_flags(const std::string& min_s, const std::string& opt_s,
-                                                 const std::string& max_s, const std::string& shapes);
 
 }  // namespace kiln::tools

@@ -1,0 +1,162 @@
+// The engine-build flags shared by kiln build, bench and compare (build_flags.h).
+#include "tools/build_flags.h"
+
+#include <cstdio>
+
+#include "tools/cli_common.h"
+
+namespace kiln::tools {
+
+std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const char* fixed_shapes_flag) {
+  const char* group = "Engine build";
+  std::vector<CLI::Option*> all;
+  auto opt = [&](const std::string& name, auto& var, const std::string& help) {
+    all.push_back(cmd->add_option(name, var, help)->group(group));
+    return all.back();
+  };
+  auto flag = [&](const std::string& name, bool& var, const std::string& help) {
+    all.push_back(cmd->add_flag(name, var, help)->group(group));
+    return all.back();
+  };
+  opt("--min-shapes", f.min_shapes,
+      "NAME:1x3x224x224,... smallest shapes of dynamic inputs (with --opt-shapes and --max-shapes: the first "
+      "profile)");
+  opt("--opt-shapes", f.opt_shapes, "shapes to tune and plan memory for");
+  opt("--max-shapes", f.max_shapes, "largest shapes of dynamic inputs");
+  if (fixed_shapes_flag)
+    opt(fixed_shapes_flag, f.build_shapes, "fixed build shapes NAME:1x3x224x224,... (min = opt = max)");
+  opt("--profile", f.profiles,
+      "an optimization profile, repeatable: [NAME=]INPUT:MIN/OPT/MAX[,INPUT:MIN/OPT/MAX...], e.g. "
+      "small=x:1x3x224x224/2x3x224x224/4x3x224x224 (dims separated by x; INPUT:DIMS fixes an input). Inputs whose "
+      "symbolic dims another input of the profile binds may be left out. At run time the first profile holding "
+      "every input shape is used. --min/--opt/--max-shapes (or the fixed shapes) form the first profile when given");
+  flag("--fp32", f.fp32, "FP32 precision (default)");
+  flag("--fp16", f.fp16, "FP16 precision (not implemented yet)");
+  flag("--bf16", f.bf16, "BF16 precision (not implemented yet)");
+  flag("--int8", f.int8, "INT8 precision (not implemented yet)");
+  opt("--workspace", f.workspace_mb, "activation memory limit per context, MiB")->check(bounded(0, 1 << 30));
+  opt("--disable-pass", f.disabled_passes, "skip a graph pass by name (repeatable; kiln inspect --passes lists them)");
+  opt("--tactics", f.tactics,
+      "only these kernels (names as kiln inspect shows them, comma-separated); 'reference': reference kernels only")
+      ->delimiter(',');
+  opt("--timing-cache", f.timing_cache,
+      "file of tactic timings reused across builds and models on this machine (created if missing; safe to share "
+      "between concurrent builds; a stale, foreign or corrupt one is ignored with a warning and moved aside)");
+  flag("--strict-tactics", f.strict_tactics,
+       "fail (exit code 4) instead of warning when a layer would run its reference kernel, naming every such layer "
+       "and why no tactic took it (shape work such as Shape/Reshape is exempt)");
+  flag("--verbose", f.verbose, "more build detail (each layer's candidates and times)");
+  return all;
+}
+
+std::vector<std::string> given_flags(const std::vector<CLI::Option*>& options) {
+  std::vector<std::string> names;
+  for (const CLI::Option* o : options)
+    if (o->count() > 0) names.push_back(o->get_name());
+  return names;
+}
+
+void warn_ignored_build_flags(const std::vector<std::string>& given, const std::string& engine_file) {
+  if (given.empty()) return;
+  std::string names;
+  for (const auto& n : given) names += (names.empty() ? "" : ", ") + n;
+  std::fprintf(stderr, "kiln: warning: %s: build flags, ignored: '%s' is an engine built already\n", names.c_str(),
+               engine_file.c_str());
+}
+
+Result<BuilderConfig> builder_config(const BuildFlags& f) {
+  BuilderConfig cfg;
+  KILN_ASSIGN_OR_RETURN(cfg.profiles, profiles_from_flags(f.min_shapes, f.opt_shapes, f.max_shapes, f.build_shapes));
+  for (const auto& spec : f.profiles) {
+    KILN_ASSIGN_OR_RETURN(Profile p, profile_from_flag(spec));
+    cfg.profiles.push_back(std::move(p));
+  }
+  cfg.precision = f.fp16 ? Precision::kFP16 : f.bf16 ? Precision::kBF16 : f.int8 ? Precision::kINT8 : Precision::kFP32;
+  cfg.workspace_bytes = static_cast<size_t>(f.workspace_mb * 1024 * 1024);
+  cfg.disabled_passes = f.disabled_passes;
+  cfg.tactics = f.tactics;
+  cfg.timing_cache = f.timing_cache;
+  cfg.strict_tactics = f.strict_tactics;
+  cfg.verbose = f.verbose;
+  return cfg;
+}
+
+// One --profile value: "[PROFILE=]INPUT:MIN/OPT/MAX[,INPUT:MIN/OPT/MAX...]" with dims like 1x3x224x224;
+// "INPUT:DIMS" alone fixes that input (min = opt = max).
+Result<Profile> profile_from_flag(const std::string& spec) {
+  Profile p;
+  std::string body = spec;
+  size_t eq = spec.find('='), colon = spec.find(':');
+  if (eq != std::string::npos && (colon == std::string::npos || eq < colon)) {
+    p.name = spec.substr(0, eq);
+    body = spec.substr(eq + 1);
+  }
+  if (body.empty()) return InvalidArgument("--profile '", spec, "' gives no input shapes");
+  size_t pos = 0;
+  while (pos <= body.size()) {
+    size_t comma = body.find(',', pos);
+    std::string item = body.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? body.size() + 1 : comma + 1;
+    size_t c = item.rfind(':');
+    if (c == std::string::npos || c == 0)
+      return InvalidArgument("--profile item '", item, "' must look like INPUT:MIN/OPT/MAX, e.g. x:1x3x224x224/",
+                             "4x3x224x224/8x3x224x224");
+    std::string name = item.substr(0, c), ranges = item.substr(c + 1);
+    std::vector<std::string> parts;
+    for (size_t q = 0;;) {
+      size_t slash = ranges.find('/', q);
+      parts.push_back(ranges.substr(q, slash == std::string::npos ? std::string::npos : slash - q));
+      if (slash == std::string::npos) break;
+      q = slash + 1;
+    }
+    if (parts.size() == 1) parts = {parts[0], parts[0], parts[0]};
+    if (parts.size() != 3)
+      return InvalidArgument("--profile item '", item, "': give MIN/OPT/MAX (three shapes) or one fixed shape");
+    std::vector<Dims> d;
+    for (const auto& part : parts) {
+      KILN_ASSIGN_OR_RETURN(auto m, parse_shapes(name + ":" + part));
+      d.push_back(m.begin()->second);
+    }
+    if (p.inputs.count(name)) return InvalidArgument("--profile '", spec, "' gives input '", name, "' twice");
+    p.inputs[name] = {d[0], d[1], d[2]};
+  }
+  return p;
+}
+
+Result<std::vector<Profile>> profiles_from_flags(const std::string& min_s, const std::string& opt_s,
+                                                 const std::string& max_s, const std::string& shapes) {
+  std::map<std::string, Dims> mn, op, mx;
+  if (!shapes.empty()) {
+    KILN_ASSIGN_OR_RETURN(mn, parse_shapes(shapes));
+    op = mx = mn;
+  }
+  if (!min_s.empty() || !opt_s.empty() || !max_s.empty()) {
+    if (min_s.empty() || opt_s.empty() || max_s.empty())
+      return InvalidArgument(
+          "give all three of --min-shapes, --opt-shapes and --max-shapes (or --shapes for a fixed shape)");
+    KILN_ASSIGN_OR_RETURN(mn, parse_shapes(min_s));
+    KILN_ASSIGN_OR_RETURN(op, parse_shapes(opt_s));
+    KILN_ASSIGN_OR_RETURN(mx, parse_shapes(max_s));
+  }
+  if (mn.empty()) return std::vector<Profile>{};
+  Profile p;
+  for (const auto& [name, d] : mn) {
+    if (!op.count(name) || !mx.count(name))
+      return InvalidArgument("input '", name, "' has a --min-shapes entry but no --opt-shapes/--max-shapes entry");
+    const Dims &o = op[name], &x = mx[name];
+    if (o.size() != d.size() || x.size() != d.size())
+      return InvalidArgument("input '", name, "': min ", dims_str(d), ", opt ", dims_str(o), " and max ", dims_str(x),
+                             " differ in rank");
+    for (size_t i = 0; i < d.size(); ++i)
+      if (!(d[i] <= o[i] && o[i] <= x[i]))
+        return InvalidArgument("input '", name, "' dim ", i, ": need min <= opt <= max, got ", d[i], ", ", o[i], ", ",
+                               x[i]);
+    p.inputs[name] = {d, o, x};
+  }
+  for (const auto& [name, d] : op)
+    if (!mn.count(name))
+      return InvalidArgument("input '", name, "' has an --opt-shapes entry but no --min-shapes entry");
+  return std::vector<Profile>{p};
+}
+
+}  // namespace kiln::tools

@@ -1,0 +1,54 @@
+// The engine-build flags shared by kiln build, bench and compare: one place registers them (same
+// names, same help) and turns them into a BuilderConfig.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "kiln/kiln.h"
+
+namespace kiln::tools {
+
+struct BuildFlags {
+  std::string min_shapes, opt_shapes, max_shapes;
+  std::string build_shapes;           // fixed shapes (min = opt = max): build --shapes, compare --build-shapes
+  std::vector<std::string> profiles;  // --profile, repeatable
+  bool fp32 = false, fp16 = false, bf16 = false, int8 = false;
+  double workspace_mb = 1024;
+  std::vector<std::string> disabled_passes;
+  std::vector<std::string> tactics;
+  std::string timing_cache;
+  bool strict_tactics = false, verbose = false;
+};
+// As kiln compare's repro bundles record them (bundle.json "options"; flat, beside compare's own).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BuildFlags, min_shapes, opt_shapes, max_shapes, build_shapes, profiles,
+                                                fp32, fp16, bf16, int8, workspace_mb, disabled_passes, tactics,
+                                                timing_cache, strict_tactics, verbose)
+
+// Registers the build flags on `cmd` in the option group "Engine build": --min-shapes, --opt-shapes,
+// --max-shapes, --profile, --fp32/--fp16/--bf16/--int8, --workspace, --disable-pass, --tactics,
+// --timing-cache, --strict-tactics, --verbose, and the fixed-shape flag under the name
+// `fixed_shapes_flag` ("--shapes" for kiln build, "--build-shapes" for compare; nullptr: none, the
+// command fills f.build_shapes itself, as bench does from its --shapes). Returns the options.
+std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const char* fixed_shapes_flag);
+// The names of those options given on the command line (after parsing).
+std::vector<std::string> given_flags(const std::vector<CLI::Option*>& options);
+// A warning (stderr) that the given build flags do nothing for an engine file, built already.
+void warn_ignored_build_flags(const std::vector<std::string>& given, const std::string& engine_file);
+
+// The BuilderConfig the flags ask for (profiles parsed and validated). Leaves cfg.log and cfg.warn
+// to the caller (the builder's defaults print to stderr).
+Result<BuilderConfig> builder_config(const BuildFlags& f);
+
+// One --profile value: "[PROFILE=]INPUT:MIN/OPT/MAX[,INPUT:MIN/OPT/MAX...]" with dims like 1x3x224x224;
+// "INPUT:DIMS" alone fixes that input (min = opt = max).
+Result<Profile> profile_from_flag(const std::string& spec);
+// min/opt/max flags (trtexec syntax) -> profiles, validated (ranks, min <= opt <= max).
+Result<std::vector<Profile>> profiles_from_flags(const std::string& min_s, const std::string& opt_s,
+                                                 const std::string& max_s, const std::string& shapes);
+
+}  // namespace kiln::tools

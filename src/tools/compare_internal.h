@@ -1,0 +1,136 @@
+// kiln compare's pieces (internal to src/tools/compare*.cc): options, per-output statistics
+// (compare_stats.cc), the first-divergence search (compare_divergence.cc), text and HTML reports
+// (compare_report.cc), repro bundles and --replay (compare_bundle.cc); compare.cc runs the command.
+//
+// Tolerances follow Polygraphy: an element (elemwise) or a statistic (max/mean/median) fails only
+// when both its absolute error exceeds atol and its relative error exceeds rtol, with the relative
+// error |test - ref| / max(|ref|, rel_floor).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/engine_impl.h"
+#include "ir/graph.h"
+#include "ops/value.h"
+#include "tools/build_flags.h"
+
+namespace kiln::tools::compare {
+
+using nlohmann::json;
+
+// What a bundle records (bundle.json "options") and --replay reruns.
+struct CompareSpec {
+  std::string model;
+  std::string ref = "onnx";     // onnx | FILE.npz (framework outputs)
+  std::string test = "engine";  // engine | onnx
+  std::string engine_file;      // test this .kiln instead of building in memory
+  // Inputs.
+  std::string inputs;                    // .npz or a directory of .npy / .pb
+  std::vector<std::string> input_files;  // NAME=FILE
+  std::string shapes;                    // shapes of generated inputs
+  uint64_t seed = 0;
+  std::vector<std::string> input_ranges;  // NAME:lo,hi
+  bool random_inputs = false;             // --random-inputs: fill inputs the files lack
+  std::string save_inputs;
+  // Checks.
+  std::vector<std::string> atol, rtol;  // VALUE or NAME:VALUE
+  double rel_floor = 1e-6;
+  std::string check_error_stat = "elemwise";
+  int top_k = 5;
+  std::vector<std::string> classifiers;
+  std::vector<std::string> thresholds;  // NAME:VALUE
+  int worst = 10;
+  bool find_divergence = false;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CompareSpec, model, ref, test, engine_file, inputs, input_files, shapes,
+                                                seed, input_ranges, random_inputs, save_inputs, atol, rtol, rel_floor,
+                                                check_error_stat, top_k, classifiers, thresholds, worst,
+                                                find_divergence)
+
+struct CompareOptions : CompareSpec {
+  BuildFlags build;                            // as kiln build (build_flags.h)
+  std::vector<std::string> build_flags_given;  // on the command line (warned about with --engine)
+  double deadline_s = 0;                       // --deadline: per run (reference, engine, divergence search)
+  // Reports.
+  std::string json_path, html_path, save_failure, replay;
+};
+// The spec's fields and the build flags side by side in one object (the keys bundles always had).
+void to_json(json& j, const CompareOptions& o);
+void from_json(const json& j, CompareOptions& o);
+
+constexpr double kDefaultAtol = 1e-4, kDefaultRtol = 1e-3;
+constexpr const char* kPercentiles[] = {"p50", "p90", "p99", "p99.9", "max"};
+
+// ---- statistics of one output (compare_stats.cc)
+
+// "VALUE" applies to every output, "NAME:VALUE" to one (the last colon splits).
+Result<double> tolerance_for(const std::vector<std::string>& specs, const std::string& name, double dflt);
+
+struct Stats {
+  bool comparable = false;  // same dtype class and shape
+  int64_t n = 0, ref_nan = 0, ref_inf = 0, test_nan = 0, test_inf = 0, nonfinite_mismatch = 0, outside = 0;
+  double max_abs = 0, mean_abs = 0, median_abs = 0, max_rel = 0, mean_rel = 0, median_rel = 0;
+  std::vector<std::pair<std::string, double>> percentiles;
+  int64_t zero_err = 0;              // elements with exactly no error
+  std::vector<double> hist_edges;    // log10(|err|) bin edges
+  std::vector<int64_t> hist_counts;  // one per bin (edges.size() - 1)
+  json worst = json::array();
+  double atol = 0, rtol = 0;
+  bool pass = false;
+  std::string why;
+};
+
+std::string fmt(double v);  // %.4g
+// Statistics of test vs ref under atol/rtol (Polygraphy's rule above), `stat` the checked error
+// statistic (elemwise, max, mean, median), listing the `worst_n` worst elements.
+Stats compute_stats(const Tensor& ref, const Tensor& test, double atol, double rtol, double rel_floor,
+                    const std::string& stat, int worst_n);
+json stats_json(const Stats& s);
+// Classifier checks over the last axis: top-1 agreement, ref's top-1 within test's top-k, flips.
+json classifier_json(const Tensor& ref, const Tensor& test, int k);
+
+// ---- runners (compare.cc)
+
+struct Runners {
+  ir::Model model;                             // unoptimized, for the reference
+  std::shared_ptr<detail::EngineImpl> engine;  // built or loaded, when the test side is an engine
+  std::shared_ptr<Engine> engine_holder;
+  json build;  // build record
+};
+
+// ---- first divergence (compare_divergence.cc)
+
+// Runs the reference on the unoptimized model and the engine layer by layer, comparing every engine
+// value that has an ONNX name: "layers" (each layer's inputs and outputs), "first" (the first layer
+// that leaves tolerance, with a verdict), or null. An error of either run goes to *st.
+json find_divergence(const CompareOptions& o, const Runners& r, const std::map<std::string, ops::Value>& inputs,
+                     Status* st);
+
+// ---- reports (compare_report.cc)
+
+std::string html_report(const json& rep);  // self-contained: inline SVG, no script
+void print_text(const json& rep);
+
+// ---- bundles (compare_bundle.cc)
+
+// kiln version, compiler, CPU, the model's opsets and producer.
+json versions_json(const ir::Model& m);
+Status write_bundle(const CompareOptions& o, const std::string& dir, const std::map<std::string, ops::Value>& inputs,
+                    const std::vector<std::pair<std::string, Tensor>>& ref_out,
+                    const std::vector<std::pair<std::string, Tensor>>& test_out, const json& rep);
+Result<int> replay(const std::string& dir, const std::string& json_path, const std::string& html_path);
+
+// ---- the command (compare.cc)
+
+// Compares and reports; `replay_of`: the bundle being replayed (its numbers are checked).
+Result<int> run_compare(CompareOptions o, const std::string& json_path, const std::string& html_path,
+                        const json* replay_of);
+
+}  // namespace kiln::tools::compare
