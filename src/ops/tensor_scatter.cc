@@ -78,6 +78,46 @@ Status scatter_infer(InferContext& ctx) {
   return Status::Ok();
 }
 
+// The kernels' index rules and messages, shared with shape inference: build refuses constant
+// indices that the run would (at a known extent).
+std::string elements_index_error(size_t j, int64_t x, int64_t axis, int64_t dim) {
+  return str_cat("indices[", j, "] = ", x, " is out of range for axis ", axis, " of size ", dim);
+}
+std::string nd_index_error(int64_t x, int64_t j, const std::string& data) {
+  return str_cat("index ", x, " is out of range for dim ", j, " of data ", data);
+}
+
+Status scatter_elements_infer(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(scatter_infer(ctx));
+  const SymShape& data = ctx.input_shape(0);
+  const Tensor* c = ctx.constant(1);
+  if (!c || !dtype_is_integer(c->dtype()) || !data.rank_known || data.rank() == 0) return Status::Ok();
+  auto axis = normalize_axis(ctx.node.attr_int("axis", 0), static_cast<int64_t>(data.rank()));
+  if (!axis.ok() || !data.dims[static_cast<size_t>(axis.value())].known()) return Status::Ok();  // the kernel says
+  const int64_t dim = data.dims[static_cast<size_t>(axis.value())].value;
+  std::vector<int64_t> ind = to_i64_vector(*c);
+  for (size_t j = 0; j < ind.size(); ++j)
+    if (ind[j] < -dim || ind[j] >= dim) return ctx.error(elements_index_error(j, ind[j], axis.value(), dim));
+  return Status::Ok();
+}
+
+Status scatter_nd_infer(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(scatter_infer(ctx));
+  const SymShape& data = ctx.input_shape(0);
+  const Tensor* c = ctx.constant(1);
+  if (!c || !dtype_is_integer(c->dtype()) || !data.rank_known || c->rank() < 1) return Status::Ok();
+  const int64_t k = c->dim(c->rank() - 1);
+  if (k < 1 || k > static_cast<int64_t>(data.rank())) return Status::Ok();  // the kernel says
+  const std::string desc = std::string(dtype_name(ctx.input_dtype(0))) + data.str();
+  std::vector<int64_t> ind = to_i64_vector(*c);
+  for (size_t t = 0; t < ind.size(); ++t) {
+    const int64_t j = static_cast<int64_t>(t) % k;
+    const Dim& d = data.dims[static_cast<size_t>(j)];
+    if (d.known() && (ind[t] < -d.value || ind[t] >= d.value)) return ctx.error(nd_index_error(ind[t], j, desc));
+  }
+  return Status::Ok();
+}
+
 Status scatter_elements_kernel(KernelContext& ctx) {
   const Tensor &data = ctx.input(0), &ind_t = ctx.input(1), &upd = ctx.input(2);
   KILN_ASSIGN_OR_RETURN(Reduction red, parse_reduction(ctx.node));
@@ -106,8 +146,7 @@ Status scatter_elements_kernel(KernelContext& ctx) {
     int64_t base = 0;
     for (size_t j = 0; j < count; ++j) {
       const int64_t x = ind[j];
-      if (x < -dim || x >= dim)
-        return OutOfRange("indices[", j, "] = ", x, " is out of range for axis ", axis, " of size ", dim);
+      if (x < -dim || x >= dim) return OutOfRange(elements_index_error(j, x, axis, dim));
       at(j, base + (x < 0 ? x + dim : x) * axis_stride);
       for (int64_t k = rank - 1; k >= 0; --k) {
         const size_t uk = static_cast<size_t>(k);
@@ -170,8 +209,7 @@ Status scatter_nd_kernel(KernelContext& ctx) {
     int64_t off = 0;
     for (int64_t j = 0; j < k; ++j) {
       int64_t d = data.dim(j), x = ind[static_cast<size_t>(t * k + j)];
-      if (x < -d || x >= d)
-        return ctx.error(str_cat("index ", x, " is out of range for dim ", j, " of data ", data.describe()));
+      if (x < -d || x >= d) return ctx.error(nd_index_error(x, j, data.describe()));
       off += (x < 0 ? x + d : x) * strides[static_cast<size_t>(j)];
     }
     out_off.push_back(off);
@@ -230,9 +268,9 @@ Status tensor_scatter_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_OP_ARITY("", ScatterElements, 11, scatter_infer, scatter_elements_kernel, 3, 3);
-KILN_REGISTER_OP_ARITY("", Scatter, 9, scatter_infer, scatter_elements_kernel, 3, 3);
-KILN_REGISTER_OP_ARITY("", ScatterND, 11, scatter_infer, scatter_nd_kernel, 3, 3);
+KILN_REGISTER_OP_ARITY("", ScatterElements, 11, scatter_elements_infer, scatter_elements_kernel, 3, 3);
+KILN_REGISTER_OP_ARITY("", Scatter, 9, scatter_elements_infer, scatter_elements_kernel, 3, 3);
+KILN_REGISTER_OP_ARITY("", ScatterND, 11, scatter_nd_infer, scatter_nd_kernel, 3, 3);
 KILN_REGISTER_OP_ARITY("", TensorScatter, 24, scatter_infer, tensor_scatter_kernel, 2, 3);
 
 }  // namespace kiln::ops

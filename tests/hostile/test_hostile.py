@@ -131,6 +131,12 @@ cumsum_bad = save_model([helper.make_node("CumSum", ["x", "axis"], ["y"])], [vi(
                         "cumsum_axis", [const("axis", np.array(5, np.int64))])
 gather_bad = save_model([helper.make_node("Gather", ["x", "idx"], ["y"], axis=1)], [vi("x", F, [2, 3])],
                         [vi("y", F, None)], "gather_index", [const("idx", np.array([0, 3], np.int64))])
+scatter_el_bad = save_model([helper.make_node("ScatterElements", ["x", "idx", "upd"], ["y"], axis=1)],
+                            [vi("x", F, [2, 3]), vi("upd", F, [2, 2])], [vi("y", F, None)], "scatter_elements_index",
+                            [const("idx", np.array([[0, 1], [2, -4]], np.int64))])
+scatter_nd_bad = save_model([helper.make_node("ScatterND", ["x", "idx", "upd"], ["y"])],
+                            [vi("x", F, [2, 3]), vi("upd", F, [2])], [vi("y", F, None)], "scatter_nd_index",
+                            [const("idx", np.array([[1, 2], [0, 3]], np.int64))])
 H, In = 3, 2
 lstm_bad = save_model(
     [helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=4)], [vi("x", F, [1, 1, In])], [vi("y", F, None)],
@@ -365,6 +371,14 @@ cases = [
     ("cumsum_axis_build", ["build", cumsum_bad, "-o", path("r.kiln")], INVALID, "axis 5 is out of range for rank 2"),
     ("gather_constant_index_build", ["build", gather_bad, "-o", path("r.kiln")], INVALID,
      "indices[1] = 3 is out of range for a dim of size 3"),
+    ("scatter_elements_constant_index_build", ["build", scatter_el_bad, "-o", path("r.kiln")], INVALID,
+     "indices[3] = -4 is out of range for axis 1 of size 3"),
+    ("scatter_elements_constant_index_run", ["run", scatter_el_bad], INVALID,
+     "indices[3] = -4 is out of range for axis 1 of size 3"),
+    ("scatter_nd_constant_index_build", ["build", scatter_nd_bad, "-o", path("r.kiln")], INVALID,
+     "index 3 is out of range for dim 1 of data float32[2,3]"),
+    ("scatter_nd_constant_index_run", ["run", scatter_nd_bad], INVALID,
+     "index 3 is out of range for dim 1 of data float32[2,3]"),
     ("lstm_hidden_size_build", ["build", lstm_bad, "-o", path("r.kiln")], INVALID, "W float32[1,12,2] must be [1,16,2]"),
     ("lstm_hidden_size_run", ["run", lstm_bad], INVALID, "W float32[1,12,2] must be [1,16,2]"),
     ("dft_length_0_build", ["build", dft_bad, "-o", path("r.kiln")], INVALID, "dft_length must be in [1,"),
