@@ -1,12 +1,21 @@
 #include "core/shape.h"
 
 #include <sstream>
+#include <stdexcept>
 
 namespace kiln {
 
+// 0 when a dim is 0, else the product, overflow-checked: a product that overflows int64 throws
+// std::length_error naming the shape (kernels, the engine and every public entry point report it as
+// a kOutOfRange error), so that no size computed from a hostile shape wraps. Shapes a file declares
+// are checked with a Status before they get here (core/checked_size.h).
 int64_t dims_numel(const Dims& d) {
+  for (int64_t x : d)
+    if (x == 0) return 0;  // empty, however large the other dims
   int64_t n = 1;
-  for (int64_t x : d) n *= x;
+  for (int64_t x : d)
+    if (__builtin_mul_overflow(n, x, &n))
+      throw std::length_error("the element count of shape " + dims_str(d) + " overflows int64");
   return n;
 }
 

@@ -71,8 +71,23 @@ bool dtype_is_builtin(DataType t) {
 
 Tensor::Tensor(DataType dtype, Dims shape) : Tensor(dtype, std::move(shape), /*zero=*/true) {}
 
+namespace {
+// The bytes of a tensor of this shape, overflow-checked (std::length_error naming it), so that a
+// hostile shape never wraps to a small buffer; nbytes() is then exact for the tensor's life.
+size_t checked_nbytes(DataType dtype, const Dims& shape) {
+  const size_t n = static_cast<size_t>(dims_numel(shape));  // throws on an int64 overflow
+  size_t bytes;
+  const size_t es = dtype == DataType::kString ? sizeof(std::string) : dtype_size(dtype);
+  if (__builtin_mul_overflow(n, es, &bytes))
+    throw std::length_error(std::string("a ") + dtype_name(dtype) + " tensor of shape " + dims_str(shape) +
+                            " takes more bytes than fit in 64 bits");
+  return bytes;
+}
+}  // namespace
+
 Tensor::Tensor(DataType dtype, Dims shape, bool zero) : dtype_(dtype), shape_(std::move(shape)) {
   for (int64_t d : shape_) KILN_CHECK(d >= 0);
+  checked_nbytes(dtype_, shape_);
   if (dtype_ == DataType::kString) {
     strings_ = std::make_shared<std::vector<std::string>>(static_cast<size_t>(numel()));
   } else {
@@ -88,6 +103,7 @@ Tensor Tensor::alias(DataType dtype, Dims shape, std::shared_ptr<uint8_t[]> buff
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   for (int64_t d : t.shape_) KILN_CHECK(d >= 0);
+  checked_nbytes(dtype, t.shape_);
   t.buffer_ = std::move(buffer);
   t.offset_ = offset;
   return t;

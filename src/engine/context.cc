@@ -1,6 +1,7 @@
 // Engine (public) and ExecutionContext: running an engine with memory-planned activations.
 #include <cstring>
 
+#include "core/checked_size.h"
 #include "core/mapped_file.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
@@ -163,7 +164,8 @@ HostTensor HostTensor::f32(std::vector<int64_t> shape, const float* values) {
   HostTensor t;
   t.dtype = kFloat32;
   t.shape = std::move(shape);
-  t.nbytes = static_cast<size_t>(t.numel()) * 4;
+  if (__builtin_mul_overflow(static_cast<size_t>(t.numel()), size_t{4}, &t.nbytes))
+    detail::throw_error(OutOfRange("host tensor: shape ", dims_str(t.shape), " takes more bytes than fit in 64 bits"));
   auto buf = std::shared_ptr<float[]>(new float[std::max<size_t>(t.nbytes / 4, 1)]);
   if (t.nbytes) std::memcpy(buf.get(), values, t.nbytes);
   t.data = std::shared_ptr<const void>(buf, buf.get());
@@ -180,9 +182,9 @@ HostTensor HostTensor::borrow(DataTypeCode dtype, std::vector<int64_t> shape, co
 }
 
 int64_t HostTensor::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+  auto n = checked_numel(shape, "host tensor", ErrorCode::kOutOfRange);  // negative dims, int64 overflow
+  if (!n.ok()) detail::throw_error(n.status());
+  return n.value();
 }
 
 // ---- Engine

@@ -128,6 +128,8 @@ Result<std::vector<Value>> run_node(const ir::Node& node, const OpSchema& schema
                         m.wrong_kind ? " must be a tensor" : " is required but missing");
   } catch (const std::bad_alloc&) {
     return Status(ErrorCode::kOutOfRange, node.where() + "out of memory while computing the outputs");
+  } catch (const std::length_error& e) {  // a size that overflows (dims_numel, Tensor)
+    return Status(ErrorCode::kOutOfRange, node.where() + "a size is too large (" + e.what() + ")");
   } catch (const std::exception& e) {
     return Internal(node.where(), "kernel threw: ", e.what());
   }

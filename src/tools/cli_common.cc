@@ -12,6 +12,7 @@
 #include <new>
 #include <random>
 
+#include "core/checked_size.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
 
@@ -58,13 +59,9 @@ std::optional<std::chrono::steady_clock::time_point> deadline_after(double secon
 }
 
 Result<int64_t> checked_numel(const Dims& d, const std::string& what) {
-  int64_t n = 1, bytes = 0;
-  for (int64_t x : d) {
-    if (x < 0) return InvalidArgument(what, ": negative dimension ", x);
-    if (__builtin_mul_overflow(n, x, &n))
-      return InvalidArgument(what, ": shape ", dims_str(d), " has more elements than a 64-bit count holds");
-  }
-  if (__builtin_mul_overflow(n, int64_t{16}, &bytes))
+  KILN_ASSIGN_OR_RETURN(int64_t n, kiln::checked_numel(d, what));
+  int64_t bytes = 0;
+  if (!checked_mul(n, int64_t{16}, &bytes))
     return InvalidArgument(what, ": shape ", dims_str(d), " has ", n, " elements, more than a 64-bit byte size holds");
   return n;
 }

@@ -40,9 +40,8 @@ void add_deadline_option(CLI::App* cmd, double& seconds);
 // The deadline of a run starting now (nullopt when seconds is 0).
 std::optional<std::chrono::steady_clock::time_point> deadline_after(double seconds);
 
-// Element count of `d`, or an error when it overflows (also at 16 bytes an element, the largest
-// dtype), naming `what`. Until the overflow-checked size helper of src/core lands (issue 15 item 2,
-// the 'files' work), this is the one place the CLI checks it: swap it for that helper then.
+// Element count of `d`, or an error when it overflows (core/checked_size.h's checked_numel), also at
+// 16 bytes an element (the largest dtype), naming `what`.
 Result<int64_t> checked_numel(const Dims& d, const std::string& what);
 
 int exit_code_for(const Status& s);

@@ -114,6 +114,8 @@ def nested_ifs(depth):
 
 
 nested_if200 = nested_ifs(200)
+expand_overflow = save_model([helper.make_node("Expand", ["x", "s"], ["y"])], [vi("x", F, [1, 1])], [vi("y", F, None)],
+                             "expand_overflow", [const("s", np.array([1 << 62, 4], np.int64))])
 np.save(path("zero1.npy"), np.zeros(1, np.float32))
 
 
@@ -315,7 +317,7 @@ cases = [
     # command-line sizes and counts
     ("shapes_dim_too_large", ["run", dyn, "--shapes", "x:99999999999999999999x3"], INVALID, "is too large"),
     ("shapes_numel_overflow", ["run", dyn, "--shapes", "x:4294967296x4294967296x3"], INVALID,
-     "more elements than a 64-bit count holds"),
+     "shape [4294967296,4294967296,3] has more elements than fit in 64 bits"),
     ("shapes_bytes_overflow", ["run", dyn, "--shapes", "x:1152921504606846976x3"], INVALID,
      "more than a 64-bit byte size holds"),
     ("shapes_not_a_number", ["run", dyn, "--shapes", "x:1x-3"], INVALID, "is not a dimension"),
@@ -325,7 +327,7 @@ cases = [
     ("profile_dim_overflow", ["build", dyn, "-o", path("p.kiln"), "--profile", "x:1x3/99999999999999999999x3/1x3"],
      INVALID, "is too large"),
     ("min_shapes_numel_overflow", ["build", dyn, "-o", path("p.kiln"), "--min-shapes", "x:1x3", "--opt-shapes", "x:1x3",
-                                   "--max-shapes", "x:4294967296x4294967296x3"], INVALID, "64-bit"),
+                                   "--max-shapes", "x:4294967296x4294967296x3"], INVALID, "more elements than fit in 64 bits"),
     ("bench_streams_100000", ["bench", add2, "--streams", "100000"], USAGE, "out of range: 1 to 256"),
     ("bench_iterations_0", ["bench", add2, "--iterations", "0"], USAGE, "out of range"),
     ("bench_iterations_not_int", ["bench", add2, "--iterations", "1e30"], USAGE, "--iterations"),
@@ -359,6 +361,8 @@ cases = [
     ("loop_1e18_compare_engine_deadline", ["compare", forever, "--deadline", "1"], DEADLINE, "deadline exceeded"),
     ("nested_loops_60_run", ["run", nested60, "--input", "x=" + path("zero1.npy")], OK, "min 3 max 3 mean 3"),
     ("nested_ifs_200", ["run", nested_if200], INVALID, "nests messages deeper than 200 protobuf levels"),
+    ("expand_shape_overflows_int64_build", ["build", expand_overflow, "-o", path("r.kiln")], INVALID,
+     "the element count of shape [4611686018427387904,4] overflows int64"),
     ("nested_loops_60_build", ["build", nested60, "-o", path("nested60.kiln")], OK, "[kiln build] wrote"),
     # build validates what run validates (the same message both ways)
     ("resize_scales_nan_build", ["build", resize_nan, "-o", path("r.kiln")], INVALID, "scales value nan must be positive and finite"),
