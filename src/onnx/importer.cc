@@ -37,6 +37,82 @@ bool parse_message(std::string_view bytes, Msg* msg, int recursion_limit = kProt
   return msg->ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
 }
 
+// How deep the messages of an ONNX model's wire bytes nest, following every field through which ONNX
+// messages nest without bound (graphs in attributes, nodes in graphs and functions, types in types),
+// without recursion and without building the messages; other fields are skipped as bytes (they add a
+// few levels at most). nullopt when the bytes are not well-formed protobuf along those fields. This
+// tells a model nested deeper than any limit from a corrupt one, when protobuf refuses both.
+std::optional<int> onnx_nesting_depth(std::string_view bytes) {
+  constexpr int kMaxScannedDepth = 100 * kProtoRecursionLimit;
+  enum Kind { kModel, kTraining, kFunction, kGraph, kNode, kAttr, kValueInfo, kType, kTypeElem, kTypeMap, kLeaf };
+  auto child = [](int kind, uint64_t field) -> int {
+    switch (kind) {
+      case kModel: return field == 7 ? kGraph : field == 20 ? kTraining : field == 25 ? kFunction : kLeaf;
+      case kTraining: return field == 1 || field == 2 ? kGraph : kLeaf;
+      case kFunction: return field == 7 ? kNode : kLeaf;
+      case kGraph: return field == 1 ? kNode : field >= 11 && field <= 13 ? kValueInfo : kLeaf;
+      case kNode: return field == 5 ? kAttr : kLeaf;
+      case kAttr: return field == 6 || field == 11 ? kGraph : field == 14 || field == 15 ? kType : kLeaf;
+      case kValueInfo: return field == 2 ? kType : kLeaf;
+      case kType: return field == 4 || field == 9 ? kTypeElem : field == 5 ? kTypeMap : kLeaf;
+      case kTypeElem: return field == 1 ? kType : kLeaf;  // Sequence.elem_type, Optional.elem_type
+      case kTypeMap: return field == 2 ? kType : kLeaf;   // Map.value_type
+      default: return kLeaf;
+    }
+  };
+  auto varint = [](const uint8_t*& p, const uint8_t* end, uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64 && p < end; shift += 7) {
+      uint8_t b = *p++;
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  };
+  struct Level {
+    int kind;
+    const uint8_t *p, *end;
+  };
+  const auto* begin = reinterpret_cast<const uint8_t*>(bytes.data());
+  std::vector<Level> stack{{kModel, begin, begin + bytes.size()}};
+  int deepest = 0;
+  while (!stack.empty()) {
+    Level& top = stack.back();
+    if (top.p == top.end) {
+      stack.pop_back();
+      continue;
+    }
+    uint64_t tag, n;
+    if (!varint(top.p, top.end, tag) || (tag >> 3) == 0) return std::nullopt;
+    switch (tag & 7) {
+      case 0:
+        if (!varint(top.p, top.end, n)) return std::nullopt;
+        break;
+      case 1:
+      case 5: {
+        size_t w = (tag & 7) == 1 ? 8 : 4;
+        if (static_cast<size_t>(top.end - top.p) < w) return std::nullopt;
+        top.p += w;
+        break;
+      }
+      case 2: {
+        if (!varint(top.p, top.end, n) || n > static_cast<uint64_t>(top.end - top.p)) return std::nullopt;
+        const uint8_t* body = top.p;
+        top.p += n;
+        int kind = child(top.kind, tag >> 3);
+        if (kind != kLeaf) {
+          stack.push_back({kind, body, body + n});  // invalidates `top`
+          deepest = std::max(deepest, static_cast<int>(stack.size()) - 1);
+          if (deepest >= kMaxScannedDepth) return deepest;  // deep enough to tell; the stack stays small
+        }
+        break;
+      }
+      default: return std::nullopt;  // groups (unused by ONNX) or an invalid wire type
+    }
+  }
+  return deepest;
+}
+
 // Unpacks sub-byte elements (int4/uint4/float4/int2/uint2) from packed little-endian bytes.
 void unpack_sub_byte(const uint8_t* src, Tensor& t) {
   int bits = dtype_packed_bits(t.dtype());
@@ -641,15 +717,18 @@ Result<ir::Model> parse_model_impl(std::string_view bytes, const std::string& ba
   if (!parse_message(wire, &mp)) {
     // Tell nesting from corruption: a model that parses with a 10x deeper (still stack-safe) limit is
     // well formed but nests its subgraphs deeper than kiln accepts.
+    // Deeper than that the depth is measured without parsing (onnx_nesting_depth), so that a deep model
+    // is never mistaken for a corrupt one.
+    const std::string nested = str_cat("the model nests messages deeper than ", kProtoRecursionLimit,
+                                       " protobuf levels (subgraphs inside subgraphs, about 3 levels per "
+                                       "If/Loop/Scan), the limit kiln accepts");
     onnx::ModelProto deeper;
     if (parse_message(wire, &deeper, 10 * kProtoRecursionLimit))
-      return InvalidModel("the model nests messages deeper than ", kProtoRecursionLimit,
-                          " protobuf levels (subgraphs inside subgraphs, about 3 levels per If/Loop/Scan): refused "
-                          "— flatten the control flow");
-    return InvalidModel(
-        "not a valid ONNX model: the protobuf could not be parsed (truncated or corrupted file, or nested deeper "
-        "than ",
-        10 * kProtoRecursionLimit, " levels?)");
+      return InvalidModel(nested, ": refused — flatten the control flow");
+    std::optional<int> depth = onnx_nesting_depth(wire);
+    if (depth && *depth > kProtoRecursionLimit)
+      return InvalidModel(nested, " (", *depth, " levels): refused — flatten the control flow");
+    return InvalidModel("not a valid ONNX model: the protobuf could not be parsed (truncated or corrupted file)");
   }
   if (!mp.has_graph()) return InvalidModel("the ONNX model has no graph");
   if (mp.ir_version() < kMinIrVersion || mp.ir_version() > kMaxIrVersion)

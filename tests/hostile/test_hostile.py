@@ -114,6 +114,33 @@ def nested_ifs(depth):
 
 
 nested_if200 = nested_ifs(200)
+
+
+def deep_ifs_bytes(depth):
+    """The wire bytes of a model with `depth` Ifs, each the then_branch of the one above (3 protobuf levels
+    each: GraphProto -> NodeProto -> AttributeProto), written directly: onnx's helpers take minutes this deep."""
+    def varint(v):
+        out = b""
+        while True:
+            out += bytes([(v & 0x7f) | (0x80 if v > 0x7f else 0)])
+            v >>= 7
+            if not v:
+                return out
+
+    def field(num, payload):
+        return varint(num << 3 | 2) + varint(len(payload)) + payload
+
+    graph = b""
+    for _ in range(depth):
+        attr = field(1, b"then_branch") + field(6, graph) + varint(20 << 3) + varint(5)  # type GRAPH
+        graph = field(1, field(4, b"If") + field(5, attr))
+    return varint(1 << 3) + varint(8) + field(7, graph) + field(8, varint(2 << 3) + varint(13))
+
+
+with open(path("nested_ifs_700.onnx"), "wb") as f:  # 2101 levels: past the 2000 protobuf parses to tell depth
+    f.write(deep_ifs_bytes(700))
+with open(path("nested_ifs_700_cut.onnx"), "wb") as f:  # the same, truncated: corrupt, whatever its depth
+    f.write(deep_ifs_bytes(700)[:-100])
 expand_overflow = save_model([helper.make_node("Expand", ["x", "s"], ["y"])], [vi("x", F, [1, 1])], [vi("y", F, None)],
                              "expand_overflow", [const("s", np.array([1 << 62, 4], np.int64))])
 np.save(path("zero1.npy"), np.zeros(1, np.float32))
@@ -361,6 +388,11 @@ cases = [
     ("loop_1e18_compare_engine_deadline", ["compare", forever, "--deadline", "1"], DEADLINE, "deadline exceeded"),
     ("nested_loops_60_run", ["run", nested60, "--input", "x=" + path("zero1.npy")], OK, "min 3 max 3 mean 3"),
     ("nested_ifs_200", ["run", nested_if200], INVALID, "nests messages deeper than 200 protobuf levels"),
+    ("nested_ifs_700", ["run", path("nested_ifs_700.onnx")], INVALID,
+     "nests messages deeper than 200 protobuf levels (subgraphs inside subgraphs, about 3 levels per If/Loop/Scan), "
+     "the limit kiln accepts (2101 levels)"),
+    ("nested_ifs_700_truncated", ["run", path("nested_ifs_700_cut.onnx")], INVALID,
+     "the protobuf could not be parsed (truncated or corrupted file)"),
     ("expand_shape_overflows_int64_build", ["build", expand_overflow, "-o", path("r.kiln")], INVALID,
      "the element count of shape [4611686018427387904,4] overflows int64"),
     ("nested_loops_60_build", ["build", nested60, "-o", path("nested60.kiln")], OK, "[kiln build] wrote"),
