@@ -88,7 +88,7 @@ struct WindowGeometry {
 // k...] for Conv, [C, M/group, k...] for ConvTranspose; its spatial dims are the kernel) or null for
 // pooling. Options from window_options(node.op_type, node.opset) unless given (kiln.BlockedPool
 // passes its source op's). Attribute errors are InvalidModel, shape errors (rank, a window that does
-// not fit, an output too large) InvalidArgument; both name the node.
+// not fit, an extent out of range) InvalidArgument; both name the node.
 Result<WindowGeometry> resolve_window(const ir::Node& node, const Dims& input_shape, const Dims* weight_shape);
 Result<WindowGeometry> resolve_window(const ir::Node& node, const Dims& input_shape, const Dims* weight_shape,
                                       const WindowOptions& opts);
