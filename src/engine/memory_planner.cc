@@ -4,23 +4,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ops/op_traits.h"
+
 namespace kiln::engine {
 
-bool op_allows_in_place(const ir::Node& n) {
-  static const std::set<std::string> kOps = {"Relu",       "Sigmoid",  "Tanh",        "Exp",
-                                             "Log",        "Abs",      "Neg",         "Sqrt",
-                                             "Reciprocal", "Clip",     "LeakyRelu",   "Elu",
-                                             "Selu",       "Celu",     "HardSigmoid", "HardSwish",
-                                             "Erf",        "Softplus", "Softsign",    "Gelu",
-                                             "Mish",       "Sin",      "Cos",         "Floor",
-                                             "Ceil",       "Round",    "Sign",        "Add",
-                                             "Sub",        "Mul",      "Div",         "Pow",
-                                             "Max",        "Min",      "Sum",         "Mean",
-                                             "PRelu",      "Identity", "Dropout",     "Reshape",
-                                             "Flatten",    "Squeeze",  "Unsqueeze",   "BatchNormalization"};
-  if (n.domain == "kiln") return n.op_type == "FusedElementwise";
-  return n.domain.empty() && kOps.count(n.op_type) > 0;
-}
+bool op_allows_in_place(const ir::Node& n) { return ops::has_trait(n, ops::trait::kInPlace); }
 
 MemoryPlan plan_memory(const ir::Graph& g, const std::function<std::optional<size_t>(const std::string&)>& bytes_of) {
   MemoryPlan plan;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/parallel.h"
+#include "ops/op_traits.h"
 
 namespace kiln::engine {
 
@@ -113,11 +114,7 @@ std::vector<std::string> reference_reasons(const ir::Node& n, const LayerChoice&
 }
 
 bool is_shape_work(const ir::Graph& g, const ir::Node& n) {
-  static const char* const kNoElementsMoved[] = {"Shape",   "Size",    "Constant", "Identity",
-                                                 "Reshape", "Flatten", "Squeeze",  "Unsqueeze"};
-  if (n.domain.empty())
-    for (const char* op : kNoElementsMoved)
-      if (n.op_type == op) return true;
+  if (n.domain.empty() && ops::has_trait(n, ops::trait::kView | ops::trait::kShapeQuery)) return true;
   auto small = [&](const std::string& name) {
     if (name.empty()) return true;
     DataType dt;

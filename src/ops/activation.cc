@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "ops/elementwise_util.h"
+#include "ops/op_traits.h"
 
 namespace kiln::ops {
 namespace {
@@ -227,5 +228,28 @@ KILN_REGISTER_OP_ARITY("", Gelu, 20, infer_same_as_input0, gelu_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("", Swish, 24, infer_same_as_input0, swish_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("", PRelu, 1, infer_prelu, prelu_kernel, 2, 2);
 KILN_REGISTER_OP_ARITY("", Clip, 1, infer_same_as_input0, clip_kernel, 1, 3);
+
+// Traits (registry.h). Celu and Mish are elementwise too but declare only kInPlace / kKeepsZero:
+// fuse_elementwise and layout_blocked have never taken them (declaring it changes what fuses);
+// ThresholdedRelu, Shrink and Swish declare none yet. Epilogues are the activations kiln.Fused*
+// runs (kiln_fused.cc), with the oneDNN eltwise post-op onednn_common.cc maps them to.
+constexpr uint32_t kUnaryInPlace = trait::kElementwiseUnary | trait::kInPlace;
+KILN_OP_TRAITS_ONEDNN("", Relu, kUnaryInPlace | trait::kKeepsZero | trait::kEpilogue, "eltwise_relu");
+KILN_OP_TRAITS_ONEDNN("", LeakyRelu, kUnaryInPlace | trait::kKeepsZero | trait::kEpilogue, "eltwise_relu");
+KILN_OP_TRAITS("", Elu, kUnaryInPlace | trait::kKeepsZero);
+KILN_OP_TRAITS("", Selu, kUnaryInPlace | trait::kKeepsZero);
+KILN_OP_TRAITS("", Celu, trait::kInPlace | trait::kKeepsZero);
+KILN_OP_TRAITS_ONEDNN("", Sigmoid, kUnaryInPlace | trait::kEpilogue, "eltwise_logistic");
+KILN_OP_TRAITS("", HardSigmoid, kUnaryInPlace);
+KILN_OP_TRAITS_ONEDNN("", HardSwish, kUnaryInPlace | trait::kKeepsZero | trait::kEpilogue, "eltwise_hardswish");
+KILN_OP_TRAITS("", Softplus, kUnaryInPlace);
+KILN_OP_TRAITS("", Softsign, kUnaryInPlace | trait::kKeepsZero);
+KILN_OP_TRAITS_ONEDNN("", Tanh, kUnaryInPlace | trait::kKeepsZero | trait::kEpilogue, "eltwise_tanh");
+KILN_OP_TRAITS("", Mish, trait::kInPlace | trait::kKeepsZero);
+// approximate "none" (erf); "tanh" maps to eltwise_gelu_tanh.
+KILN_OP_TRAITS_ONEDNN("", Gelu, kUnaryInPlace | trait::kKeepsZero | trait::kEpilogue, "eltwise_gelu_erf");
+KILN_OP_TRAITS("", PRelu, trait::kElementwiseBroadcast | trait::kInPlace);
+// Not kKeepsZero: the bounds may exclude 0.
+KILN_OP_TRAITS_ONEDNN("", Clip, kUnaryInPlace | trait::kEpilogue, "eltwise_clip_v2");
 
 }  // namespace kiln::ops

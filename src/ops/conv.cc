@@ -5,13 +5,9 @@
 
 namespace kiln::ops {
 
-Result<ConvPlan> make_conv_plan(const Window& win, const Dims& x_shape, const Dims& w_shape, int64_t group) {
-  if (x_shape.size() < 3)
-    return InvalidArgument("input X must have rank >= 3 (N, C, spatial...), got shape ", dims_str(x_shape));
-  if (w_shape.size() != x_shape.size())
-    return InvalidArgument("weights W ", dims_str(w_shape), " must have the rank of X ", dims_str(x_shape));
+Result<ConvPlan> make_conv_plan(const WindowGeometry& win, const Dims& x_shape, const Dims& w_shape, int64_t group) {
   if (group < 1 || group > kMaxWindowAttr) return InvalidArgument("group must be in [1, 2^31], got ", group);
-  const size_t n = x_shape.size() - 2;
+  const size_t n = win.rank();
   ConvPlan p;
   p.batch = x_shape[0];
   p.in_channels = x_shape[1];
@@ -23,19 +19,13 @@ Result<ConvPlan> make_conv_plan(const Window& win, const Dims& x_shape, const Di
   if (p.out_channels % group != 0)
     return InvalidArgument("W has ", p.out_channels, " output channels, not divisible by group ", group);
   p.out_shape = {p.batch, p.out_channels};
-  for (size_t d = 0; d < n; ++d) {
-    if (w_shape[d + 2] != win.kernel[d])
-      return InvalidArgument("kernel_shape ", dims_str(win.kernel), " disagrees with W ", dims_str(w_shape));
-    int64_t pb, pe;
-    KILN_ASSIGN_OR_RETURN(int64_t o, window_output(win, d, x_shape[d + 2], &pb, &pe));
-    p.in.push_back(x_shape[d + 2]);
-    p.out.push_back(o);
-    p.kernel.push_back(win.kernel[d]);
-    p.strides.push_back(win.strides[d]);
-    p.dilations.push_back(win.dilations[d]);
-    p.pad_begin.push_back(pb);
-    p.out_shape.push_back(o);
-  }
+  p.in = win.in;
+  p.out = win.out;
+  p.kernel = win.kernel;
+  p.strides = win.strides;
+  p.dilations = win.dilations;
+  p.pad_begin = win.pad_begin;
+  p.out_shape.insert(p.out_shape.end(), win.out.begin(), win.out.end());
   KILN_RETURN_IF_ERROR(checked_numel(p.out_shape).status());
   // 1x1, stride-1, unpadded trailing dims: one long row instead of many short ones.
   if (n >= 2) {
@@ -119,8 +109,7 @@ Status conv_kernel(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(check_nchw(x0, "Conv", "X"));
   if (w0.rank() != x0.rank())
     return ctx.error(str_cat("W ", w0.describe(), " must have the rank of X ", x0.describe()));
-  Dims wk(w0.shape().begin() + 2, w0.shape().end());
-  KILN_ASSIGN_OR_RETURN(Window win, read_window(ctx.node, static_cast<size_t>(x0.rank() - 2), &wk, {}));
+  KILN_ASSIGN_OR_RETURN(WindowGeometry win, resolve_window(ctx.node, x0.shape(), &w0.shape()));
   auto plan = make_conv_plan(win, x0.shape(), w0.shape(), ctx.node.attr_int("group", 1));
   if (!plan.ok()) return ctx.error(plan.status().message());
   Tensor bias;

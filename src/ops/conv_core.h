@@ -22,9 +22,9 @@ struct ConvPlan {
   Dims out_shape;  // the real output shape [N, M, spatial...]
 };
 
-// Validates X [N, C, spatial...] and W [M, C/group, kernel...] against the window and builds the
-// plan (pads resolved for auto_pad).
-Result<ConvPlan> make_conv_plan(const Window& win, const Dims& x_shape, const Dims& w_shape, int64_t group);
+// Validates X [N, C, spatial...] and W [M, C/group, kernel...] against the groups and builds the
+// plan from the resolved window (resolve_window(node, X, &W)).
+Result<ConvPlan> make_conv_plan(const WindowGeometry& win, const Dims& x_shape, const Dims& w_shape, int64_t group);
 
 // Shape inference for conv-like ops: output [N, M, spatial...] from inputs x_idx (X) and w_idx (W).
 Status infer_conv_shape(InferContext& ctx, size_t x_idx, size_t w_idx, DataType out_dtype);

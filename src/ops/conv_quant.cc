@@ -51,8 +51,7 @@ Result<std::vector<int64_t>> integer_conv(KernelContext& ctx, const Tensor& x, c
     return ctx.unsupported(str_cat("inputs must be int8 or uint8, got x ", x.describe(), " and w ", w.describe()));
   KILN_RETURN_IF_ERROR(check_nchw(x, ctx.node.op_type.c_str(), "x"));
   if (w.rank() != x.rank()) return ctx.error(str_cat("w ", w.describe(), " must have the rank of x ", x.describe()));
-  Dims wk(w.shape().begin() + 2, w.shape().end());
-  KILN_ASSIGN_OR_RETURN(Window win, read_window(ctx.node, static_cast<size_t>(x.rank() - 2), &wk, {}));
+  KILN_ASSIGN_OR_RETURN(WindowGeometry win, resolve_window(ctx.node, x.shape(), &w.shape()));
   auto plan = make_conv_plan(win, x.shape(), w.shape(), ctx.node.attr_int("group", 1));
   if (!plan.ok()) return ctx.error(plan.status().message());
   auto xv = centered_input(x, x_zp, "x");

@@ -132,11 +132,7 @@ Status conv_transpose_kernel(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(check_nchw(x0, "ConvTranspose", "X"));
   if (w0.rank() != x0.rank())
     return ctx.error(str_cat("W ", w0.describe(), " must have the rank of X ", x0.describe()));
-  const size_t n = static_cast<size_t>(x0.rank() - 2);
-  Dims wk(w0.shape().begin() + 2, w0.shape().end());
-  KILN_ASSIGN_OR_RETURN(Window win, read_transpose_window(ctx.node, n, &wk));
-  KILN_ASSIGN_OR_RETURN(Dims os, transpose_output_shape(ctx.node, n));
-  KILN_ASSIGN_OR_RETURN(Dims op, transpose_output_padding(ctx.node, n));
+  KILN_ASSIGN_OR_RETURN(WindowGeometry win, resolve_window(ctx.node, x0.shape(), &w0.shape()));
   TransposePlan p;
   p.group = ctx.node.attr_int("group", 1);
   if (p.group < 1 || p.group > kMaxWindowAttr) return ctx.error(str_cat("group must be in [1, 2^31], got ", p.group));
@@ -147,19 +143,13 @@ Status conv_transpose_kernel(KernelContext& ctx) {
                              " channels in dim 0, divisible by group ", p.group));
   p.out_channels = w0.dim(1) * p.group;
   p.out_shape = {p.batch, p.out_channels};
-  for (size_t d = 0; d < n; ++d) {
-    if (win.kernel[d] < 1) return ctx.error(str_cat("kernel ", dims_str(win.kernel), " has an empty dim"));
-    int64_t o, pb;
-    Status st = transpose_dim(win, d, x0.dim(static_cast<int64_t>(d) + 2), os, op, &o, &pb);
-    if (!st.ok()) return ctx.error(st.message());
-    p.in.push_back(x0.dim(static_cast<int64_t>(d) + 2));
-    p.out.push_back(o);
-    p.kernel.push_back(win.kernel[d]);
-    p.strides.push_back(win.strides[d]);
-    p.dilations.push_back(win.dilations[d]);
-    p.pad_begin.push_back(pb);
-    p.out_shape.push_back(o);
-  }
+  p.in = win.in;
+  p.out = win.out;
+  p.kernel = win.kernel;
+  p.strides = win.strides;
+  p.dilations = win.dilations;
+  p.pad_begin = win.pad_begin;
+  p.out_shape.insert(p.out_shape.end(), win.out.begin(), win.out.end());
   auto numel = checked_numel(p.out_shape);
   if (!numel.ok()) return ctx.error(numel.status().message());
   Tensor bias;

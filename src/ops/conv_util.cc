@@ -23,6 +23,29 @@ Status check_range(const ir::Node& node, const char* name, const Dims& v, int64_
 
 }  // namespace
 
+WindowOptions window_options(const std::string& op_type, int opset) {
+  WindowOptions o;
+  if (op_type == "MaxPool" || op_type == "AveragePool" || op_type == "LpPool") {
+    o.kernel_required = true;
+    if (op_type == "MaxPool") {
+      o.has_dilations = opset >= 10;
+      o.has_ceil_mode = opset >= 10;
+    } else if (op_type == "AveragePool") {
+      o.has_dilations = opset >= 19;
+      o.has_ceil_mode = opset >= 10;
+    } else {
+      o.has_dilations = opset >= 18;
+      o.has_ceil_mode = opset >= 18;
+    }
+  } else if (op_type == "MaxUnpool") {
+    o.kernel_required = true;
+    o.has_dilations = false;
+  } else if (op_type == "ConvTranspose") {
+    o.transpose = true;
+  }
+  return o;
+}
+
 Result<Window> read_window(const ir::Node& node, size_t rank, const Dims* kernel_from_weights,
                            const WindowOptions& opts) {
   Window w;
@@ -120,6 +143,55 @@ void valid_output_range(int64_t offset, int64_t stride, int64_t in, int64_t out,
   h = std::min(h, out);
   *lo = l;
   *hi = std::max(l, h);
+}
+
+Result<WindowGeometry> resolve_window(const ir::Node& node, const Dims& input_shape, const Dims* weight_shape) {
+  return resolve_window(node, input_shape, weight_shape, window_options(node.op_type, node.opset));
+}
+
+Result<WindowGeometry> resolve_window(const ir::Node& node, const Dims& input_shape, const Dims* weight_shape,
+                                      const WindowOptions& opts) {
+  if (input_shape.size() < 3)
+    return InvalidArgument(node.where(), "input X must have rank >= 3 (N, C, spatial...), got shape ",
+                           dims_str(input_shape));
+  if (weight_shape && weight_shape->size() != input_shape.size())
+    return InvalidArgument(node.where(), "weights W ", dims_str(*weight_shape), " must have the rank of X ",
+                           dims_str(input_shape));
+  const size_t n = input_shape.size() - 2;
+  Dims wk;
+  if (weight_shape) wk.assign(weight_shape->begin() + 2, weight_shape->end());
+  WindowGeometry g;
+  KILN_ASSIGN_OR_RETURN(g.window, read_window(node, n, weight_shape ? &wk : nullptr, opts));
+  const Window& w = g.window;
+  Dims out_shape, out_pad;
+  if (opts.transpose) {
+    KILN_ASSIGN_OR_RETURN(out_shape, transpose_output_shape(node, n));
+    KILN_ASSIGN_OR_RETURN(out_pad, transpose_output_padding(node, n));
+  }
+  for (size_t d = 0; d < n; ++d) {
+    const int64_t in = input_shape[d + 2];
+    int64_t o = 0, pb = 0, pe = 0;
+    if (opts.transpose) {
+      if (w.kernel.size() <= d || w.kernel[d] < 1)
+        return InvalidArgument(node.where(), "kernel ", dims_str(w.kernel), " has an empty dim");
+      if (Status st = transpose_dim(w, d, in, out_shape, out_pad, &o, &pb); !st.ok())
+        return InvalidArgument(node.where(), st.message());
+      pe = (in - 1) * w.strides[d] + w.extent(d) - pb - o;
+    } else {
+      if (w.kernel.size() <= d) return InvalidArgument(node.where(), "the kernel's shape is unknown");
+      auto r = window_output(w, d, in, &pb, &pe);
+      if (!r.ok()) return InvalidArgument(node.where(), r.status().message());
+      o = *r;
+    }
+    g.in.push_back(in);
+    g.out.push_back(o);
+    g.kernel.push_back(w.kernel[d]);
+    g.strides.push_back(w.strides[d]);
+    g.dilations.push_back(w.dilations[d]);
+    g.pad_begin.push_back(pb);
+    g.pad_end.push_back(pe);
+  }
+  return g;
 }
 
 Status check_nchw(const Tensor& t, const char* what, const char* input_name) {

@@ -28,7 +28,13 @@ struct WindowOptions {
   bool has_dilations = true;  // attribute exists in this op/opset
   bool has_ceil_mode = false;
   bool kernel_required = false;  // pooling: kernel_shape is a required attribute
+  bool transpose = false;        // ConvTranspose: output_shape / output_padding, scatter geometry
 };
+
+// The window attributes ONNX op `op_type` has at `opset`: MaxPool, AveragePool and LpPool (kernel
+// required; dilations and ceil_mode from the opsets that added them), MaxUnpool (no dilations),
+// ConvTranspose (transpose); anything else is read as Conv (the kiln.Fused*/Blocked* forms too).
+WindowOptions window_options(const std::string& op_type, int opset);
 
 // Reads and validates the window attributes of `node` for `rank` spatial dims. `kernel_from_weights`
 // (W's spatial dims, for Conv) is used when kernel_shape is absent; when both exist they must agree.
@@ -60,6 +66,32 @@ Result<Dims> transpose_output_padding(const ir::Node& node, size_t n);
 // dilated kernel - pads).
 Status transpose_dim(const Window& w, size_t d, int64_t in, const Dims& out_shape, const Dims& out_pad, int64_t* out,
                      int64_t* pad_begin);
+
+// A windowed op (Conv and its fused / quantized forms, ConvTranspose, the pools; any spatial rank)
+// resolved for concrete shapes: the one place kernel, strides, dilations, pads (auto_pad SAME_UPPER /
+// SAME_LOWER / VALID resolved, ceil_mode counted in `out`) and output extents are computed. The
+// reference kernels, the kiln and oneDNN tactics and the passes that need concrete geometry read it;
+// shape inference runs the same read_window / window_output on symbolic dims.
+struct WindowGeometry {
+  Window window;  // the attributes as read (kernel from W when kernel_shape is absent)
+  Dims in, out;   // spatial extents of X and Y
+  Dims kernel, strides, dilations;
+  // The pads applied before and after each spatial dim. ConvTranspose: pad_begin is the one the
+  // scatter subtracts, and pad_end = (in - 1) * stride + extent - pad_begin - out (negative where
+  // output_padding / output_shape reach past the last input's window).
+  Dims pad_begin, pad_end;
+  size_t rank() const { return in.size(); }
+  int64_t extent(size_t d) const { return (kernel[d] - 1) * dilations[d] + 1; }  // dilated kernel size
+};
+
+// Resolves `node`'s window on X `input_shape` [N, C, spatial...]; `weight_shape` is W ([M, C/group,
+// k...] for Conv, [C, M/group, k...] for ConvTranspose; its spatial dims are the kernel) or null for
+// pooling. Options from window_options(node.op_type, node.opset) unless given (kiln.BlockedPool
+// passes its source op's). Attribute errors are InvalidModel, shape errors (rank, a window that does
+// not fit, an extent out of range) InvalidArgument; both name the node.
+Result<WindowGeometry> resolve_window(const ir::Node& node, const Dims& input_shape, const Dims* weight_shape);
+Result<WindowGeometry> resolve_window(const ir::Node& node, const Dims& input_shape, const Dims* weight_shape,
+                                      const WindowOptions& opts);
 
 // Checks that t has rank >= 3 (N, C, spatial...) for op `what`.
 Status check_nchw(const Tensor& t, const char* what, const char* input_name);

@@ -56,15 +56,12 @@ Status deform_conv_kernel(KernelContext& ctx) {
     if (t->dtype() != x0.dtype() || t->rank() != 4)
       return ctx.error(
           str_cat("W ", w0.describe(), " and offset ", off0.describe(), " must be 4-D ", dtype_name(x0.dtype())));
-  Dims wk = {w0.dim(2), w0.dim(3)};
-  KILN_ASSIGN_OR_RETURN(Window win, read_window(ctx.node, 2, &wk, {}));
-  if (win.auto_pad != "NOTSET") return ctx.error("DeformConv has no auto_pad");
+  KILN_ASSIGN_OR_RETURN(WindowGeometry win, resolve_window(ctx.node, x0.shape(), &w0.shape()));
+  if (win.window.auto_pad != "NOTSET") return ctx.error("DeformConv has no auto_pad");
   const int64_t group = ctx.node.attr_int("group", 1), og = ctx.node.attr_int("offset_group", 1);
   auto plan = make_conv_plan(win, x0.shape(), w0.shape(), group);
   if (!plan.ok()) return ctx.error(plan.status().message());
-  int64_t pad_top, pad_left, unused;
-  KILN_RETURN_IF_ERROR(window_output(win, 0, x0.dim(2), &pad_top, &unused).status());
-  KILN_RETURN_IF_ERROR(window_output(win, 1, x0.dim(3), &pad_left, &unused).status());
+  const int64_t pad_top = win.pad_begin[0], pad_left = win.pad_begin[1];
   const int64_t N = x0.dim(0), C = x0.dim(1), H = x0.dim(2), W = x0.dim(3), M = w0.dim(0);
   const int64_t kH = w0.dim(2), kW = w0.dim(3), oH = plan->out_shape[2], oW = plan->out_shape[3];
   if (og < 1 || og > std::max<int64_t>(C, 1) || C % og != 0)

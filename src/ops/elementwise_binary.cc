@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "ops/elementwise_util.h"
+#include "ops/op_traits.h"
 
 namespace kiln::ops {
 namespace {
@@ -185,5 +186,13 @@ KILN_REGISTER_OP_ARITY("", Mul, 1, infer_arith, mul_kernel, 2, 2);
 KILN_REGISTER_OP_ARITY("", Div, 1, infer_arith, div_kernel, 2, 2);
 KILN_REGISTER_OP_ARITY("", Mod, 10, infer_arith, mod_kernel, 2, 2);
 KILN_REGISTER_OP_ARITY("", Pow, 1, infer_pow, pow_kernel, 2, 2);
+
+// Traits (registry.h): numpy broadcasting from opset 7 (readers check the opset). Mod declares none.
+constexpr uint32_t kBroadcastInPlace = trait::kElementwiseBroadcast | trait::kInPlace;
+KILN_OP_TRAITS("", Add, kBroadcastInPlace);
+KILN_OP_TRAITS("", Sub, kBroadcastInPlace);
+KILN_OP_TRAITS("", Mul, kBroadcastInPlace);
+KILN_OP_TRAITS("", Div, kBroadcastInPlace);
+KILN_OP_TRAITS("", Pow, kBroadcastInPlace);
 
 }  // namespace kiln::ops

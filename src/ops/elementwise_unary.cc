@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "ops/elementwise_util.h"
+#include "ops/op_traits.h"
 
 namespace kiln::ops {
 namespace {
@@ -122,5 +123,22 @@ KILN_REGISTER_OP_ARITY("", Round, 11, infer_same_as_input0, round_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("", Erf, 9, infer_same_as_input0, erf_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("", IsNaN, 9, infer_bool_like_input, isnan_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("", IsInf, 10, infer_bool_like_input, isinf_kernel, 1, 1);
+
+// Traits (registry.h). Tan, the inverse and hyperbolic functions and IsNaN / IsInf declare none:
+// no pass or planner rule has treated them as elementwise yet (declaring one changes what fuses).
+constexpr uint32_t kUnaryInPlace = trait::kElementwiseUnary | trait::kInPlace;
+KILN_OP_TRAITS("", Abs, kUnaryInPlace | trait::kKeepsZero);
+KILN_OP_TRAITS("", Neg, kUnaryInPlace | trait::kKeepsZero);
+KILN_OP_TRAITS("", Sign, kUnaryInPlace | trait::kKeepsZero);
+KILN_OP_TRAITS("", Exp, kUnaryInPlace);
+KILN_OP_TRAITS("", Log, kUnaryInPlace);
+KILN_OP_TRAITS("", Sqrt, kUnaryInPlace | trait::kKeepsZero);
+KILN_OP_TRAITS("", Reciprocal, kUnaryInPlace);
+KILN_OP_TRAITS("", Sin, kUnaryInPlace | trait::kKeepsZero);
+KILN_OP_TRAITS("", Cos, kUnaryInPlace);
+KILN_OP_TRAITS("", Ceil, kUnaryInPlace | trait::kKeepsZero);
+KILN_OP_TRAITS("", Floor, kUnaryInPlace | trait::kKeepsZero);
+KILN_OP_TRAITS("", Round, kUnaryInPlace | trait::kKeepsZero);
+KILN_OP_TRAITS("", Erf, kUnaryInPlace | trait::kKeepsZero);
 
 }  // namespace kiln::ops

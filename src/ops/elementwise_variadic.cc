@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/elementwise_util.h"
+#include "ops/op_traits.h"
 
 namespace kiln::ops {
 namespace {
@@ -90,5 +91,13 @@ KILN_REGISTER_OP_ARITY("", Max, 1, infer_variadic, max_kernel, 1, -1);
 KILN_REGISTER_OP_ARITY("", Min, 1, infer_variadic, min_kernel, 1, -1);
 KILN_REGISTER_OP_ARITY("", Sum, 1, infer_variadic, sum_kernel, 1, -1);
 KILN_REGISTER_OP_ARITY("", Mean, 1, infer_variadic, mean_kernel, 1, -1);
+
+// Traits (registry.h); readers take the two-input forms as binary. Mean is in-place only: the
+// elementwise passes have never taken it.
+constexpr uint32_t kBroadcastInPlace = trait::kElementwiseBroadcast | trait::kInPlace;
+KILN_OP_TRAITS("", Max, kBroadcastInPlace);
+KILN_OP_TRAITS("", Min, kBroadcastInPlace);
+KILN_OP_TRAITS("", Sum, kBroadcastInPlace);
+KILN_OP_TRAITS("", Mean, trait::kInPlace);
 
 }  // namespace kiln::ops

@@ -12,6 +12,7 @@
 // each optional), SiLU (x * Sigmoid(x)), Gelu (activation_approximate). Every step runs the ONNX
 // op's own reference kernel, in the order the unfused graph ran them.
 #include "ops/kiln_fused_util.h"
+#include "ops/op_traits.h"
 
 namespace kiln::ops {
 namespace {
@@ -168,5 +169,9 @@ KILN_REGISTER_OP_ARITY("kiln", FusedGemm, 1, (infer_wrapped<kGemm, 13>), (wrappe
 KILN_REGISTER_OP_ARITY("kiln", FusedMatMul, 1, infer_fused_matmul, fused_matmul_kernel, 2, 4);
 KILN_REGISTER_OP_ARITY("kiln", Gelu, 1, infer_same_as_input0, gelu_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("kiln", LayerNormalization, 1, infer_layer_norm, layer_norm_kernel, 1, 3);
+
+// Not kInPlace (the memory planner has never reused its input; ONNX's Gelu is).
+KILN_OP_TRAITS_ONEDNN("kiln", Gelu, trait::kElementwiseUnary | trait::kKeepsZero | trait::kEpilogue,
+                      "eltwise_gelu_erf");
 
 }  // namespace kiln::ops

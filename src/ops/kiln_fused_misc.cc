@@ -15,6 +15,7 @@
 //   FusedElementwise(inputs...) = the subgraph attribute "body" (ONNX elementwise nodes; its
 //                                inputs are this node's inputs, its one output this node's output).
 #include "ops/kiln_fused_util.h"
+#include "ops/op_traits.h"
 
 namespace kiln::ops {
 namespace {
@@ -244,5 +245,8 @@ Status fused_elementwise_kernel(KernelContext& ctx) {
 KILN_REGISTER_OP_ARITY("kiln", Attention, 1, infer_attention, attention_kernel, 3, 4);
 KILN_REGISTER_OP_ARITY("kiln", MultiHeadAttention, 1, infer_multi_head_attention, multi_head_attention_kernel, 1, 4);
 KILN_REGISTER_OP_ARITY("kiln", FusedElementwise, 1, infer_fused_elementwise, fused_elementwise_kernel, 1, -1);
+
+// A tree of elementwise nodes (fuse_elementwise) is elementwise itself; it is never merged again.
+KILN_OP_TRAITS("kiln", FusedElementwise, trait::kElementwiseBroadcast | trait::kInPlace);
 
 }  // namespace kiln::ops

@@ -5,6 +5,7 @@
 // output dtype.
 #include <cmath>
 
+#include "ops/op_traits.h"
 #include "ops/reduce_util.h"
 
 namespace kiln::ops {
@@ -355,5 +356,7 @@ KILN_REGISTER_OP_ARITY("", RMSNormalization, 23, infer_same_as_input0, layer_nor
 KILN_REGISTER_OP_ARITY("", GroupNormalization, 18, infer_group_norm, group_norm_kernel, 3, 3);
 KILN_REGISTER_OP_ARITY("", InstanceNormalization, 1, infer_instance_norm, instance_norm_kernel, 3, 3);
 KILN_REGISTER_OP_ARITY("", BatchNormalization, 1, infer_batch_norm, batch_norm_kernel, 5, 5);
+
+KILN_OP_TRAITS("", BatchNormalization, trait::kInPlace);  // per-element with per-channel constants
 
 }  // namespace kiln::ops

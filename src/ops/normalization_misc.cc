@@ -2,6 +2,7 @@
 #include <cmath>
 #include <random>
 
+#include "ops/op_traits.h"
 #include "ops/reduce_util.h"
 
 namespace kiln::ops {
@@ -196,5 +197,7 @@ KILN_REGISTER_OP_ARITY("", LpNormalization, 1, infer_same_as_input0, lp_norm_ker
 KILN_REGISTER_OP_ARITY("", MeanVarianceNormalization, 9, infer_same_as_input0, mvn_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("", LRN, 1, infer_lrn, lrn_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("", Dropout, 1, infer_dropout, dropout_kernel, 1, 3);
+
+KILN_OP_TRAITS("", Dropout, trait::kInPlace);  // output 0 is X (scaled when training)
 
 }  // namespace kiln::ops

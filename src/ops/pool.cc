@@ -40,15 +40,17 @@ struct PoolPlan {
   Dims out_shape;
 };
 
-Result<PoolPlan> make_pool_plan(const Window& win, const Dims& x_shape) {
+Result<PoolPlan> make_pool_plan(const WindowGeometry& win, const Dims& x_shape) {
   PoolPlan p;
   p.batch = x_shape[0];
   p.channels = x_shape[1];
   p.out_shape = {p.batch, p.channels};
-  for (size_t d = 0; d < win.rank; ++d) {
+  for (size_t d = 0; d < win.rank(); ++d) {
     PoolAxis a;
-    a.in = x_shape[d + 2];
-    KILN_ASSIGN_OR_RETURN(a.out, window_output(win, d, a.in, &a.pad_begin, &a.pad_end));
+    a.in = win.in[d];
+    a.out = win.out[d];
+    a.pad_begin = win.pad_begin[d];
+    a.pad_end = win.pad_end[d];
     a.kernel = win.kernel[d];
     a.stride = win.strides[d];
     a.dilation = win.dilations[d];
@@ -116,22 +118,7 @@ Result<double> lp_norm_p(const ir::Node& node) {
   return p;
 }
 
-WindowOptions pool_options(const ir::Node& node) {
-  WindowOptions o;
-  o.kernel_required = true;
-  const int v = node.opset;
-  if (node.op_type == "MaxPool") {
-    o.has_dilations = v >= 10;
-    o.has_ceil_mode = v >= 10;
-  } else if (node.op_type == "AveragePool") {
-    o.has_dilations = v >= 19;
-    o.has_ceil_mode = v >= 10;
-  } else {  // LpPool
-    o.has_dilations = v >= 18;
-    o.has_ceil_mode = v >= 18;
-  }
-  return o;
-}
+WindowOptions pool_options(const ir::Node& node) { return window_options(node.op_type, node.opset); }
 
 Status infer_pool(InferContext& ctx) {
   const SymShape& xs = ctx.input_shape(0);
@@ -161,8 +148,7 @@ Status pool_kernel(KernelContext& ctx, PoolKind kind) {
     return ctx.unsupported(str_cat(ctx.node.op_type, " on ", x0.describe(), " (float types only)"));
   if (kind == PoolKind::kMax && !is_float && !(dtype_is_builtin(x0.dtype()) && x0.dtype() != DataType::kBool))
     return ctx.unsupported(str_cat("MaxPool on ", x0.describe()));
-  KILN_ASSIGN_OR_RETURN(Window win,
-                        read_window(ctx.node, static_cast<size_t>(x0.rank() - 2), nullptr, pool_options(ctx.node)));
+  KILN_ASSIGN_OR_RETURN(WindowGeometry win, resolve_window(ctx.node, x0.shape(), nullptr, pool_options(ctx.node)));
   auto plan_r = make_pool_plan(win, x0.shape());
   if (!plan_r.ok()) return ctx.error(plan_r.status().message());
   const PoolPlan& plan = *plan_r;
@@ -314,10 +300,7 @@ Result<int64_t> unpooled_extent(const Window& win, size_t d, int64_t in) {
 Result<Dims> unpool_inferred_shape(const ir::Node& node, const Dims& x_shape) {
   if (x_shape.size() < 3)
     return InvalidArgument("input X must have rank >= 3 (N, C, spatial...), got shape ", dims_str(x_shape));
-  WindowOptions o;
-  o.has_dilations = false;
-  o.kernel_required = true;
-  KILN_ASSIGN_OR_RETURN(Window win, read_window(node, x_shape.size() - 2, nullptr, o));
+  KILN_ASSIGN_OR_RETURN(Window win, read_window(node, x_shape.size() - 2, nullptr, window_options("MaxUnpool", 1)));
   Dims shape = {x_shape[0], x_shape[1]};
   for (size_t d = 0; d < win.rank; ++d) {
     KILN_ASSIGN_OR_RETURN(int64_t v, unpooled_extent(win, d, x_shape[d + 2]));
@@ -350,10 +333,7 @@ Status infer_max_unpool(InferContext& ctx) {
     return Status::Ok();
   }
   if (xs.rank() < 3) return ctx.error(str_cat("input X must have rank >= 3 (N, C, spatial...), got ", xs.str()));
-  WindowOptions o;
-  o.has_dilations = false;
-  o.kernel_required = true;
-  KILN_ASSIGN_OR_RETURN(Window win, read_window(ctx.node, xs.rank() - 2, nullptr, o));
+  KILN_ASSIGN_OR_RETURN(Window win, read_window(ctx.node, xs.rank() - 2, nullptr, window_options("MaxUnpool", 1)));
   std::vector<Dim> out = {xs.dims[0], xs.dims[1]};
   for (size_t d = 0; d < win.rank; ++d) {
     const Dim& in = xs.dims[d + 2];

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/op_traits.h"
 #include "ops/tensor_util.h"
 
 namespace kiln::ops {
@@ -618,5 +619,15 @@ KILN_REGISTER_OP_ARITY("", Unsqueeze, 1, unsqueeze_infer, unsqueeze_kernel, 1, 2
 KILN_REGISTER_OP_ARITY("", Expand, 8, expand_infer, expand_kernel, 2, 2);
 KILN_REGISTER_OP_ARITY("", Range, 11, range_infer, range_kernel, 3, 3);
 KILN_REGISTER_OP_ARITY("", EyeLike, 9, eyelike_infer, eyelike_kernel, 1, 1);
+
+// Traits (registry.h): the views and the shape queries (moving no element, engine::is_shape_work).
+KILN_OP_TRAITS("", Identity, trait::kView | trait::kInPlace);
+KILN_OP_TRAITS("", Reshape, trait::kView | trait::kInPlace);
+KILN_OP_TRAITS("", Flatten, trait::kView | trait::kInPlace);
+KILN_OP_TRAITS("", Squeeze, trait::kView | trait::kInPlace);
+KILN_OP_TRAITS("", Unsqueeze, trait::kView | trait::kInPlace);
+KILN_OP_TRAITS("", Shape, trait::kShapeQuery);
+KILN_OP_TRAITS("", Size, trait::kShapeQuery);
+KILN_OP_TRAITS("", Constant, trait::kShapeQuery);
 
 }  // namespace kiln::ops

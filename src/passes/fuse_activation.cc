@@ -7,9 +7,9 @@
 //     residual yet, when r and the Add's output have y's type (no broadcast either way: every
 //     tactic reads the residual as an output-shaped tensor, so a broadcast one, e.g. Swin's
 //     relative position bias once shapes are static, would leave the layer on its reference kernel);
-//   - an activation read from y: Relu, LeakyRelu, Sigmoid, Tanh, HardSwish, Clip with constant
-//     scalar bounds (or the opset < 11 attributes), Gelu (ONNX, or kiln.Gelu from fuse_gelu),
-//     and SiLU written as Mul(y, Sigmoid(y)).
+//   - an activation read from y: an op declaring ops::trait::kEpilogue (Relu, LeakyRelu, Sigmoid,
+//     Tanh, HardSwish, Clip with constant scalar bounds (or the opset < 11 attributes), Gelu (ONNX,
+//     or kiln.Gelu from fuse_gelu)), and SiLU written as Mul(y, Sigmoid(y)).
 // So Conv -> Add(identity) -> Relu (a ResNet block's end) becomes one FusedConv. The order is the
 // unfused one: bias, + residual, activation; the fused reference runs the same ONNX kernels.
 //
@@ -17,6 +17,7 @@
 // graph output; Clip bounds must be exact in a float attribute. Leaves alone: activations after
 // other ops, a second activation on an already activated layer, Add(y, y), bounds given as
 // non-constant inputs, and Gemm at opset < 7 (legacy broadcast attribute).
+#include "ops/op_traits.h"
 #include "passes/fusion_util.h"
 
 namespace kiln::passes {
@@ -53,12 +54,7 @@ bool has_residual(const ir::Node& f) { return f.has_input(3); }
 
 // Sets the activation attributes of `f` for activation node `a`; false if `a` is none we fuse.
 bool set_activation(const ir::Graph& g, const ir::Node& a, ir::Node* f) {
-  if (a.inputs.empty() || a.outputs.size() != 1) return false;
-  if ((is_onnx(a, "Relu") || is_onnx(a, "Sigmoid") || is_onnx(a, "Tanh") || is_onnx(a, "HardSwish")) &&
-      a.inputs.size() == 1) {
-    fusion::set_string(*f, "activation", a.op_type);
-    return true;
-  }
+  if (a.inputs.empty() || a.outputs.size() != 1 || !ops::has_trait(a, ops::trait::kEpilogue)) return false;
   if (is_onnx(a, "LeakyRelu") && a.inputs.size() == 1) {
     fusion::set_string(*f, "activation", "LeakyRelu");
     fusion::set_float(*f, "activation_alpha", a.attr_float("alpha", 0.01f));
@@ -100,7 +96,9 @@ bool set_activation(const ir::Graph& g, const ir::Node& a, ir::Node* f) {
     if (has[1]) fusion::set_float(*f, "activation_max", static_cast<float>(bound[1]));
     return true;
   }
-  return false;
+  if (!a.domain.empty() || a.inputs.size() != 1) return false;
+  fusion::set_string(*f, "activation", a.op_type);  // one without parameters (Relu, Sigmoid, Tanh, ...)
+  return true;
 }
 
 bool try_activation(ir::Graph& g, const ir::UseIndex& uses, int ai) {

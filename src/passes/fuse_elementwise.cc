@@ -1,18 +1,18 @@
 // fuse_elementwise: merges connected elementwise nodes into one kiln.FusedElementwise, whose
 // "body" attribute holds the original nodes (a subgraph whose inputs are the fused node's inputs).
 //
-// Matches trees of elementwise ops: unary (Abs, Neg, Exp, Log, Sqrt, Reciprocal, Relu, Sigmoid,
-// Tanh, Erf, Sin, Cos, Floor, Ceil, Round, Sign, Softplus, Softsign, LeakyRelu, Elu, Selu,
-// HardSigmoid, HardSwish, Clip, Gelu, kiln.Gelu) and binary (Add, Sub, Mul, Div, Pow, PRelu, and
-// Max/Min/Sum of two), where every node's output has the dtype and static shape of the tree's root
-// output (so no intermediate is broadcast up: other operands, constants or values computed
-// elsewhere, only broadcast into it) and every absorbed intermediate has exactly one reader.
-// Trees grow from their last node (the root) up through its operands; at least two nodes.
+// Matches trees of elementwise ops (those declaring ops::trait::kElementwiseUnary, e.g. Relu, Clip,
+// kiln.Gelu, or kElementwiseBroadcast with two inputs, e.g. Add, PRelu, Max/Min/Sum of two), where
+// every node's output has the dtype and static shape of the tree's root output (so no intermediate
+// is broadcast up: other operands, constants or values computed elsewhere, only broadcast into it)
+// and every absorbed intermediate has exactly one reader. Trees grow from their last node (the
+// root) up through its operands; at least two nodes.
 //
 // Exact: the body is the original nodes, run by the same kernels. Leaves alone: single nodes,
 // intermediates read twice or that are graph outputs, float16/integer tensors (float32/float64
 // only), shape-changing broadcasts, ops of opset < 7 (legacy broadcasting), and nodes with
 // subgraphs or several outputs.
+#include "ops/op_traits.h"
 #include "passes/fusion_util.h"
 
 namespace kiln::passes {
@@ -20,17 +20,12 @@ namespace kiln::passes {
 namespace {
 
 bool is_elementwise(const ir::Node& n) {
-  static const std::set<std::string> kUnary = {
-      "Abs",       "Neg", "Exp",  "Log",         "Sqrt",      "Reciprocal", "Relu", "Sigmoid",  "Tanh",
-      "Erf",       "Sin", "Cos",  "Floor",       "Ceil",      "Round",      "Sign", "Softplus", "Softsign",
-      "LeakyRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Clip",       "Gelu"};
-  static const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Pow", "PRelu", "Max", "Min", "Sum"};
-  if (n.outputs.size() != 1 || n.outputs[0].empty()) return false;
-  if (fusion::is_kiln(n, "Gelu")) return n.inputs.size() == 1;
-  if (!n.domain.empty() || n.opset < 7) return false;
-  if (kUnary.count(n.op_type)) return n.op_type == "Clip" ? n.inputs.size() <= 3 : n.inputs.size() == 1;
-  if (kBinary.count(n.op_type)) return n.inputs.size() == 2;
-  return false;
+  const bool unary = ops::has_trait(n, ops::trait::kElementwiseUnary);
+  if (!unary && !ops::has_trait(n, ops::trait::kElementwiseBroadcast)) return false;
+  if (n.outputs.size() != 1 || n.outputs[0].empty() || n.attr("body")) return false;  // not a fused tree again
+  if (n.domain.empty() && n.opset < 7) return false;
+  if (unary) return n.op_type == "Clip" ? n.inputs.size() <= 3 : n.inputs.size() == 1;
+  return n.inputs.size() == 2;
 }
 
 // A node may join a tree rooted at a value of type `root`.

@@ -28,6 +28,7 @@
 #include <map>
 
 #include "ops/interpreter.h"
+#include "ops/op_traits.h"
 #include "passes/fusion_util.h"
 
 namespace kiln::passes {
@@ -97,22 +98,20 @@ bool is_blockable_pool(const ir::Graph& g, const ir::Node& n) {
   return is_f32_rank(g, n.inputs[0], 4) && is_f32_rank(g, n.outputs[0], 4);
 }
 
-// Elementwise ops (the set fuse_elementwise merges, and its kiln.FusedElementwise) compute the same
-// on the blocked layout as on the plain one when no operand broadcasts.
+// Elementwise ops (ops::trait::kElementwiseUnary / kElementwiseBroadcast: the set fuse_elementwise
+// merges, and its kiln.FusedElementwise) compute the same on the blocked layout as on the plain one
+// when no operand broadcasts.
 bool is_elementwise_op(const ir::Node& n) {
-  static const std::set<std::string> kOps = {
-      "Abs", "Neg",  "Exp",  "Log",       "Sqrt",        "Reciprocal", "Relu", "Sigmoid",  "Tanh",
-      "Erf", "Sin",  "Cos",  "Floor",     "Ceil",        "Round",      "Sign", "Softplus", "Softsign",
-      "Elu", "Selu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish",  "Gelu", "Add",      "Sub",
-      "Mul", "Div",  "Pow",  "PRelu",     "Max",         "Min",        "Sum"};
   if (n.outputs.size() != 1 || n.outputs[0].empty() || n.inputs.empty()) return false;
-  if (is_kiln(n, "Gelu") || is_kiln(n, "FusedElementwise")) return true;
-  return n.domain.empty() && n.opset >= 7 && kOps.count(n.op_type) > 0;
+  if (!ops::has_trait(n, ops::trait::kElementwiseUnary | ops::trait::kElementwiseBroadcast)) return false;
+  return !n.domain.empty() || n.opset >= 7;
 }
 
 // f(0, ..., 0) == 0 (constant operands as they are): the padding lanes of a blocked result stay zero.
-// Sigmoid, Exp, Add of a constant... fail it. Checked by running the node on one-element zeros.
+// Sigmoid, Exp, Add of a constant... fail it. Declared by kKeepsZero ops, else checked by running
+// the node on one-element zeros.
 bool preserves_zero(const ir::Graph& g, const ir::Node& n) {
+  if (ops::has_trait(n, ops::trait::kKeepsZero)) return true;  // whatever its attributes
   auto sub = std::make_shared<ir::Graph>();
   sub->name = "zero_check";
   sub->opset_imports = g.opset_imports;

@@ -93,27 +93,21 @@ Result<int> prune_padding_taps(ir::Graph& g) {
     const Dims x = xt->second.shape.concrete();
     const size_t spatial = w->rank() - 2;
     if (x.size() != w->rank()) continue;
-    Dims kernel(w->shape().begin() + 2, w->shape().end());
-    auto win = ops::read_window(n, spatial, &kernel, ops::WindowOptions{});
+    auto win = ops::resolve_window(n, x, &w->shape());
     if (!win.ok()) continue;  // shape inference reports it
-    const ops::Window& wd = win.value();
+    const ops::Window& wd = win->window;
     std::vector<AxisCut> cuts(spatial);
-    bool any = false, ok = true;
-    for (size_t d = 0; d < spatial && ok; ++d) {
-      int64_t pb = 0, pe = 0;
-      auto out = ops::window_output(wd, d, x[2 + d], &pb, &pe);
-      if (!out.ok()) {
-        ok = false;
-        break;
-      }
-      cuts[d] = cut_axis(wd, d, x[2 + d], out.value(), pb);
+    bool any = false;
+    for (size_t d = 0; d < spatial; ++d) {
+      const int64_t pb = win->pad_begin[d], pe = win->pad_end[d];
+      cuts[d] = cut_axis(wd, d, x[2 + d], win->out[d], pb);
       if (cuts[d].count == wd.kernel[d]) {  // unchanged axis: keep its own geometry
         cuts[d] = AxisCut{0, wd.kernel[d], pb, pe, wd.dilations[d]};
       } else {
         any = true;
       }
     }
-    if (!ok || !any) continue;
+    if (!any) continue;
     const std::string wname = ir::unique_name(g, n.inputs[1] + "_live_taps");
     g.initializers[wname] = slice_taps(*w, cuts);
     n.inputs[1] = wname;

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "ir/rewrite.h"
+#include "ops/op_traits.h"
 #include "passes/pass.h"
 
 namespace kiln::passes {
@@ -105,8 +106,7 @@ Result<int> remove_noop_ops(ir::Graph& g) {
       } else if (n.op_type == "Cast") {
         const ir::TypeInfo* t = type_of(g, n.inputs[0]);
         noop = t && t->is_tensor() && static_cast<int64_t>(t->elem) == n.attr_int("to", -1);
-      } else if (n.op_type == "Reshape" || n.op_type == "Squeeze" || n.op_type == "Unsqueeze" ||
-                 n.op_type == "Flatten") {
+      } else if (ops::has_trait(n, ops::trait::kView)) {  // Reshape, Squeeze, Unsqueeze, Flatten
         noop = same_static_shape(g, n.inputs[0], n.outputs[0]);
       } else if (n.op_type == "Transpose") {
         std::vector<int64_t> perm = transpose_perm(g, n);

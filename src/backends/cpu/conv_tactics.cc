@@ -32,14 +32,10 @@ std::string resolve(const ir::Node& node, const Dims& x, const Dims& wt, ConvGeo
   g.group = node.attr_int("group", 1);
   if (g.group <= 0 || g.c % g.group != 0 || g.m % g.group != 0 || wt[1] * g.group != g.c)
     return "channels do not match the groups";
-  Dims kernel{g.kh, g.kw};
-  auto win = ops::read_window(node, 2, &kernel, {});
+  auto win = ops::resolve_window(node, x, &wt);
   if (!win.ok()) return win.status().message();
-  auto oh = ops::window_output(*win, 0, g.h, &g.pt, &g.pb);
-  auto ow = ops::window_output(*win, 1, g.w, &g.pl, &g.pr);
-  if (!oh.ok()) return oh.status().message();
-  if (!ow.ok()) return ow.status().message();
-  g.oh = *oh, g.ow = *ow;
+  g.oh = win->out[0], g.ow = win->out[1];
+  g.pt = win->pad_begin[0], g.pl = win->pad_begin[1], g.pb = win->pad_end[0], g.pr = win->pad_end[1];
   g.sh = win->strides[0], g.sw = win->strides[1], g.dh = win->dilations[0], g.dw = win->dilations[1];
   if (g.n <= 0 || g.c <= 0 || g.h <= 0 || g.w <= 0 || g.m <= 0 || g.oh <= 0 || g.ow <= 0) return "empty tensors";
   return "";

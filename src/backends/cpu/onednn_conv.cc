@@ -24,41 +24,15 @@ std::string resolve_conv(const ir::Node& node, const Dims& x, const Dims& wt, Co
   g.group = node.attr_int("group", 1);
   if (g.group <= 0 || g.c % g.group != 0 || g.m % g.group != 0 || wt[1] * g.group != g.c)
     return "channels do not match the groups";
-  auto ks = node.attr_ints("kernel_shape");
-  if (!ks.empty() && (ks.size() != 2 || ks[0] != g.kh || ks[1] != g.kw)) return "kernel_shape disagrees with W";
-  auto st = node.attr_ints("strides", {1, 1});
-  auto dl = node.attr_ints("dilations", {1, 1});
-  auto pads = node.attr_ints("pads", {0, 0, 0, 0});
-  if (st.size() != 2 || dl.size() != 2 || pads.size() != 4) return "strides/dilations/pads are not 2-D";
-  g.sh = st[0], g.sw = st[1], g.dh = dl[0], g.dw = dl[1];
-  if (g.sh <= 0 || g.sw <= 0 || g.dh <= 0 || g.dw <= 0) return "non-positive stride or dilation";
-  for (int64_t p : pads)
-    if (p < 0) return "negative pads";
-  std::string ap = node.attr_string("auto_pad", "NOTSET");
-  auto same = [&](int64_t in, int64_t k, int64_t s, int64_t d, bool upper, int64_t& b, int64_t& e) {
-    int64_t out = (in + s - 1) / s;
-    int64_t total = std::max<int64_t>(0, (out - 1) * s + (k - 1) * d + 1 - in);
-    b = upper ? total / 2 : total - total / 2;
-    e = total - b;
-  };
-  if (ap == "NOTSET") {
-    g.pt = pads[0], g.pl = pads[1], g.pb = pads[2], g.pr = pads[3];
-  } else if (ap == "VALID") {
-    g.pt = g.pl = g.pb = g.pr = 0;
-  } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
-    bool up = ap == "SAME_UPPER";
-    same(g.h, g.kh, g.sh, g.dh, up, g.pt, g.pb);
-    same(g.w, g.kw, g.sw, g.dw, up, g.pl, g.pr);
-  } else {
-    return "auto_pad " + ap;
-  }
-  int64_t eh = (g.kh - 1) * g.dh + 1, ew = (g.kw - 1) * g.dw + 1;
-  if (g.h + g.pt + g.pb < eh || g.w + g.pl + g.pr < ew) return "kernel larger than the padded input";
+  auto win = ops::resolve_window(node, x, &wt);
+  if (!win.ok()) return win.status().message();
+  g.sh = win->strides[0], g.sw = win->strides[1], g.dh = win->dilations[0], g.dw = win->dilations[1];
+  g.pt = win->pad_begin[0], g.pl = win->pad_begin[1], g.pb = win->pad_end[0], g.pr = win->pad_end[1];
+  const int64_t eh = win->extent(0), ew = win->extent(1);
   // Output rows made of padding only: oneDNN 2.6's brgconv crashes on them (seen with a 1x3 kernel,
   // pads 2, stride 3, sum post-op); no real model pads that much, the reference kernel takes them.
   if (std::max(g.pt, g.pb) >= eh || std::max(g.pl, g.pr) >= ew) return "a pad as large as the kernel";
-  g.oh = (g.h + g.pt + g.pb - eh) / g.sh + 1;
-  g.ow = (g.w + g.pl + g.pr - ew) / g.sw + 1;
+  g.oh = win->out[0], g.ow = win->out[1];
   if (g.n <= 0 || g.c <= 0 || g.h <= 0 || g.w <= 0 || g.m <= 0) return "empty tensors";
   return "";
 }
@@ -83,37 +57,22 @@ std::string resolve_conv_nd(const ir::Node& node, bool transpose, const Dims& x,
   if (g.m <= 0) return "empty tensors";
   WindowNd& w = g.w;
   w.in.assign(x.begin() + 2, x.end());
-  const Dims kernel(wt.begin() + 2, wt.end());
-  auto win = ops::read_window(node, rank, &kernel, {});
+  ops::WindowOptions opts;
+  opts.transpose = transpose;
+  auto win = ops::resolve_window(node, x, &wt, opts);
   if (!win.ok()) return win.status().message();
-  Dims out_shape, out_pad;
-  if (transpose) {
-    auto os = ops::transpose_output_shape(node, rank);
-    if (!os.ok()) return os.status().message();
-    auto op = ops::transpose_output_padding(node, rank);
-    if (!op.ok()) return op.status().message();
-    out_shape = *os, out_pad = *op;
-  }
   for (size_t d = 0; d < rank; ++d) {
-    const int64_t ext = win->extent(d);
-    int64_t o = 0, pb = 0, pe = 0;
-    if (transpose) {
-      if (Status st = ops::transpose_dim(*win, d, w.in[d], out_shape, out_pad, &o, &pb); !st.ok()) return st.message();
-      // oneDNN's deconvolution writes (in - 1) * stride + extent - pads; output_padding (or an
-      // output_shape) past that is a negative end pad (bias-only positions there), which oneDNN
-      // 2.6 takes down to -(stride - 1) (ONNX's usual output_padding < stride).
-      pe = (w.in[d] - 1) * win->strides[d] + ext - pb - o;
-      if (pe <= -win->strides[d]) return "output_padding / output_shape a stride past the last input's reach";
-    } else {
-      auto r = ops::window_output(*win, d, w.in[d], &pb, &pe);
-      if (!r.ok()) return r.status().message();
-      o = *r;
-    }
+    const int64_t ext = win->extent(d), o = win->out[d], pb = win->pad_begin[d], pe = win->pad_end[d];
+    // ConvTranspose: oneDNN's deconvolution writes (in - 1) * stride + extent - pads; output_padding
+    // (or an output_shape) past that is a negative end pad (bias-only positions there), which oneDNN
+    // 2.6 takes down to -(stride - 1) (ONNX's usual output_padding < stride).
+    if (transpose && pe <= -win->strides[d])
+      return "output_padding / output_shape a stride past the last input's reach";
     if (o <= 0) return "empty output";
     // Output positions made of padding only: oneDNN 2.6's brgconv crashes on them (seen with a 1x3
     // kernel, pads 2, stride 3, sum post-op); no real model pads that much, the reference takes them.
     if (std::max(pb, pe) >= ext) return "a pad as large as the kernel";
-    w.out.push_back(o), w.kernel.push_back(kernel[d]), w.strides.push_back(win->strides[d]);
+    w.out.push_back(o), w.kernel.push_back(win->kernel[d]), w.strides.push_back(win->strides[d]);
     w.dilations.push_back(win->dilations[d]), w.pad_l.push_back(pb), w.pad_r.push_back(pe);
   }
   return "";

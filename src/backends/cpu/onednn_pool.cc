@@ -32,36 +32,32 @@ std::string resolve_pool(const ir::Node& node, const std::string& op, int opset,
     w.strides.assign(rank, 1), w.dilations.assign(rank, 1), w.pad_l.assign(rank, 0), w.pad_r.assign(rank, 0);
     return "";
   }
-  // The attributes each opset has (the reference ignores the others): pool.cc's pool_options.
-  ops::WindowOptions opts;
-  opts.kernel_required = true;
-  opts.has_dilations = op == "MaxPool" ? opset >= 10 : opset >= 19;
-  opts.has_ceil_mode = opset >= 10;
-  auto win = ops::read_window(node, rank, nullptr, opts);
+  // The attributes each opset has (the reference ignores the others); kiln.BlockedPool's are its
+  // source op's.
+  auto win = ops::resolve_window(node, x, nullptr, ops::window_options(op, opset));
   if (!win.ok()) return win.status().message();
   g.include_pad = op == "AveragePool" && node.attr_int("count_include_pad", 0) != 0;
   bool declared_pads = false, overhang = false;
   Dims declared_end;  // per dim, the end of the input and its declared padding
   for (size_t d = 0; d < rank; ++d) {
-    int64_t pb = 0, pe = 0;
-    auto o = ops::window_output(*win, d, w.in[d], &pb, &pe);
-    if (!o.ok()) return o.status().message();
-    if (*o <= 0) return "empty output";
+    const int64_t o = win->out[d];
+    const int64_t pb = win->pad_begin[d], pe = win->pad_end[d];
+    if (o <= 0) return "empty output";
     // A dilated 1-wide window is the same window; oneDNN 2.6 rejects the dilation there.
     const int64_t k = win->kernel[d], dil = k == 1 ? 1 : win->dilations[d], ext = (k - 1) * dil + 1;
     // Where the last window ends: past the declared padding with ceil_mode (that overhang is no
     // padding for ONNX: neither max nor either average counts it), inside it otherwise.
-    const int64_t reach = (*o - 1) * win->strides[d] + ext - w.in[d] - pb;
+    const int64_t reach = (o - 1) * win->strides[d] + ext - w.in[d] - pb;
     overhang |= reach > pe;
     declared_pads |= pb > 0 || pe > 0;
     // Output positions made of padding only: the reference reads no input there.
     if (pb >= ext || std::max(pe, reach) >= ext) return "a pad as large as the kernel";
     // Nor a dilated window whose taps all skip the input.
-    for (int64_t i = 0; i < *o; ++i) {
+    for (int64_t i = 0; i < o; ++i) {
       const int64_t start = i * win->strides[d] - pb, first = start >= 0 ? 0 : ops::ceil_div(-start, dil);
       if (first >= k || start + first * dil >= w.in[d]) return "a dilated window with no input tap";
     }
-    w.out.push_back(*o), w.kernel.push_back(k), w.strides.push_back(win->strides[d]), w.dilations.push_back(dil);
+    w.out.push_back(o), w.kernel.push_back(k), w.strides.push_back(win->strides[d]), w.dilations.push_back(dil);
     w.pad_l.push_back(pb), w.pad_r.push_back(std::max(pe, reach));
     declared_end.push_back(w.in[d] + pe);
   }

@@ -23,17 +23,11 @@ std::string resolve(const ir::Node& node, const Dims& x, Pool2d& p) {
     g.oh = g.ow = 1, g.kh = g.h, g.kw = g.w;
     return "";
   }
-  ops::WindowOptions opts;
-  opts.kernel_required = true;
-  opts.has_dilations = node.op_type == "MaxPool" ? node.opset >= 10 : node.opset >= 19;
-  opts.has_ceil_mode = node.opset >= 10;
-  auto win = ops::read_window(node, 2, nullptr, opts);
+  auto win = ops::resolve_window(node, x, nullptr);
   if (!win.ok()) return win.status().message();
-  auto oh = ops::window_output(*win, 0, g.h, &g.pad_top, &p.pad_bottom);
-  if (!oh.ok()) return oh.status().message();
-  auto ow = ops::window_output(*win, 1, g.w, &g.pad_left, &p.pad_right);
-  if (!ow.ok()) return ow.status().message();
-  g.oh = *oh, g.ow = *ow;
+  g.pad_top = win->pad_begin[0], p.pad_bottom = win->pad_end[0], g.pad_left = win->pad_begin[1];
+  p.pad_right = win->pad_end[1];
+  g.oh = win->out[0], g.ow = win->out[1];
   if (g.oh <= 0 || g.ow <= 0) return "empty output";
   g.kh = win->kernel[0], g.kw = win->kernel[1];
   g.sh = win->strides[0], g.sw = win->strides[1], g.dh = win->dilations[0], g.dw = win->dilations[1];

@@ -28,6 +28,7 @@
 #include "backends/cpu/nchwc_tactics.h"
 #include "backends/cpu/simd_vec.h"
 #include "core/parallel.h"
+#include "ops/conv_util.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -210,25 +211,14 @@ class WinogradTactic : public Tactic {
   static std::string resolve(const ir::Node& n, const Dims& x, const Dims& w, Geometry* g) {
     g->n = x[0], g->c = w[1], g->h = x[2], g->w = x[3], g->m = w[0];
     if (g->n <= 0 || g->h <= 0 || g->w <= 0) return "empty tensors";
-    auto ks = n.attr_ints("kernel_shape");
-    if (!ks.empty() && ks != std::vector<int64_t>{3, 3}) return "kernel_shape disagrees with W";
-    std::string ap = n.attr_string("auto_pad", "NOTSET");
-    auto pads = n.attr_ints("pads", {0, 0, 0, 0});
-    if (pads.size() != 4) return "pads are not 2-D";
-    int64_t pt = pads[0], pl = pads[1], pb = pads[2], pr = pads[3];
-    if (ap == "VALID") {
-      pt = pl = pb = pr = 0;
-    } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {  // stride 1, 3x3: one on each side
-      pt = pl = pb = pr = 1;
-    } else if (ap != "NOTSET") {
-      return "auto_pad " + ap;
-    }
+    const Dims plain = {x[0], w[1], x[2], x[3]};
+    auto win = ops::resolve_window(n, plain, &w);
+    if (!win.ok()) return win.status().message();
     // Pads up to 2 (as large as the kernel): output rows of padding only are what oneDNN rejects.
-    for (int64_t q : {pt, pl, pb, pr})
+    for (int64_t q : {win->pad_begin[0], win->pad_begin[1], win->pad_end[0], win->pad_end[1]})
       if (q < 0 || q > 2) return "pads outside 0..2";
-    g->pt = pt, g->pl = pl;
-    g->oh = g->h + pt + pb - 2, g->ow = g->w + pl + pr - 2;
-    if (g->oh <= 0 || g->ow <= 0) return "kernel larger than the padded input";
+    g->pt = win->pad_begin[0], g->pl = win->pad_begin[1];
+    g->oh = win->out[0], g->ow = win->out[1];
     g->th = (g->oh + 3) / 4, g->tw = (g->ow + 3) / 4;
     g->tiles = g->n * g->th * g->tw;
     return "";
