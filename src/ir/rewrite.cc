@@ -60,6 +60,12 @@ const Tensor* constant_value(const Graph& g, const std::string& name) {
   return &it->second;
 }
 
+const Tensor* outer_constant(const Graph& body, const std::string& name) {
+  for (const Graph* p = body.parent; p; p = p->parent)
+    if (p->defines(name)) return constant_value(*p, name);
+  return nullptr;
+}
+
 bool is_constant(const Graph& g, const std::string& name) { return constant_value(g, name) != nullptr; }
 
 bool constant_scalar(const Graph& g, const std::string& name, double* out) {

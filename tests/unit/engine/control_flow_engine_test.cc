@@ -395,5 +395,117 @@ TEST(EngineControlFlow, IfBranchesAreFusedAndRunTactics) {
   }
 }
 
+// A Loop (4 trips) whose body has planned intermediates and a view of one:
+//   r = Relu(Conv(st, w1)) (also a scan output), c2 = Conv(r, w2), v = Flatten(c2) (a view of c2's
+//   bytes), s = Conv(r, w3) + xa (outer activation; may take c2's slot once c2 is dead),
+//   st2 = s * ReduceMean(v) (reads the view after c2's slot could be reused).
+ir::Model loop_planned_model() {
+  GraphBuilder b(13);
+  b.input("x", {1, 16, 7, 9}).output("final").output("relus");
+  b.init("w1", random_tensor({16, 16, 3, 3}, 71, DataType::kFloat32, -0.1, 0.1));
+  b.init("w2", random_tensor({16, 16, 3, 3}, 72, DataType::kFloat32, -0.1, 0.1));
+  b.init("w3", random_tensor({16, 16, 3, 3}, 73, DataType::kFloat32, -0.1, 0.1));
+  b.init("trips", Tensor::scalar<int64_t>(DataType::kInt64, 4));
+  b.node("Sigmoid", {"x"}, {"xa"});
+  auto i64 = ir::TypeInfo::tensor(DataType::kInt64, SymShape(std::vector<Dim>{}));
+  auto bl = ir::TypeInfo::tensor(DataType::kBool, SymShape(std::vector<Dim>{}));
+  auto f = ir::TypeInfo::tensor(DataType::kFloat32, SymShape::from_dims({1, 16, 7, 9}));
+  ir::Node c1 = make_node("lp_c1", "Conv", {"st", "w1"}, {"c1"}), c2 = make_node("lp_c2", "Conv", {"r", "w2"}, {"c2"});
+  ir::Node c3 = make_node("lp_c3", "Conv", {"r", "w3"}, {"c3"});
+  pads1(c1), pads1(c2), pads1(c3);
+  ir::Node mean = make_node("lp_mean", "ReduceMean", {"v"}, {"m"});
+  GraphBuilder::set_ints(mean, "axes", {1});
+  auto loop_body =
+      body("loop_planned",
+           {c1, make_node("lp_relu", "Relu", {"c1"}, {"r"}), c2, make_node("lp_flat", "Flatten", {"c2"}, {"v"}), c3,
+            make_node("lp_add", "Add", {"c3", "xa"}, {"s"}), mean, make_node("lp_mul", "Mul", {"s", "m"}, {"st2"}),
+            make_node("lp_id", "Identity", {"cond"}, {"co"})},
+           {"co", "st2", "r"}, {{"iter", i64}, {"cond", bl}, {"st", f}});
+  ir::Node& loop = b.node("Loop", {"trips", "", "x"}, {"final", "relus"});
+  loop.attrs["body"] = ir::attr_graph(loop_body);
+  ir::Model m = b.finish();
+  for (auto& n : m.graph->nodes)
+    for (auto& [k, a] : n.attrs)
+      if (a.g) a.g->parent = m.graph.get();
+  return m;
+}
+
+TEST(EngineControlFlow, LoopBodyValuesArePlannedAndReusedAcrossIterations) {
+  if (backends::all_tactics().empty()) GTEST_SKIP() << "built without oneDNN: no tactics";
+  ir::Model m = loop_planned_model();
+  auto e = Builder().build_from_memory(onnx_import::serialize_model(m).value());
+  std::map<std::string, ops::Value> in = {{"x", ops::Value(random_tensor({1, 16, 7, 9}, 74))}};
+  auto want = testing::run(m, in);
+  // Before: every body layer output is a tensor of its own, every iteration.
+  engine::LayerExecutor unplanned(e->impl().model.graph, e->impl().tactic_runtime());
+  unplanned.set_plan_bodies(false);
+  auto r = unplanned.run(in);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  expect_same(r.value(), want, "unplanned");
+  const auto& before = unplanned.body_memory();
+  EXPECT_EQ(before.runs, 4);
+  EXPECT_EQ(before.planned_outputs, 0);
+  EXPECT_EQ(before.unplanned_runs, 4);
+  ASSERT_GT(before.fresh_outputs, 0);
+  // After: one plan for the body's shapes, made once; its intermediates written into the arena.
+  engine::LayerExecutor planned(e->impl().model.graph, e->impl().tactic_runtime());
+  for (int run = 0; run < 2; ++run) {
+    r = planned.run(in);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    expect_same(r.value(), want, "planned, run " + std::to_string(run));
+  }
+  const auto& after = planned.body_memory();
+  EXPECT_EQ(after.runs, 8);
+  EXPECT_EQ(after.plans_made, 1);  // reused by the second run
+  EXPECT_EQ(after.unplanned_runs, 0);
+  EXPECT_GT(after.planned_outputs, 0);
+  EXPECT_EQ(after.planned_outputs % 8, 0);  // the same slots every iteration
+  // Per iteration, the allocations drop by what the plan holds; every output is accounted for once.
+  EXPECT_EQ(after.fresh_outputs + after.planned_outputs, 2 * before.fresh_outputs);
+  EXPECT_LT(after.fresh_outputs / 8, before.fresh_outputs / 4);
+  std::printf("[ body memory ] per iteration: %lld outputs allocated unplanned; %lld allocated + %lld planned\n",
+              static_cast<long long>(before.fresh_outputs / 4), static_cast<long long>(after.fresh_outputs / 8),
+              static_cast<long long>(after.planned_outputs / 8));
+  expect_same(run_context(*e, in), want, "context");
+}
+
+// A Loop whose carried value grows a row per iteration (a new input shape every time): plans are made
+// for the first kMaxBodyPlans shapes, the rest run unplanned, and every result matches.
+TEST(EngineControlFlow, GrowingLoopStateIsPlannedBoundedAndStaysCorrect) {
+  if (backends::all_tactics().empty()) GTEST_SKIP() << "built without oneDNN: no tactics";
+  GraphBuilder b(13);
+  b.input("x", {2, 16}).output("final");
+  b.init("w", random_tensor({16, 16}, 81, DataType::kFloat32, -0.3, 0.3));
+  b.init("trips", Tensor::scalar<int64_t>(DataType::kInt64, 12));
+  auto i64 = ir::TypeInfo::tensor(DataType::kInt64, SymShape(std::vector<Dim>{}));
+  auto bl = ir::TypeInfo::tensor(DataType::kBool, SymShape(std::vector<Dim>{}));
+  auto f = ir::TypeInfo::tensor(DataType::kFloat32, SymShape(std::vector<Dim>{Dim(), Dim(16)}));
+  ir::Node sum = make_node("g_sum", "ReduceSum", {"t", "ax"}, {"rs"});
+  ir::Node cat = make_node("g_cat", "Concat", {"st", "rs"}, {"st2"});
+  GraphBuilder::set_int(cat, "axis", 0);
+  auto grow = body("grow",
+                   {make_node("g_mm", "MatMul", {"st", "w"}, {"mm"}), make_node("g_tanh", "Tanh", {"mm"}, {"t"}), sum,
+                    cat, make_node("g_id", "Identity", {"cond"}, {"co"})},
+                   {"co", "st2"}, {{"iter", i64}, {"cond", bl}, {"st", f}});
+  grow->initializers["ax"] = Tensor::from_vector<int64_t>(DataType::kInt64, {1}, {0});
+  ir::Node& loop = b.node("Loop", {"trips", "", "x"}, {"final"});
+  loop.attrs["body"] = ir::attr_graph(grow);
+  ir::Model m = b.finish();
+  for (auto& n : m.graph->nodes)
+    for (auto& [k, a] : n.attrs)
+      if (a.g) a.g->parent = m.graph.get();
+  auto e = Builder().build_from_memory(onnx_import::serialize_model(m).value());
+  std::map<std::string, ops::Value> in = {{"x", ops::Value(random_tensor({2, 16}, 82))}};
+  engine::LayerExecutor exec(e->impl().model.graph, e->impl().tactic_runtime());
+  auto r = exec.run(in);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  expect_same(r.value(), testing::run(m, in), "growing loop");
+  ASSERT_EQ(r.value()[0].tensor.dim(0), 14);
+  EXPECT_EQ(exec.body_memory().runs, 12);
+  EXPECT_EQ(exec.body_memory().plans_made, static_cast<int64_t>(engine::LayerExecutor::kMaxBodyPlans));
+  EXPECT_EQ(exec.body_memory().unplanned_runs, 12 - static_cast<int64_t>(engine::LayerExecutor::kMaxBodyPlans));
+  expect_same(run_context(*e, in), testing::run(m, in), "growing loop, context");
+}
+
 }  // namespace
 }  // namespace kiln
