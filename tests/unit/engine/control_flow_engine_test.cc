@@ -395,13 +395,17 @@ TEST(EngineControlFlow, IfBranchesAreFusedAndRunTactics) {
   }
 }
 
-// A Loop (4 trips) whose body has planned intermediates and a view of one:
-//   r = Relu(Conv(st, w1)) (also a scan output), c2 = Conv(r, w2), v = Flatten(c2) (a view of c2's
-//   bytes), s = Conv(r, w3) + xa (outer activation; may take c2's slot once c2 is dead),
-//   st2 = s * ReduceMean(v) (reads the view after c2's slot could be reused).
+// A Loop (4 trips) whose body has planned intermediates and views of them (Flatten and Reshape return
+// views of their input's bytes):
+//   r = Relu(Conv(st, w1)) (also a scan output), c2 = Conv(r, w2), v = Flatten(c2) (a view of c2),
+//   s = Conv(r * ReduceMean(v), w3) + xa (outer activation; written after c2 is dead, so it may take
+//   c2's slot), t = Flatten(s) + v (reads the view after that), st2 = Reshape(t) (a view of t's slot
+//   as the carried value: the next iteration reuses the arena while it reads st2); qf = Flatten(q), a
+//   view of a planned slot, is a scan output (kept until the loop ends while every iteration rewrites
+//   that slot).
 ir::Model loop_planned_model() {
   GraphBuilder b(13);
-  b.input("x", {1, 16, 7, 9}).output("final").output("relus");
+  b.input("x", {1, 16, 7, 9}).output("final").output("relus").output("qs");
   b.init("w1", random_tensor({16, 16, 3, 3}, 71, DataType::kFloat32, -0.1, 0.1));
   b.init("w2", random_tensor({16, 16, 3, 3}, 72, DataType::kFloat32, -0.1, 0.1));
   b.init("w3", random_tensor({16, 16, 3, 3}, 73, DataType::kFloat32, -0.1, 0.1));
@@ -411,17 +415,20 @@ ir::Model loop_planned_model() {
   auto bl = ir::TypeInfo::tensor(DataType::kBool, SymShape(std::vector<Dim>{}));
   auto f = ir::TypeInfo::tensor(DataType::kFloat32, SymShape::from_dims({1, 16, 7, 9}));
   ir::Node c1 = make_node("lp_c1", "Conv", {"st", "w1"}, {"c1"}), c2 = make_node("lp_c2", "Conv", {"r", "w2"}, {"c2"});
-  ir::Node c3 = make_node("lp_c3", "Conv", {"r", "w3"}, {"c3"});
+  ir::Node c3 = make_node("lp_c3", "Conv", {"q", "w3"}, {"c3"});
   pads1(c1), pads1(c2), pads1(c3);
   ir::Node mean = make_node("lp_mean", "ReduceMean", {"v"}, {"m"});
   GraphBuilder::set_ints(mean, "axes", {1});
   auto loop_body =
       body("loop_planned",
-           {c1, make_node("lp_relu", "Relu", {"c1"}, {"r"}), c2, make_node("lp_flat", "Flatten", {"c2"}, {"v"}), c3,
-            make_node("lp_add", "Add", {"c3", "xa"}, {"s"}), mean, make_node("lp_mul", "Mul", {"s", "m"}, {"st2"}),
+           {c1, make_node("lp_relu", "Relu", {"c1"}, {"r"}), c2, make_node("lp_flat", "Flatten", {"c2"}, {"v"}), mean,
+            make_node("lp_q", "Mul", {"r", "m"}, {"q"}), make_node("lp_qf", "Flatten", {"q"}, {"qf"}), c3,
+            make_node("lp_add", "Add", {"c3", "xa"}, {"s"}), make_node("lp_flat_s", "Flatten", {"s"}, {"fs"}),
+            make_node("lp_t", "Add", {"fs", "v"}, {"t"}), make_node("lp_back", "Reshape", {"t", "shape4"}, {"st2"}),
             make_node("lp_id", "Identity", {"cond"}, {"co"})},
-           {"co", "st2", "r"}, {{"iter", i64}, {"cond", bl}, {"st", f}});
-  ir::Node& loop = b.node("Loop", {"trips", "", "x"}, {"final", "relus"});
+           {"co", "st2", "r", "qf"}, {{"iter", i64}, {"cond", bl}, {"st", f}});
+  loop_body->initializers["shape4"] = Tensor::from_vector<int64_t>(DataType::kInt64, {4}, {1, 16, 7, 9});
+  ir::Node& loop = b.node("Loop", {"trips", "", "x"}, {"final", "relus", "qs"});
   loop.attrs["body"] = ir::attr_graph(loop_body);
   ir::Model m = b.finish();
   for (auto& n : m.graph->nodes)
