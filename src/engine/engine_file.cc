@@ -37,6 +37,7 @@
 #include "core/mapped_file.h"
 #include "engine/engine_impl.h"
 #include "engine/profiles.h"
+#include "ir/rewrite.h"
 #include "onnx/exporter.h"
 #include "onnx/importer.h"
 #include "ops/interpreter.h"
@@ -473,7 +474,57 @@ Result<std::shared_ptr<EngineImpl>> deserialize_parts(const std::shared_ptr<uint
       return Unsupported("layer '", l.name, "' runs tactic '", l.kernel, "', which this kiln lacks", kRebuild);
   return e;
 }
+// The subgraphs of a control-flow layer (If branches, Loop and Scan bodies) in attribute order. kiln's
+// fused ops keep their body private (the fused kernel runs it): none.
+std::vector<std::pair<std::string, const ir::Graph*>> control_flow_bodies(const ir::Node& n) {
+  std::vector<std::pair<std::string, const ir::Graph*>> out;
+  if (n.domain == "kiln") return out;
+  for (const auto& [k, a] : n.attrs) {
+    if (a.g) out.emplace_back(k, a.g.get());
+    for (const auto& sg : a.graphs) out.emplace_back(k, sg.get());
+  }
+  return out;
+}
+
+// A control-flow layer's bodies with their layers and kernels; nested bodies under their own layer.
+nlohmann::json bodies_json(const ir::Node& n) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [attr, sg] : control_flow_bodies(n)) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& bn : sg->nodes) {
+      nlohmann::json outs = nlohmann::json::array();
+      for (const auto& o : bn.outputs) {
+        auto it = sg->value_types.find(o);
+        outs.push_back({{"name", o}, {"type", o.empty() || it == sg->value_types.end() ? "" : it->second.str()}});
+      }
+      nlohmann::json l = {{"name", bn.name},
+                          {"op", bn.domain.empty() ? bn.op_type : bn.domain + "." + bn.op_type},
+                          {"kernel", bn.attr_string(engine::kBodyKernelAttr, "reference")},
+                          {"sources", ir::sources_of(bn)},
+                          {"outputs", outs}};
+      nlohmann::json nested = bodies_json(bn);
+      if (!nested.empty()) l["bodies"] = std::move(nested);
+      layers.push_back(std::move(l));
+    }
+    out.push_back({{"attribute", attr}, {"graph", sg->name}, {"layers", std::move(layers)}});
+  }
+  return out;
+}
 }  // namespace
+
+BodyLayerCount count_body_layers(const ir::Graph& g) {
+  BodyLayerCount c;
+  for (const auto& n : g.nodes)
+    for (const auto& [attr, sg] : control_flow_bodies(n)) {
+      for (const auto& bn : sg->nodes) {
+        ++c.layers;
+        c.with_tactic += bn.attr_string(engine::kBodyKernelAttr, "reference") != "reference";
+      }
+      BodyLayerCount inner = count_body_layers(*sg);
+      c.layers += inner.layers, c.with_tactic += inner.with_tactic;
+    }
+  return c;
+}
 
 nlohmann::json inspect(const EngineImpl& e) {
   nlohmann::json j;
@@ -509,7 +560,8 @@ nlohmann::json inspect(const EngineImpl& e) {
     reference.push_back(std::move(r));
   }
   j["reference_layers"] = reference;
-  for (const auto& l : e.layers) {
+  for (size_t li = 0; li < e.layers.size(); ++li) {
+    const LayerInfo& l = e.layers[li];
     nlohmann::json ins = nlohmann::json::array(), outs = nlohmann::json::array();
     for (const auto& i : l.inputs) ins.push_back({{"name", i}, {"type", i.empty() ? "" : type_str(i)}});
     for (const auto& o : l.outputs) outs.push_back({{"name", o}, {"type", o.empty() ? "" : type_str(o)}});
@@ -523,9 +575,13 @@ nlohmann::json inspect(const EngineImpl& e) {
                       {"sources", l.sources},
                       {"inputs", ins},
                       {"outputs", outs}});
+    if (li < g.nodes.size())
+      if (nlohmann::json bodies = bodies_json(g.nodes[li]); !bodies.empty()) layers.back()["bodies"] = bodies;
   }
   j["layers"] = layers;
   j["layer_counts"] = op_counts;
+  const BodyLayerCount body_layers = count_body_layers(g);
+  j["body_layers"] = {{"layers", body_layers.layers}, {"with_tactic", body_layers.with_tactic}};
   j["memory"] = {{"arena_bytes", e.plan.arena_bytes},
                  {"naive_bytes", e.plan.naive_bytes},
                  {"in_place", e.plan.in_place},

@@ -107,7 +107,15 @@ Result<std::shared_ptr<EngineImpl>> deserialize_engine(std::string_view bytes);
 // its first 32 bytes before anything else, then maps it (the weights alias the mapping, no copy).
 Result<std::shared_ptr<EngineImpl>> load_engine_file(const std::string& path);
 
+// inspect's JSON: layers (a control-flow layer lists its bodies' layers and kernels under "bodies"),
+// kernels, memory, profiles, the build record; "body_layers" counts the layers of all bodies.
 nlohmann::json inspect(const EngineImpl& e);
+// The layers of every control-flow body (If branches, Loop/Scan bodies, nested ones) of `g`, and how
+// many run a tactic (engine::kBodyKernelAttr).
+struct BodyLayerCount {
+  int layers = 0, with_tactic = 0;
+};
+BodyLayerCount count_body_layers(const ir::Graph& g);
 
 // Runs an engine on values (tensors, sequences, optionals) in a fresh context: what the tools use.
 // `profile` forces a profile (-1: the first that fits); `info` receives the profile used and the

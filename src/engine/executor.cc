@@ -1,5 +1,8 @@
 #include "engine/executor.h"
 
+#include "ir/rewrite.h"
+#include "ops/shape_inference.h"
+
 namespace kiln::engine {
 
 LayerExecutor::LayerExecutor(std::shared_ptr<const ir::Graph> graph, std::shared_ptr<TacticRuntime> tactics)
@@ -14,7 +17,148 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   auto a0 = static_cast<const uint8_t*>(a.raw()), b0 = static_cast<const uint8_t*>(b.raw());
   return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
 }
+
+std::string value_signature(const ops::Value* v) {
+  if (!v) return "-;";
+  if (!v->is_tensor()) return "s;";
+  return std::to_string(static_cast<int>(v->tensor.dtype())) + dims_str(v->tensor.shape()) + ";";
+}
+
+// Types of a body copy that were inferred at other shapes: forgotten, so that inference at the run's
+// shapes does not meet them (nested bodies take their input types from their control-flow node).
+void forget_types(ir::Graph& g, bool keep_inputs) {
+  g.value_types.clear();
+  for (auto& o : g.outputs) o.type = ir::TypeInfo();
+  if (!keep_inputs)
+    for (auto& in : g.inputs) in.type = ir::TypeInfo();
+  for (auto& n : g.nodes)
+    for (auto& [k, a] : n.attrs) {
+      if (a.g) forget_types(*a.g, false);
+      for (auto& sg : a.graphs) forget_types(*sg, false);
+    }
+}
+
+std::shared_ptr<uint8_t[]> alloc_arena(size_t n) {
+  return std::shared_ptr<uint8_t[]>(
+      static_cast<uint8_t*>(::operator new[](std::max<size_t>(n, 64), std::align_val_t(64))),
+      [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
+}
 }  // namespace
+
+Result<std::vector<ops::Value>> LayerExecutor::run_subgraph(const ir::Graph& g, const std::vector<ops::Value>& inputs) {
+  ++body_memory_.runs;
+  BodyState* st = nullptr;
+  const MemoryPlan* plan = nullptr;
+  if (plan_bodies_) {
+    BodyState& s = bodies_[&g];
+    plan = body_plan(g, inputs, s);
+    if (plan) st = &s;
+  }
+  body_memory_.unplanned_runs += plan == nullptr;
+  if (st) st->active = true;
+  active_.push_back({&g, st, plan});
+  struct Pop {
+    std::vector<ActiveBody>& active;
+    ~Pop() {
+      if (active.back().state) active.back().state->active = false;
+      active.pop_back();
+    }
+  } pop{active_};
+  return ops::Interpreter::run_subgraph(g, inputs);
+}
+
+const MemoryPlan* LayerExecutor::body_plan(const ir::Graph& g, const std::vector<ops::Value>& inputs, BodyState& st) {
+  if (st.active) return nullptr;  // never while its arena holds live values (a body cannot re-enter itself)
+  if (!st.initialized) {
+    for (const auto& r : g.outer_references())
+      if (!ir::outer_constant(g, r)) st.outer.push_back(r);
+    st.initialized = true;
+  }
+  std::string sig;
+  for (const auto& v : inputs) sig += value_signature(&v);
+  sig += "|";
+  for (const auto& r : st.outer) sig += value_signature(visible_value(r));
+  auto it = st.plans.find(sig);
+  if (it == st.plans.end()) {
+    if (st.plans.size() >= kMaxBodyPlans) return nullptr;
+    ++body_memory_.plans_made;
+    it = st.plans.emplace(sig, make_body_plan(g, inputs)).first;
+  }
+  if (!it->second) return nullptr;
+  if (st.capacity < it->second->arena_bytes) {
+    st.arena = alloc_arena(it->second->arena_bytes);
+    st.capacity = it->second->arena_bytes;
+  }
+  return it->second.get();
+}
+
+std::shared_ptr<const MemoryPlan> LayerExecutor::make_body_plan(const ir::Graph& g,
+                                                                const std::vector<ops::Value>& inputs) const {
+  // The body alone, at the run's shapes: its inputs as given, the outer values it reads as inputs of
+  // their run-time types (constants as initializers: their values fold shape arithmetic).
+  std::shared_ptr<ir::Graph> copy = ir::deep_copy(g, nullptr);
+  forget_types(*copy, true);
+  for (size_t i = 0; i < copy->inputs.size() && i < inputs.size(); ++i) {
+    const ops::Value& v = inputs[i];
+    if (v.is_tensor())
+      copy->inputs[i].type = ir::TypeInfo::tensor(v.tensor.dtype(), SymShape::from_dims(v.tensor.shape()));
+  }
+  for (const auto& r : g.outer_references()) {
+    if (const Tensor* t = ir::outer_constant(g, r)) {
+      copy->initializers[r] = *t;
+      continue;
+    }
+    const ops::Value* v = visible_value(r);
+    ir::ValueInfo in;
+    in.name = r;
+    if (v && v->is_tensor()) in.type = ir::TypeInfo::tensor(v->tensor.dtype(), SymShape::from_dims(v->tensor.shape()));
+    copy->inputs.push_back(std::move(in));
+  }
+  ops::InferOptions opts;
+  opts.fold_constants = true;
+  if (!ops::infer_shapes(*copy, opts).ok()) return nullptr;  // the run itself reports what is wrong
+  std::set<std::string> outputs;
+  for (const auto& o : g.outputs) outputs.insert(o.name);
+  auto plan = std::make_shared<MemoryPlan>(plan_memory(g, [&](const std::string& v) -> std::optional<size_t> {
+    if (outputs.count(v)) return std::nullopt;  // kept by the control-flow kernel past this run
+    auto it = copy->value_types.find(v);
+    if (it == copy->value_types.end() || !it->second.is_tensor() || !it->second.shape.fully_known() ||
+        it->second.elem == DataType::kString || dtype_size(it->second.elem) == 0)
+      return std::nullopt;
+    return static_cast<size_t>(dims_numel(it->second.shape.concrete())) * dtype_size(it->second.elem);
+  }));
+  return plan;
+}
+
+Tensor LayerExecutor::body_slot(const ir::Graph& g, const ir::Node& n, size_t o, DataType dt, const Dims& shape) const {
+  if (active_.empty() || active_.back().graph != &g || !active_.back().plan || o >= n.outputs.size()) return Tensor();
+  const MemoryPlan& p = *active_.back().plan;
+  auto off = p.offsets.find(n.outputs[o]);
+  if (off == p.offsets.end() || static_cast<size_t>(dims_numel(shape)) * dtype_size(dt) > p.sizes.at(n.outputs[o]))
+    return Tensor();
+  return Tensor::alias(dt, shape, active_.back().state->arena, off->second);
+}
+
+bool LayerExecutor::in_own_slot(const ir::Graph& g, const std::string& name, const Tensor& t) const {
+  if (active_.empty() || active_.back().graph != &g || !active_.back().plan || !t.raw()) return false;
+  const MemoryPlan& p = *active_.back().plan;
+  auto off = p.offsets.find(name);
+  return off != p.offsets.end() && t.raw() == active_.back().state->arena.get() + off->second;
+}
+
+void LayerExecutor::own_views(std::vector<ops::Value>& outs, const ir::Node& n, const ir::Graph& g) const {
+  for (size_t o = 0; o < outs.size() && o < n.outputs.size(); ++o) {
+    if (!outs[o].is_tensor() || !outs[o].tensor.raw() || !outs[o].tensor.nbytes()) continue;
+    const Tensor& t = outs[o].tensor;
+    if (in_own_slot(g, n.outputs[o], t)) continue;
+    auto* b = static_cast<const uint8_t*>(t.raw());
+    for (const ActiveBody& a : active_)
+      if (a.state && b >= a.state->arena.get() && b < a.state->arena.get() + a.state->capacity) {
+        outs[o] = ops::Value(t.clone());
+        break;
+      }
+  }
+}
 
 Result<std::vector<ops::Value>> LayerExecutor::run_layer(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
                                                          const std::vector<const ops::Value*>& ins, bool top_level) {
@@ -22,7 +166,12 @@ Result<std::vector<ops::Value>> LayerExecutor::run_layer(const ir::Graph& g, siz
   if (!prepared) {
     // A tactic that declined these run-time shapes (TacticRuntime warned once): counted per layer.
     if (top_level && tactics_ && tactics_->has_tactic(i)) ++declined_runs_[i];
-    return ops::Interpreter::run_layer(g, i, schema, ins, top_level);
+    auto res = ops::Interpreter::run_layer(g, i, schema, ins, top_level);
+    if (!top_level && res.ok()) {
+      own_views(res.value(), g.nodes[i], g);
+      for (size_t o = 0; o < g.nodes[i].outputs.size(); ++o) body_memory_.fresh_outputs += g.nodes[i].has_output(o);
+    }
+    return res;
   }
   const ir::Node& n = g.nodes[i];
   // Scratch reused across layers: a tactic's run never re-enters run_layer.
@@ -33,7 +182,8 @@ Result<std::vector<ops::Value>> LayerExecutor::run_layer(const ir::Graph& g, siz
   std::vector<Tensor> out_tensors(shapes.size());
   std::vector<Tensor*> out_ptrs;
   for (size_t o = 0; o < shapes.size(); ++o) {
-    Tensor t = top_level && allocate_output ? allocate_output(n, o, dtypes[o], shapes[o]) : Tensor();
+    Tensor t = top_level ? (allocate_output ? allocate_output(n, o, dtypes[o], shapes[o]) : Tensor())
+                         : body_slot(g, n, o, dtypes[o], shapes[o]);
     for (const Tensor* x : in_tensors_)
       if (t.defined() && x && overlaps(t, *x)) t = Tensor();
     out_tensors[o] = t.defined() ? std::move(t) : Tensor(dtypes[o], shapes[o]);
@@ -42,6 +192,12 @@ Result<std::vector<ops::Value>> LayerExecutor::run_layer(const ir::Graph& g, siz
   Status st = prepared->run(in_tensors_, out_ptrs);
   if (!st.ok()) return st.with_context(n.where());
   ++tactic_runs_;
+  if (!top_level)
+    for (size_t o = 0; o < out_tensors.size() && o < n.outputs.size(); ++o) {
+      if (!n.has_output(o)) continue;
+      bool planned = in_own_slot(g, n.outputs[o], out_tensors[o]);
+      body_memory_.planned_outputs += planned, body_memory_.fresh_outputs += !planned;
+    }
   std::vector<ops::Value> outs(n.outputs.size());
   for (size_t o = 0; o < shapes.size() && o < outs.size(); ++o) outs[o] = ops::Value(std::move(out_tensors[o]));
   return outs;

@@ -8,16 +8,29 @@
 // body runs through the same loop (as the interpreter's SubgraphRunner) with a frame whose parent
 // is the enclosing graph's values, so it reads outer-scope values by name. Body layers run their
 // own tactics (chosen at build time, recorded in the node attribute engine::kBodyKernelAttr,
-// prepared lazily per input shape); their outputs are fresh tensors (bodies are not memory
-// planned). Values a body reads from outer scopes stay alive until the control-flow node is done:
-// the interpreter's release lists and the memory planner both count Graph::outer_references()
-// (transitively through nested bodies) as reads by that node.
+// prepared lazily per input shape). Values a body reads from outer scopes stay alive until the
+// control-flow node is done: the interpreter's release lists and the memory planner both count
+// Graph::outer_references() (transitively through nested bodies) as reads by that node.
+//
+// Bodies are memory planned too (run_subgraph): each body gets a plan per signature of its run-time
+// input shapes (its inputs and the non-constant outer values it reads), made the first time a body
+// runs with them (the body inferred at those shapes, engine::plan_memory) and reused by every later
+// iteration or run; its tactics write their outputs into the body's own arena, reused across
+// iterations. The body's outputs (Loop-carried values, scan outputs, branch results) are not planned:
+// the control-flow kernel keeps them past the iteration (scan outputs until the end), so they are
+// tensors of their own. Values whose size depends on data are not planned either (fresh tensors), and
+// a body that meets more than kMaxBodyPlans input signatures (a carried value growing every
+// iteration) runs unplanned after that: the work of planning stays bounded.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
+#include "engine/memory_planner.h"
 #include "engine/tactics.h"
 #include "ops/interpreter.h"
 
@@ -41,15 +54,56 @@ class LayerExecutor : public ops::Interpreter {
   // its reference kernel (TacticRuntime warns the first time; kiln bench --dump-profile shows the counts).
   const std::vector<int64_t>& declined_runs() const { return declined_runs_; }
 
+  // What body memory planning did since construction (tests count allocations per iteration here).
+  struct BodyMemoryStats {
+    int64_t runs = 0;             // body executions (Loop/Scan iterations, If branches taken)
+    int64_t unplanned_runs = 0;   // of those, without a plan (cap reached, shapes not inferable)
+    int64_t plans_made = 0;       // body plans computed (one per body and input signature)
+    int64_t planned_outputs = 0;  // body layer outputs written into their planned arena slot
+    int64_t fresh_outputs = 0;    // body layer outputs in tensors allocated for them
+  };
+  const BodyMemoryStats& body_memory() const { return body_memory_; }
+  // Off: bodies allocate every layer output (the behaviour before body planning; tests compare).
+  void set_plan_bodies(bool on) { plan_bodies_ = on; }
+  static constexpr size_t kMaxBodyPlans = 8;
+
+  Result<std::vector<ops::Value>> run_subgraph(const ir::Graph& g, const std::vector<ops::Value>& inputs) override;
+
  protected:
   Result<std::vector<ops::Value>> run_layer(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
                                             const std::vector<const ops::Value*>& inputs, bool top_level) override;
 
  private:
+  struct BodyState {
+    bool initialized = false;
+    bool active = false;             // running now: its arena holds live values
+    std::vector<std::string> outer;  // non-constant outer values it reads (part of the signature)
+    std::map<std::string, std::shared_ptr<const MemoryPlan>> plans;  // by signature; nullptr: unplannable
+    std::shared_ptr<uint8_t[]> arena;                                // reused by every run of the body
+    size_t capacity = 0;
+  };
+  struct ActiveBody {
+    const ir::Graph* graph;
+    BodyState* state;        // nullptr: running unplanned
+    const MemoryPlan* plan;  // nullptr: running unplanned
+  };
+  const MemoryPlan* body_plan(const ir::Graph& g, const std::vector<ops::Value>& inputs, BodyState& st);
+  std::shared_ptr<const MemoryPlan> make_body_plan(const ir::Graph& g, const std::vector<ops::Value>& inputs) const;
+  // The arena slot of output `o` of body layer `n` of `g` (the running body), or an undefined tensor.
+  Tensor body_slot(const ir::Graph& g, const ir::Node& n, size_t o, DataType dt, const Dims& shape) const;
+  bool in_own_slot(const ir::Graph& g, const std::string& name, const Tensor& t) const;
+  // A reference kernel's output that views a value in a body arena (Identity, Reshape, a branch passing
+  // a value through) would change when that value's slot is reused: it takes its own copy.
+  void own_views(std::vector<ops::Value>& outs, const ir::Node& n, const ir::Graph& g) const;
+
   std::shared_ptr<TacticRuntime> tactics_;
   std::vector<const Tensor*> in_tensors_;
   size_t tactic_runs_ = 0;
   std::vector<int64_t> declined_runs_;
+  bool plan_bodies_ = true;
+  std::unordered_map<const ir::Graph*, BodyState> bodies_;
+  std::vector<ActiveBody> active_;  // innermost last
+  BodyMemoryStats body_memory_;
 };
 
 }  // namespace kiln::engine

@@ -60,6 +60,12 @@ const Tensor* constant_value(const Graph& g, const std::string& name) {
   return &it->second;
 }
 
+const Tensor* outer_constant(const Graph& body, const std::string& name) {
+  for (const Graph* p = body.parent; p; p = p->parent)
+    if (p->defines(name)) return constant_value(*p, name);
+  return nullptr;
+}
+
 bool is_constant(const Graph& g, const std::string& name) { return constant_value(g, name) != nullptr; }
 
 bool constant_scalar(const Graph& g, const std::string& name, double* out) {
@@ -89,15 +95,22 @@ void remove_nodes(Graph& g, const std::set<int>& indices) {
 }
 
 std::string unique_name(const Graph& g, const std::string& base) {
+  // In a body, a new name must not shadow an outer value it (or a nested body) reads: enclosing
+  // graphs' names and the names its nodes read count as used.
   auto used = [&](const std::string& s) {
-    if (g.initializers.count(s) || g.value_types.count(s)) return true;
-    for (const auto& n : g.nodes) {
-      if (n.name == s) return true;
-      for (const auto& o : n.outputs)
-        if (o == s) return true;
+    for (const Graph* p = &g; p; p = p->parent) {
+      if (p->initializers.count(s) || p->value_types.count(s)) return true;
+      for (const auto& n : p->nodes) {
+        if (n.name == s) return true;
+        for (const auto& o : n.outputs)
+          if (o == s) return true;
+        if (p == &g)
+          for (const auto& in : n.inputs)
+            if (in == s) return true;
+      }
+      for (const auto& i : p->inputs)
+        if (i.name == s) return true;
     }
-    for (const auto& i : g.inputs)
-      if (i.name == s) return true;
     return false;
   };
   if (!used(base)) return base;

@@ -31,6 +31,10 @@ class UseIndex {
 
 // The value of an initializer that is not also a graph input (inputs can override initializers).
 const Tensor* constant_value(const Graph& g, const std::string& name);
+// The constant behind an outer value that `body` reads by name: an initializer of the innermost
+// enclosing graph defining it, unless that graph also takes it as an input (a caller may override
+// it); nullptr otherwise.
+const Tensor* outer_constant(const Graph& body, const std::string& name);
 bool is_constant(const Graph& g, const std::string& name);
 // A scalar (or one-element) float constant.
 bool constant_scalar(const Graph& g, const std::string& name, double* out);

@@ -53,6 +53,11 @@ class Interpreter : public SubgraphRunner {
   // tactic where the layer has one, so both share this loop, its frames and its liveness.
   virtual Result<std::vector<Value>> run_layer(const ir::Graph& g, size_t i, const OpSchema& schema,
                                                const std::vector<const Value*>& inputs, bool top_level);
+  // The value `name` has in the innermost running graph (or an enclosing one); nullptr if none. Called
+  // from run_subgraph before the body's own frame exists, it finds the values the body reads from outside.
+  const Value* visible_value(const std::string& name) const {
+    return frames_.empty() ? nullptr : frames_.back()->find(name);
+  }
 
  private:
   struct Frame {

@@ -26,9 +26,18 @@ inline bool is_onnx(const ir::Node& n, const char* op) {
 }
 inline bool is_kiln(const ir::Node& n, const char* op) { return n.domain == "kiln" && n.op_type == op; }
 
+// The type of `v` in `g`, or of the outer value a body reads by that name (the innermost enclosing
+// graph defining it).
 inline const ir::TypeInfo* type_of(const ir::Graph& g, const std::string& v) {
   auto it = g.value_types.find(v);
-  return it == g.value_types.end() || !it->second.is_tensor() ? nullptr : &it->second;
+  if (it != g.value_types.end()) return it->second.is_tensor() ? &it->second : nullptr;
+  if (!g.parent || g.defines(v)) return nullptr;
+  for (const ir::Graph* p = g.parent; p; p = p->parent) {
+    if (!p->defines(v)) continue;
+    auto pt = p->value_types.find(v);
+    return pt == p->value_types.end() || !pt->second.is_tensor() ? nullptr : &pt->second;
+  }
+  return nullptr;
 }
 
 // Dims that are certainly equal: both known and equal, or the same named symbol.

@@ -1,6 +1,7 @@
 // The pass pipeline, in order, with the reason for each placement.
 #include <chrono>
 
+#include "ir/rewrite.h"
 #include "ops/shape_inference.h"
 #include "passes/pass.h"
 
@@ -57,7 +58,9 @@ const std::vector<PassInfo>& pipeline() {
 }
 
 namespace {
-// Re-derives types after a rewrite; stale entries of removed values go, declared outputs stay.
+// Re-derives types after a rewrite; stale entries of removed values go, declared outputs stay. On a
+// body this infers the body alone (outer values through its parents' types), with the types its
+// control-flow node gave its inputs; the enclosing graph's refresh re-infers it in place later.
 Status refresh(ir::Graph& g) {
   std::unordered_map<std::string, ir::TypeInfo> keep;
   for (const auto& in : g.inputs) keep[in.name] = in.type;
@@ -65,6 +68,94 @@ Status refresh(ir::Graph& g) {
   KILN_RETURN_IF_ERROR(g.topological_sort());
   return ops::infer_shapes(g);
 }
+
+// The bodies the pipeline optimizes: the subgraphs of ONNX nodes (If branches, Loop and Scan bodies).
+// kiln's fused ops keep theirs private (the fused op's kernel runs it as it is).
+std::vector<ir::Graph*> bodies_of(ir::Graph& g) {
+  std::vector<ir::Graph*> out;
+  for (auto& n : g.nodes) {
+    if (n.domain == "kiln") continue;
+    for (auto& [k, a] : n.attrs) {
+      if (a.g) out.push_back(a.g.get());
+      for (auto& sg : a.graphs) out.push_back(sg.get());
+    }
+  }
+  return out;
+}
+
+Status run_pipeline(ir::Graph& g, const std::set<std::string>& disabled, std::vector<PassStat>& stats,
+                    const std::string& where) {
+  const auto& passes = pipeline();
+  for (size_t k = 0; k < passes.size(); ++k) {
+    const PassInfo& p = passes[k];
+    if (disabled.count(p.name)) continue;
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = p.run(g);
+    if (!r.ok()) return r.status().with_context(std::string("pass ") + p.name + where + ": ");
+    stats[k].changed += r.value();
+    if (r.value()) {
+      Status s = refresh(g);
+      if (!s.ok())
+        return s.with_context(std::string("after pass ") + p.name + where + " the graph is invalid (a kiln bug): ");
+    }
+    stats[k].ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return Status::Ok();
+}
+
+// Optimizes the bodies of `g` (already optimized), each like a graph of its own, then theirs. A body
+// keeps its inputs, outputs and the names it reads from enclosing graphs (the passes keep graph inputs
+// and outputs by name, and only read outer values); outer constants it reads are copied into it first,
+// so folding and fusion see them (fold_batch_norm folds an outer weight into a new body initializer),
+// and the copies nothing rewrote are dropped again afterwards (the body reads the outer one, as before).
+Status optimize_bodies(ir::Graph& g, const std::set<std::string>& disabled, std::vector<PassStat>& stats) {
+  for (ir::Graph* body : bodies_of(g)) {
+    const auto types = body->value_types;
+    const auto initializers = body->initializers;
+    std::map<std::string, const Tensor*> lifted;
+    for (const auto& name : body->outer_references()) {
+      const Tensor* t = ir::outer_constant(*body, name);
+      if (!t || body->initializers.count(name)) continue;
+      body->initializers[name] = *t;
+      lifted[name] = t;
+    }
+    const std::string where = " (in subgraph '" + body->name + "')";
+    if (!refresh(*body).ok()) {
+      // Not valid on its own at these shapes: an If branch that a condition known at build time never
+      // takes (only the taken one is inferred with the graph). Left as it is.
+      body->value_types = types;
+      body->initializers = initializers;
+      continue;
+    }
+    KILN_RETURN_IF_ERROR(run_pipeline(*body, disabled, stats, where));
+    bool dropped = false;
+    for (const auto& [name, t] : lifted) {
+      auto it = body->initializers.find(name);
+      if (it != body->initializers.end() && it->second.raw() == t->raw() && it->second.shape() == t->shape() &&
+          it->second.dtype() == t->dtype()) {
+        body->initializers.erase(it);
+        dropped = true;
+      }
+    }
+    if (dropped) KILN_RETURN_IF_ERROR(refresh(*body).with_context("subgraph '" + body->name + "' after the passes: "));
+    KILN_RETURN_IF_ERROR(optimize_bodies(*body, disabled, stats));
+  }
+  return Status::Ok();
+}
+
+// Bodies no longer read some outer values (a folded weight, a Constant folded inside): what only they
+// read is dead now. Innermost first, since a parent's values die with its bodies' reads.
+Result<int> remove_dead_in_all(ir::Graph& g) {
+  int removed = 0;
+  for (ir::Graph* body : bodies_of(g)) {
+    KILN_ASSIGN_OR_RETURN(int r, remove_dead_in_all(*body));
+    removed += r;
+  }
+  KILN_ASSIGN_OR_RETURN(int r, remove_dead_nodes(g));
+  return removed + r;
+}
+
+bool has_bodies(ir::Graph& g) { return !bodies_of(g).empty(); }
 }  // namespace
 
 Result<std::vector<PassStat>> optimize(ir::Model& model, const std::set<std::string>& disabled) {
@@ -78,22 +169,20 @@ Result<std::vector<PassStat>> optimize(ir::Model& model, const std::set<std::str
     if (!known) return InvalidArgument("unknown pass '", d, "' (passes: ", names, ")");
   }
   std::vector<PassStat> stats;
+  for (const auto& p : pipeline()) stats.push_back({p.name, 0, 0});
   ir::Graph& g = *model.graph;
-  for (const auto& p : pipeline()) {
-    PassStat st{p.name, 0, 0};
-    if (!disabled.count(p.name)) {
-      auto t0 = std::chrono::steady_clock::now();
-      auto r = p.run(g);
-      if (!r.ok()) return r.status().with_context(std::string("pass ") + p.name + ": ");
-      st.changed = r.value();
-      if (st.changed) {
-        Status s = refresh(g);
-        if (!s.ok())
-          return s.with_context(std::string("after pass ") + p.name + " the graph is invalid (a kiln bug): ");
-      }
-      st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  KILN_RETURN_IF_ERROR(run_pipeline(g, disabled, stats, ""));
+  if (has_bodies(g)) {
+    // The main graph first (its rewrites keep every value a body reads), then every body under it.
+    KILN_RETURN_IF_ERROR(optimize_bodies(g, disabled, stats));
+    if (!disabled.count("remove_dead_nodes")) {
+      KILN_ASSIGN_OR_RETURN(int removed, remove_dead_in_all(g));
+      for (auto& s : stats)
+        if (s.name == "remove_dead_nodes") s.changed += removed;
     }
-    stats.push_back(st);
+    // The whole model re-inferred: the control-flow nodes see their optimized bodies.
+    Status s = refresh(g);
+    if (!s.ok()) return s.with_context("after optimizing the subgraphs the graph is invalid (a kiln bug): ");
   }
   return stats;
 }

@@ -42,11 +42,16 @@ void add_build_command(CLI::App& app, int& exit_code) {
       auto t2 = Clock::now();
       int reference = 0;
       for (const auto& l : engine->impl().layers) reference += l.finding();
+      const detail::BodyLayerCount bodies = detail::count_body_layers(*engine->impl().model.graph);
+      std::string in_bodies;
+      if (bodies.layers)
+        in_bodies = " + " + std::to_string(bodies.layers) + " in control-flow bodies (" +
+                    std::to_string(bodies.with_tactic) + " with a tactic)";
       std::printf(
-          "[kiln build] wrote %s: %.2f s in all (loading and building %.2f s, writing %.2f s); %d %s reference "
-          "kernels\n",
-          o->output.c_str(), seconds(t0, t2), seconds(t0, t1), seconds(t1, t2), reference,
-          reference == 1 ? "layer runs" : "layers run");
+          "[kiln build] wrote %s: %.2f s in all (loading and building %.2f s, writing %.2f s); %zu layers%s; %d %s "
+          "reference kernels\n",
+          o->output.c_str(), seconds(t0, t2), seconds(t0, t1), seconds(t1, t2), engine->impl().layers.size(),
+          in_bodies.c_str(), reference, reference == 1 ? "layer runs" : "layers run");
       exit_code = kExitOk;
     } catch (const Error& e) {
       exit_code = report_error(detail_status(e));

@@ -86,6 +86,24 @@ void print_reference(const nlohmann::json& j) {
   }
 }
 
+// A control-flow layer's bodies, indented under it: each body's layers with their kernels, nested
+// bodies under their own layer.
+void print_bodies(const nlohmann::json& bodies, int depth) {
+  const int indent = 7 + 2 * depth;
+  for (const auto& b : bodies) {
+    std::printf("%*s%s '%s': %zu layer%s\n", indent, "", b["attribute"].get<std::string>().c_str(),
+                b["graph"].get<std::string>().c_str(), b["layers"].size(), b["layers"].size() == 1 ? "" : "s");
+    for (const auto& l : b["layers"]) {
+      std::string out = l["outputs"].empty() ? "" : l["outputs"][0]["type"].get<std::string>();
+      std::string src;
+      for (const auto& s : l["sources"]) src += (src.empty() ? "" : ",") + s.get<std::string>();
+      std::printf("%*s%-32s %-24s %-10s %-26s <- %s\n", indent + 2, "", l["name"].get<std::string>().c_str(),
+                  l["op"].get<std::string>().c_str(), l["kernel"].get<std::string>().c_str(), out.c_str(), src.c_str());
+      if (l.contains("bodies")) print_bodies(l["bodies"], depth + 2);
+    }
+  }
+}
+
 void print_text(const nlohmann::json& j, bool passes_only) {
   const auto& b = j["build"];
   if (!passes_only) {
@@ -109,6 +127,9 @@ void print_text(const nlohmann::json& j, bool passes_only) {
   std::printf("layers   %zu:", j["layers"].size());
   for (const auto& [op, n] : j["layer_counts"].items()) std::printf(" %s %d,", op.c_str(), n.get<int>());
   std::printf("\n");
+  if (j.contains("body_layers") && j["body_layers"]["layers"].get<int>() > 0)
+    std::printf("bodies   %d layers in control-flow bodies, %d with a tactic (listed under their layer)\n",
+                j["body_layers"]["layers"].get<int>(), j["body_layers"]["with_tactic"].get<int>());
   if (b.contains("tuning")) {
     const auto& t = b["tuning"];
     int threads = t.value("threads", 0);
@@ -129,6 +150,7 @@ void print_text(const nlohmann::json& j, bool passes_only) {
     std::printf("  %4d %-32s %-24s %-10s %-26s <- %s\n", i++, l["name"].get<std::string>().c_str(),
                 l["op"].get<std::string>().c_str(), l["kernel"].get<std::string>().c_str(), out.c_str(), src.c_str());
     print_candidates(l);
+    if (l.contains("bodies")) print_bodies(l["bodies"], 0);
   }
   if (j.contains("profiles"))
     for (size_t i = 0; i < j["profiles"].size(); ++i) {

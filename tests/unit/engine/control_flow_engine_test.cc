@@ -277,5 +277,242 @@ TEST(EngineControlFlow, LoopAndScanBodiesMatchTheInterpreter) {
   }
 }
 
+// A Loop (3 trips) whose body is Conv (outer weight) -> BatchNormalization (outer parameters) ->
+// Relu -> Add(outer activation) -> Mul(Constant 0.5), the Relu output also a scan output.
+ir::Model loop_conv_bn_model() {
+  GraphBuilder b(13);
+  b.input("x", {1, 16, 7, 9}).output("final").output("relus");
+  b.init("w", random_tensor({16, 16, 3, 3}, 41, DataType::kFloat32, -0.1, 0.1));
+  b.init("gamma", random_tensor({16}, 42, DataType::kFloat32, 0.5, 1.5)).init("beta", random_tensor({16}, 43));
+  b.init("mean", random_tensor({16}, 44)).init("var", random_tensor({16}, 45, DataType::kFloat32, 0.5, 2));
+  b.init("trips", Tensor::scalar<int64_t>(DataType::kInt64, 3));
+  b.node("Sigmoid", {"x"}, {"xa"});
+  auto i64 = ir::TypeInfo::tensor(DataType::kInt64, SymShape(std::vector<Dim>{}));
+  auto bl = ir::TypeInfo::tensor(DataType::kBool, SymShape(std::vector<Dim>{}));
+  auto f = ir::TypeInfo::tensor(DataType::kFloat32, SymShape::from_dims({1, 16, 7, 9}));
+  ir::Node conv = make_node("lb_conv", "Conv", {"st", "w"}, {"c"});
+  pads1(conv);
+  ir::Node half = make_node("half", "Constant", {}, {"half"});
+  half.attrs["value"].type = ir::Attribute::Type::kTensor;
+  half.attrs["value"].t = Tensor::scalar<float>(DataType::kFloat32, 0.5f);
+  auto loop_body =
+      body("loop_body",
+           {conv, make_node("lb_bn", "BatchNormalization", {"c", "gamma", "beta", "mean", "var"}, {"n"}),
+            make_node("lb_relu", "Relu", {"n"}, {"r"}), make_node("lb_add", "Add", {"r", "xa"}, {"s"}), half,
+            make_node("lb_mul", "Mul", {"s", "half"}, {"st2"}), make_node("lb_id", "Identity", {"cond"}, {"co"})},
+           {"co", "st2", "r"}, {{"iter", i64}, {"cond", bl}, {"st", f}});
+  ir::Node& loop = b.node("Loop", {"trips", "", "x"}, {"final", "relus"});
+  loop.attrs["body"] = ir::attr_graph(loop_body);
+  ir::Model m = b.finish();
+  for (auto& n : m.graph->nodes)
+    for (auto& [k, a] : n.attrs)
+      if (a.g) a.g->parent = m.graph.get();
+  return m;
+}
+
+const ir::Graph& first_body(const ir::Graph& g, const std::string& op, const std::string& attr) {
+  for (const auto& n : g.nodes)
+    if (n.op_type == op) return *n.attr(attr)->g;
+  throw std::runtime_error("no " + op);
+}
+
+TEST(EngineControlFlow, LoopBodyIsFoldedFusedAndRunsATactic) {
+  if (backends::all_tactics().empty()) GTEST_SKIP() << "built without oneDNN: no tactics";
+  ir::Model m = loop_conv_bn_model();
+  auto e = Builder().build_from_memory(onnx_import::serialize_model(m).value());
+  auto loaded = Engine::deserialize(e->serialize());
+  for (const Engine* engine : {e.get(), loaded.get()}) {
+    const ir::Graph& lb = first_body(*engine->impl().model.graph, "Loop", "body");
+    int convs = 0, bns = 0, relus = 0;
+    for (const auto& n : lb.nodes) {
+      bns += n.op_type == "BatchNormalization", relus += n.op_type == "Relu";
+      if (n.domain == "kiln" && n.op_type.find("Conv") != std::string::npos) {
+        ++convs;
+        EXPECT_NE(n.attr_string(engine::kBodyKernelAttr, "reference"), "reference") << n.name;
+      }
+    }
+    EXPECT_EQ(convs, 1);
+    EXPECT_EQ(bns, 0);
+    EXPECT_EQ(relus, 0);
+  }
+  for (uint64_t seed : {51u, 52u}) {
+    std::map<std::string, ops::Value> in = {{"x", ops::Value(random_tensor({1, 16, 7, 9}, seed))}};
+    auto want = testing::run(m, in);
+    expect_same(run_context(*e, in), want, "loop conv-bn seed " + std::to_string(seed));
+    expect_same(run_context(*loaded, in), want, "loop conv-bn loaded, seed " + std::to_string(seed));
+  }
+}
+
+// If(c): each branch y = 0.5 * z * (1 + erf(z / sqrt2)), z = MatMul(x, W) + b (its own outer weights).
+ir::Model if_gelu_model() {
+  GraphBuilder b(13);
+  b.input("x", {5, 24}).input("c", {}, DataType::kBool).output("y");
+  b.init("w1", random_tensor({24, 12}, 61, DataType::kFloat32, -0.3, 0.3)).init("b1", random_tensor({12}, 62));
+  b.init("w2", random_tensor({24, 12}, 63, DataType::kFloat32, -0.3, 0.3)).init("b2", random_tensor({12}, 64));
+  b.init("sqrt2", Tensor::scalar<float>(DataType::kFloat32, 1.41421356f));
+  b.init("one", Tensor::scalar<float>(DataType::kFloat32, 1.0f))
+      .init("half", Tensor::scalar<float>(DataType::kFloat32, 0.5f));
+  auto branch = [](const std::string& p, const std::string& w, const std::string& bias) {
+    return body(
+        p,
+        {make_node(p + "_mm", "MatMul", {"x", w}, {p + "_m"}), make_node(p + "_b", "Add", {p + "_m", bias}, {p + "_z"}),
+         make_node(p + "_div", "Div", {p + "_z", "sqrt2"}, {p + "_d"}),
+         make_node(p + "_erf", "Erf", {p + "_d"}, {p + "_e"}),
+         make_node(p + "_add", "Add", {p + "_e", "one"}, {p + "_a"}),
+         make_node(p + "_mul", "Mul", {p + "_z", p + "_a"}, {p + "_za"}),
+         make_node(p + "_mul2", "Mul", {p + "_za", "half"}, {p + "_out"})},
+        {p + "_out"});
+  };
+  ir::Node& n = b.node("If", {"c"}, {"y"});
+  n.attrs["then_branch"] = ir::attr_graph(branch("then", "w1", "b1"));
+  n.attrs["else_branch"] = ir::attr_graph(branch("else", "w2", "b2"));
+  ir::Model m = b.finish();
+  for (auto& node : m.graph->nodes)
+    for (auto& [k, a] : node.attrs)
+      if (a.g) a.g->parent = m.graph.get();
+  return m;
+}
+
+TEST(EngineControlFlow, IfBranchesAreFusedAndRunTactics) {
+  if (backends::all_tactics().empty()) GTEST_SKIP() << "built without oneDNN: no tactics";
+  ir::Model m = if_gelu_model();
+  auto e = Builder().build_from_memory(onnx_import::serialize_model(m).value());
+  for (const char* branch : {"then_branch", "else_branch"}) {
+    const ir::Graph& g = first_body(*e->impl().model.graph, "If", branch);
+    ASSERT_EQ(g.nodes.size(), 1u) << branch;
+    EXPECT_EQ(g.nodes[0].op_type, "FusedMatMul") << branch;
+    EXPECT_NE(g.nodes[0].attr_string(engine::kBodyKernelAttr, "reference"), "reference") << branch;
+  }
+  for (bool c : {true, false}) {
+    std::map<std::string, ops::Value> in = {{"x", ops::Value(random_tensor({5, 24}, 65))},
+                                            {"c", ops::Value(Tensor::scalar<bool>(DataType::kBool, c))}};
+    engine::LayerExecutor exec(e->impl().model.graph, e->impl().tactic_runtime());
+    auto r = exec.run(in);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(exec.tactic_runs(), 1u);  // the branch's fused layer; the If itself has no tactic
+    expect_same(r.value(), testing::run(m, in), std::string("if gelu c=") + (c ? "1" : "0"));
+    expect_same(run_context(*e, in), testing::run(m, in), std::string("if gelu context c=") + (c ? "1" : "0"));
+  }
+}
+
+// A Loop (4 trips) whose body has planned intermediates and views of them (Flatten and Reshape return
+// views of their input's bytes):
+//   r = Relu(Conv(st, w1)) (also a scan output), c2 = Conv(r, w2), v = Flatten(c2) (a view of c2),
+//   s = Conv(r * ReduceMean(v), w3) + xa (outer activation; written after c2 is dead, so it may take
+//   c2's slot), t = Flatten(s) + v (reads the view after that), st2 = Reshape(t) (a view of t's slot
+//   as the carried value: the next iteration reuses the arena while it reads st2); qf = Flatten(q), a
+//   view of a planned slot, is a scan output (kept until the loop ends while every iteration rewrites
+//   that slot).
+ir::Model loop_planned_model() {
+  GraphBuilder b(13);
+  b.input("x", {1, 16, 7, 9}).output("final").output("relus").output("qs");
+  b.init("w1", random_tensor({16, 16, 3, 3}, 71, DataType::kFloat32, -0.1, 0.1));
+  b.init("w2", random_tensor({16, 16, 3, 3}, 72, DataType::kFloat32, -0.1, 0.1));
+  b.init("w3", random_tensor({16, 16, 3, 3}, 73, DataType::kFloat32, -0.1, 0.1));
+  b.init("trips", Tensor::scalar<int64_t>(DataType::kInt64, 4));
+  b.node("Sigmoid", {"x"}, {"xa"});
+  auto i64 = ir::TypeInfo::tensor(DataType::kInt64, SymShape(std::vector<Dim>{}));
+  auto bl = ir::TypeInfo::tensor(DataType::kBool, SymShape(std::vector<Dim>{}));
+  auto f = ir::TypeInfo::tensor(DataType::kFloat32, SymShape::from_dims({1, 16, 7, 9}));
+  ir::Node c1 = make_node("lp_c1", "Conv", {"st", "w1"}, {"c1"}), c2 = make_node("lp_c2", "Conv", {"r", "w2"}, {"c2"});
+  ir::Node c3 = make_node("lp_c3", "Conv", {"q", "w3"}, {"c3"});
+  pads1(c1), pads1(c2), pads1(c3);
+  ir::Node mean = make_node("lp_mean", "ReduceMean", {"v"}, {"m"});
+  GraphBuilder::set_ints(mean, "axes", {1});
+  auto loop_body =
+      body("loop_planned",
+           {c1, make_node("lp_relu", "Relu", {"c1"}, {"r"}), c2, make_node("lp_flat", "Flatten", {"c2"}, {"v"}), mean,
+            make_node("lp_q", "Mul", {"r", "m"}, {"q"}), make_node("lp_qf", "Flatten", {"q"}, {"qf"}), c3,
+            make_node("lp_add", "Add", {"c3", "xa"}, {"s"}), make_node("lp_flat_s", "Flatten", {"s"}, {"fs"}),
+            make_node("lp_t", "Add", {"fs", "v"}, {"t"}), make_node("lp_back", "Reshape", {"t", "shape4"}, {"st2"}),
+            make_node("lp_id", "Identity", {"cond"}, {"co"})},
+           {"co", "st2", "r", "qf"}, {{"iter", i64}, {"cond", bl}, {"st", f}});
+  loop_body->initializers["shape4"] = Tensor::from_vector<int64_t>(DataType::kInt64, {4}, {1, 16, 7, 9});
+  ir::Node& loop = b.node("Loop", {"trips", "", "x"}, {"final", "relus", "qs"});
+  loop.attrs["body"] = ir::attr_graph(loop_body);
+  ir::Model m = b.finish();
+  for (auto& n : m.graph->nodes)
+    for (auto& [k, a] : n.attrs)
+      if (a.g) a.g->parent = m.graph.get();
+  return m;
+}
+
+TEST(EngineControlFlow, LoopBodyValuesArePlannedAndReusedAcrossIterations) {
+  if (backends::all_tactics().empty()) GTEST_SKIP() << "built without oneDNN: no tactics";
+  ir::Model m = loop_planned_model();
+  auto e = Builder().build_from_memory(onnx_import::serialize_model(m).value());
+  std::map<std::string, ops::Value> in = {{"x", ops::Value(random_tensor({1, 16, 7, 9}, 74))}};
+  auto want = testing::run(m, in);
+  // Before: every body layer output is a tensor of its own, every iteration.
+  engine::LayerExecutor unplanned(e->impl().model.graph, e->impl().tactic_runtime());
+  unplanned.set_plan_bodies(false);
+  auto r = unplanned.run(in);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  expect_same(r.value(), want, "unplanned");
+  const auto& before = unplanned.body_memory();
+  EXPECT_EQ(before.runs, 4);
+  EXPECT_EQ(before.planned_outputs, 0);
+  EXPECT_EQ(before.unplanned_runs, 4);
+  ASSERT_GT(before.fresh_outputs, 0);
+  // After: one plan for the body's shapes, made once; its intermediates written into the arena.
+  engine::LayerExecutor planned(e->impl().model.graph, e->impl().tactic_runtime());
+  for (int run = 0; run < 2; ++run) {
+    r = planned.run(in);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    expect_same(r.value(), want, "planned, run " + std::to_string(run));
+  }
+  const auto& after = planned.body_memory();
+  EXPECT_EQ(after.runs, 8);
+  EXPECT_EQ(after.plans_made, 1);  // reused by the second run
+  EXPECT_EQ(after.unplanned_runs, 0);
+  EXPECT_GT(after.planned_outputs, 0);
+  EXPECT_EQ(after.planned_outputs % 8, 0);  // the same slots every iteration
+  // Per iteration, the allocations drop by what the plan holds; every output is accounted for once.
+  EXPECT_EQ(after.fresh_outputs + after.planned_outputs, 2 * before.fresh_outputs);
+  EXPECT_LT(after.fresh_outputs / 8, before.fresh_outputs / 4);
+  std::printf("[ body memory ] per iteration: %lld outputs allocated unplanned; %lld allocated + %lld planned\n",
+              static_cast<long long>(before.fresh_outputs / 4), static_cast<long long>(after.fresh_outputs / 8),
+              static_cast<long long>(after.planned_outputs / 8));
+  expect_same(run_context(*e, in), want, "context");
+}
+
+// A Loop whose carried value grows a row per iteration (a new input shape every time): plans are made
+// for the first kMaxBodyPlans shapes, the rest run unplanned, and every result matches.
+TEST(EngineControlFlow, GrowingLoopStateIsPlannedBoundedAndStaysCorrect) {
+  if (backends::all_tactics().empty()) GTEST_SKIP() << "built without oneDNN: no tactics";
+  GraphBuilder b(13);
+  b.input("x", {2, 16}).output("final");
+  b.init("w", random_tensor({16, 16}, 81, DataType::kFloat32, -0.3, 0.3));
+  b.init("trips", Tensor::scalar<int64_t>(DataType::kInt64, 12));
+  auto i64 = ir::TypeInfo::tensor(DataType::kInt64, SymShape(std::vector<Dim>{}));
+  auto bl = ir::TypeInfo::tensor(DataType::kBool, SymShape(std::vector<Dim>{}));
+  auto f = ir::TypeInfo::tensor(DataType::kFloat32, SymShape(std::vector<Dim>{Dim(), Dim(16)}));
+  ir::Node sum = make_node("g_sum", "ReduceSum", {"t", "ax"}, {"rs"});
+  ir::Node cat = make_node("g_cat", "Concat", {"st", "rs"}, {"st2"});
+  GraphBuilder::set_int(cat, "axis", 0);
+  auto grow = body("grow",
+                   {make_node("g_mm", "MatMul", {"st", "w"}, {"mm"}), make_node("g_tanh", "Tanh", {"mm"}, {"t"}), sum,
+                    cat, make_node("g_id", "Identity", {"cond"}, {"co"})},
+                   {"co", "st2"}, {{"iter", i64}, {"cond", bl}, {"st", f}});
+  grow->initializers["ax"] = Tensor::from_vector<int64_t>(DataType::kInt64, {1}, {0});
+  ir::Node& loop = b.node("Loop", {"trips", "", "x"}, {"final"});
+  loop.attrs["body"] = ir::attr_graph(grow);
+  ir::Model m = b.finish();
+  for (auto& n : m.graph->nodes)
+    for (auto& [k, a] : n.attrs)
+      if (a.g) a.g->parent = m.graph.get();
+  auto e = Builder().build_from_memory(onnx_import::serialize_model(m).value());
+  std::map<std::string, ops::Value> in = {{"x", ops::Value(random_tensor({2, 16}, 82))}};
+  engine::LayerExecutor exec(e->impl().model.graph, e->impl().tactic_runtime());
+  auto r = exec.run(in);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  expect_same(r.value(), testing::run(m, in), "growing loop");
+  ASSERT_EQ(r.value()[0].tensor.dim(0), 14);
+  EXPECT_EQ(exec.body_memory().runs, 12);
+  EXPECT_EQ(exec.body_memory().plans_made, static_cast<int64_t>(engine::LayerExecutor::kMaxBodyPlans));
+  EXPECT_EQ(exec.body_memory().unplanned_runs, 12 - static_cast<int64_t>(engine::LayerExecutor::kMaxBodyPlans));
+  expect_same(run_context(*e, in), testing::run(m, in), "growing loop, context");
+}
+
 }  // namespace
 }  // namespace kiln
