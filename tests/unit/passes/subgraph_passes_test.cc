@@ -56,10 +56,13 @@ void reinfer_with_parents(ir::Model& m) {
   if (!s.ok()) throw std::runtime_error(s.to_string());
 }
 
-ir::Graph& body_of(const ir::Model& m, const std::string& op, const std::string& attr) {
-  for (auto& n : m.graph->nodes)
+const ir::Graph& body_of(const ir::Graph& g, const std::string& op, const std::string& attr) {
+  for (const auto& n : g.nodes)
     if (n.op_type == op) return *n.attrs.at(attr).g;
   throw std::runtime_error("no " + op);
+}
+const ir::Graph& body_of(const ir::Model& m, const std::string& op, const std::string& attr) {
+  return body_of(*m.graph, op, attr);
 }
 
 std::vector<ops::Value> run_on(const ir::Model& m, const std::map<std::string, ops::Value>& in) {
@@ -198,6 +201,52 @@ TEST(SubgraphPasses, DisabledPassesStayOffInBodies) {
   set_parents(*after.graph);
   ASSERT_TRUE(passes::optimize(after, {"fuse_gelu", "fuse_elementwise"}).ok());
   EXPECT_EQ(count_op(body_of(after, "If", "then_branch"), "Erf"), 1);
+}
+
+// Constant folding in a nested body: a Loop body holds an If whose then-branch computes k * 2 from the
+// main graph's initializer k (two scopes up) and a Constant, so it folds; kin * 2 does not, since kin
+// is also a main-graph input (the caller may override the initializer).
+TEST(SubgraphPasses, NestedBodyFoldsOuterConstantsButNotOverridableInputs) {
+  GraphBuilder b(13);
+  b.input("x", {12}).input("c", {}, DataType::kBool).input("kin", {12}).output("out");
+  b.init("k", random_tensor({12}, 31)).init("kin", random_tensor({12}, 32));
+  b.init("trips", Tensor::scalar<int64_t>(DataType::kInt64, 2));
+  auto then_g = body("then",
+                     {constant("two", scalar_f(2.0f)), make_node("t_k2", "Mul", {"k", "two"}, {"k2"}),
+                      make_node("t_kin2", "Mul", {"kin", "two"}, {"kin2"}),
+                      make_node("t_a", "Add", {"st", "k2"}, {"ta"}), make_node("t_b", "Add", {"ta", "kin2"}, {"tb"})},
+                     {"tb"});
+  auto else_g = body("else", {make_node("e_neg", "Neg", {"st"}, {"en"})}, {"en"});
+  ir::Node inner = make_node("inner_if", "If", {"c"}, {"st2"});
+  inner.attrs["then_branch"] = ir::attr_graph(then_g);
+  inner.attrs["else_branch"] = ir::attr_graph(else_g);
+  auto i64 = ir::TypeInfo::tensor(DataType::kInt64, SymShape(std::vector<Dim>{}));
+  auto bl = ir::TypeInfo::tensor(DataType::kBool, SymShape(std::vector<Dim>{}));
+  auto f = ir::TypeInfo::tensor(DataType::kFloat32, SymShape::from_dims({12}));
+  auto loop_body = body("loop", {inner, make_node("l_id", "Identity", {"cond"}, {"co"})}, {"co", "st2"},
+                        {{"iter", i64}, {"cond", bl}, {"st", f}});
+  ir::Node& loop = b.node("Loop", {"trips", "", "x"}, {"out"});
+  loop.attrs["body"] = ir::attr_graph(loop_body);
+  ir::Model before = b.finish();
+  reinfer_with_parents(before);
+  ir::Model after = clone(before);
+  set_parents(*after.graph);
+  ASSERT_TRUE(passes::optimize(after, {}).ok());
+  const ir::Graph& lb = body_of(after, "Loop", "body");
+  const ir::Graph& th = body_of(lb, "If", "then_branch");
+  // k * 2 became a constant of the branch; kin * 2 is still computed (as a Mul or inside a fused chain).
+  int reads_kin = 0, reads_k = 0;
+  for (const auto& n : th.nodes)
+    for (const auto& in : n.inputs) reads_kin += in == "kin", reads_k += in == "k";
+  EXPECT_EQ(reads_k, 0);
+  EXPECT_EQ(reads_kin, 1);
+  EXPECT_EQ(count_op(th, "Constant"), 0);
+  for (bool c : {true, false}) {
+    std::map<std::string, ops::Value> in = {{"x", ops::Value(random_tensor({12}, 33))},
+                                            {"c", ops::Value(Tensor::scalar<bool>(DataType::kBool, c))},
+                                            {"kin", ops::Value(random_tensor({12}, 34))}};
+    EXPECT_LT(worst_diff(run_on(after, in), run_on(before, in)), 1e-5) << "c=" << c;
+  }
 }
 
 }  // namespace
