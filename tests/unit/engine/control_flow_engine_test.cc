@@ -383,6 +383,26 @@ TEST(EngineControlFlow, IfBranchesAreFusedAndRunTactics) {
     EXPECT_EQ(g.nodes[0].op_type, "FusedMatMul") << branch;
     EXPECT_NE(g.nodes[0].attr_string(engine::kBodyKernelAttr, "reference"), "reference") << branch;
   }
+  // kiln inspect lists the branches' layers with their kernels under the If, and counts them.
+  nlohmann::json j = detail::inspect(e->impl());
+  EXPECT_EQ(j["body_layers"]["layers"].get<int>(), 2);
+  EXPECT_EQ(j["body_layers"]["with_tactic"].get<int>(), 2);
+  int listed = 0;
+  for (const auto& l : j["layers"]) {
+    if (l["op"] != "If") {
+      EXPECT_FALSE(l.contains("bodies")) << l["name"];
+      continue;
+    }
+    ASSERT_EQ(l["bodies"].size(), 2u);
+    for (const auto& b : l["bodies"]) {
+      ASSERT_EQ(b["layers"].size(), 1u);
+      EXPECT_EQ(b["layers"][0]["op"], "kiln.FusedMatMul");
+      EXPECT_NE(b["layers"][0]["kernel"], "reference");
+      EXPECT_EQ(b["layers"][0]["outputs"][0]["type"], "float32[5,12]");
+      ++listed;
+    }
+  }
+  EXPECT_EQ(listed, 2);
   for (bool c : {true, false}) {
     std::map<std::string, ops::Value> in = {{"x", ops::Value(random_tensor({5, 24}, 65))},
                                             {"c", ops::Value(Tensor::scalar<bool>(DataType::kBool, c))}};
