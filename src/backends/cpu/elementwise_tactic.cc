@@ -3,7 +3,8 @@
 // the kernel runs the whole list on a chunk of 512 elements at a time, so each intermediate lives in L1 and the output
 // is written once. Broadcasting: the output's dims are merged where every input agrees (all of them full or broadcast),
 // the last merged dim is the contiguous row, and each input is either contiguous along the row or one value per row,
-// with any broadcast among the outer dims (strides of 0).
+// with any broadcast among the outer dims (strides of 0), or repeating a short period along the row (a per-channel
+// constant against the channel-blocked layout: one vector of B channels, repeated H * W times per block).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -241,6 +242,7 @@ class PreparedProgram : public PreparedLayer {
 class FusedElementwiseKiln : public Tactic {
  public:
   std::string name() const override { return "fused_elementwise_kiln"; }
+  int revision() const override { return 2; }  // 2: periodic operands (per-channel constants, blocked)
   std::vector<std::pair<std::string, std::string>> ops() const override {
     std::vector<std::pair<std::string, std::string>> v = {{"kiln", "FusedElementwise"}};
     for (const char* op :
@@ -265,7 +267,7 @@ class FusedElementwiseKiln : public Tactic {
     for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
     xf::EltProgram p;
     Dims out;
-    return xf_plan_rows(shapes, &p, &out);
+    return xf_plan_rows(shapes, &p, &out, true);
   }
 
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
@@ -275,7 +277,7 @@ class FusedElementwiseKiln : public Tactic {
     prep->prog = compile(sig).prog;
     std::vector<Dims> shapes;
     for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
-    if (auto e = xf_plan_rows(shapes, &prep->prog, &prep->out); !e.empty()) return Unsupported(name(), ": ", e);
+    if (auto e = xf_plan_rows(shapes, &prep->prog, &prep->out, true); !e.empty()) return Unsupported(name(), ": ", e);
     return std::unique_ptr<PreparedLayer>(std::move(prep));
   }
 };
@@ -309,7 +311,7 @@ class GeluKiln : public Tactic {
 
 }  // namespace
 
-std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out) {
+std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out, bool periodic) {
   Dims o;
   for (const Dims& d : in)
     if (!xf_broadcast(o, d, &o)) return "inputs do not broadcast";
@@ -333,14 +335,30 @@ std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* o
     }
   }
   if (sizes.empty()) sizes.push_back(1), full.push_back(std::vector<bool>(n, true));
+  // A last group that every input takes whole, after one that some inputs broadcast along (the
+  // blocked [N, C/B, H, W, B] against a [1, C/B, 1, 1, B] constant): the two merge into one row in
+  // which those inputs repeat the last group's values, when that period divides the chunk.
+  std::vector<int64_t> period(n, 0);
+  if (size_t m = sizes.size(); periodic && m >= 2 && xf::kEltChunk % sizes[m - 1] == 0) {
+    bool merge = true;
+    for (size_t i = 0; i < n; ++i) merge = merge && full[m - 1][i];
+    if (merge) {
+      for (size_t i = 0; i < n; ++i)
+        if (!full[m - 2][i]) period[i] = sizes[m - 1];
+      sizes[m - 2] *= sizes[m - 1];
+      full[m - 2] = full[m - 1];  // every input is now full along the row (the strides below)
+      sizes.pop_back(), full.pop_back();
+    }
+  }
   size_t m = sizes.size();
   p->inner = sizes.back();
   p->outer_dims.assign(sizes.begin(), sizes.end() - 1);
   p->in_varies.assign(n, 0);
   p->in_strides.assign(n, std::vector<int64_t>(m - 1, 0));
+  p->in_period = period;
   for (size_t i = 0; i < n; ++i) {
-    p->in_varies[i] = full[m - 1][i] ? 1 : 0;
-    int64_t s = full[m - 1][i] ? sizes[m - 1] : 1;
+    p->in_varies[i] = period[i] ? 2 : full[m - 1][i] ? 1 : 0;
+    int64_t s = period[i] ? period[i] : full[m - 1][i] ? sizes[m - 1] : 1;
     for (size_t d = m - 1; d-- > 0;) {
       if (!full[d][i]) continue;
       p->in_strides[i][d] = s;

@@ -513,6 +513,11 @@ LayerCase fused_elementwise_case(std::mt19937& rng, uint64_t seed) {
   int64_t rank = pick(rng, 0, 4);
   Dims out = random_dims(rng, rank, 7);
   if (rank && rng() % 3 == 0) out.back() = pick(rng, 500, 1100);  // more than one 512-element chunk
+  // The channel-blocked [N, C/B, H, W, B] against per-channel [1, C/B, 1, 1, B] operands (rows that
+  // repeat a period of B), odd H and W; some rows longer than a 512-element chunk.
+  static const int64_t kBlock[] = {2, 8, 16, 32};
+  const bool blocked = rng() % 4 == 0;
+  if (blocked) out = {pick(rng, 1, 3), pick(rng, 1, 4), pick(rng, 1, 9), pick(rng, 1, 11), kBlock[rng() % 4]};
   int n_in = static_cast<int>(pick(rng, 1, 4));
   LayerCase lc;
   auto body = std::make_shared<ir::Graph>();
@@ -521,7 +526,10 @@ LayerCase fused_elementwise_case(std::mt19937& rng, uint64_t seed) {
   for (int i = 0; i < n_in; ++i) {
     Dims d;
     int kind = i == 0 ? 0 : static_cast<int>(rng() % 4);  // 0: full, 1: scalar, 2/3: some dims broadcast
-    if (kind == 1) {
+    if (blocked && i > 0 && rng() % 3 != 0) {
+      d = {out[1], 1, 1, out[4]};
+      if (rng() % 2) d.insert(d.begin(), 1);
+    } else if (kind == 1) {
       d = rng() % 2 ? Dims{} : Dims{1};
     } else {
       size_t drop = kind == 0 ? 0 : rng() % (out.size() + 1);
