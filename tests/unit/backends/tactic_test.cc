@@ -509,14 +509,13 @@ LayerCase attention_case(std::mt19937& rng, uint64_t seed) {
 }
 
 // A body of 2-7 elementwise nodes over 1-4 inputs broadcast into one output shape.
-LayerCase fused_elementwise_case(std::mt19937& rng, uint64_t seed) {
+LayerCase fused_elementwise_case(std::mt19937& rng, uint64_t seed, bool blocked = false) {
   int64_t rank = pick(rng, 0, 4);
   Dims out = random_dims(rng, rank, 7);
   if (rank && rng() % 3 == 0) out.back() = pick(rng, 500, 1100);  // more than one 512-element chunk
-  // The channel-blocked [N, C/B, H, W, B] against per-channel [1, C/B, 1, 1, B] operands (rows that
-  // repeat a period of B), odd H and W; some rows longer than a 512-element chunk.
+  // `blocked`: the channel-blocked [N, C/B, H, W, B] against per-channel [1, C/B, 1, 1, B] operands
+  // (rows that repeat a period of B), odd H and W, rows shorter and longer than a 512-element chunk.
   static const int64_t kBlock[] = {2, 8, 16, 32};
-  const bool blocked = rng() % 4 == 0;
   if (blocked) out = {pick(rng, 1, 3), pick(rng, 1, 4), pick(rng, 1, 9), pick(rng, 1, 11), kBlock[rng() % 4]};
   int n_in = static_cast<int>(pick(rng, 1, 4));
   LayerCase lc;
@@ -876,6 +875,31 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
     if (!avx512 && t->name().find("winograd") != std::string::npos) continue;
     EXPECT_GT(checked[t->name()], 5) << t->name() << " was checked on too few random layers";
   }
+}
+
+// kiln.FusedElementwise on the channel-blocked layout with per-channel operands (layout_blocked keeps
+// DenseNet's BatchNormalization pre-activations so): the fused tactic takes each case, and its
+// periodic rows match the reference on every ISA.
+TEST(Tactics, FusedElementwiseOnBlockedPerChannelOperandsMatchesReference) {
+  std::map<std::string, int> checked;
+  std::mt19937 rng(2468);
+  std::vector<std::string> isas = isas_to_test();
+  const char* isa_env = std::getenv("KILN_ISA");
+  std::string saved_isa = isa_env ? isa_env : "";
+  for (int iter = 0; iter < 60; ++iter) {
+    LayerCase lc = fused_elementwise_case(rng, 900000 + 10 * iter, true);
+    std::vector<Tensor> want = testing::reference_outputs(lc);
+    ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
+    int took = 0;
+    check_tactics(lc, want, iter, isas, checked, &took);
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
+  }
+  if (isa_env)
+    setenv("KILN_ISA", saved_isa.c_str(), 1);
+  else
+    unsetenv("KILN_ISA");
+  EXPECT_EQ(checked["fused_elementwise_kiln"], 60 * static_cast<int>(isas.size()));  // once per ISA
 }
 
 // AveragePool with count_include_pad whose last ceil_mode window reaches past the declared pads
