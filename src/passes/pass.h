@@ -41,6 +41,7 @@ Result<int> eliminate_common_subexpressions(ir::Graph& g);
 Result<int> remove_noop_ops(ir::Graph& g);
 Result<int> fold_pad_into_window(ir::Graph& g);  // in fold_pad.cc
 Result<int> prune_padding_taps(ir::Graph& g);
+Result<int> pool_before_pointwise_conv(ir::Graph& g);
 Result<int> fold_batch_norm(ir::Graph& g);
 Result<int> fuse_gelu(ir::Graph& g);
 Result<int> fuse_layer_norm(ir::Graph& g);

@@ -22,6 +22,9 @@ const std::vector<PassInfo>& pipeline() {
       {"prune_padding_taps", prune_padding_taps,
        "Conv taps that only ever read padding (dilation >= input size) -> a smaller kernel"},
       {"eliminate_common_subexpressions", eliminate_common_subexpressions, "merge nodes computing the same values"},
+      // On plain ONNX Conv and AveragePool, before fold_batch_norm / fuse_activation make FusedConvs.
+      {"pool_before_pointwise_conv", pool_before_pointwise_conv,
+       "1x1 Conv -> unpadded AveragePool -> the pool first (the conv on k*k times fewer pixels)"},
       // Before activation fusion: Conv -> BatchNorm -> Relu must become Conv -> Relu first.
       {"fold_batch_norm", fold_batch_norm, "fold BatchNormalization into Conv/Gemm weights, or lower it to Mul+Add"},
       // The pattern fusions below all match plain ONNX elementwise ops, so they come before
