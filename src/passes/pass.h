@@ -57,5 +57,6 @@ Result<int> layout_blocked(ir::Graph& g);
 Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block);
 int64_t default_layout_block();
 Result<int> layout_fuse_conv_dw(ir::Graph& g);
+Result<int> layout_fuse_concat_elementwise(ir::Graph& g);  // in layout_fuse_concat.cc
 
 }  // namespace kiln::passes

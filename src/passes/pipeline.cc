@@ -53,6 +53,9 @@ const std::vector<PassInfo>& pipeline() {
       // On the blocked convs the layout pass made.
       {"layout_fuse_conv_dw", layout_fuse_conv_dw,
        "blocked 1x1 conv -> depthwise 3x3 conv -> kiln.BlockedConvDw (the wide intermediate stays in cache)"},
+      // On the blocked Concats and the per-channel elementwise nodes the layout pass kept blocked.
+      {"layout_fuse_concat_elementwise", layout_fuse_concat_elementwise,
+       "blocked Concat -> per-channel elementwise (DenseNet's BN + ReLU) -> one layer (no concatenated copy)"},
       // Last: rewrites leave orphans behind.
       {"remove_dead_nodes", remove_dead_nodes, "drop nodes and initializers nothing reads"},
   };

@@ -821,6 +821,60 @@ void check_tactics(const LayerCase& lc, const std::vector<Tensor>& want, int ite
   }
 }
 
+// kiln.BlockedConcatElementwise: 1-4 blocked pieces of 1-3 channel blocks each (N 1-3, odd H and W,
+// blocks 2, 8, 16), then a body of Mul / Add by per-channel or one-value operands and an activation.
+LayerCase blocked_concat_elementwise_case(std::mt19937& rng, uint64_t seed) {
+  static const int64_t kBlock[] = {2, 8, 16};
+  const int64_t n = pick(rng, 1, 3), h = pick(rng, 1, 9), w = pick(rng, 1, 12), block = kBlock[rng() % 3];
+  const int64_t pieces = pick(rng, 1, 4);
+  LayerCase lc;
+  int64_t blocks = 0;
+  for (int64_t p = 0; p < pieces; ++p) {
+    const int64_t cb = pick(rng, 1, 3);
+    blocks += cb;
+    lc.inputs.push_back(testing::random_tensor({n, cb, h, w, block}, seed + static_cast<uint64_t>(p)));
+    lc.constant.push_back(false);
+  }
+  auto body = std::make_shared<ir::Graph>();
+  body->name = "body";
+  body->inputs.push_back({"c", ir::TypeInfo::tensor(DataType::kFloat32)});
+  std::string v = "c";
+  int counter = 0;
+  auto add = [&](const std::string& op, std::vector<std::string> ins) {
+    ir::Node nd;
+    nd.name = "n" + std::to_string(counter);
+    nd.op_type = op;
+    nd.opset = 17;
+    nd.inputs = std::move(ins);
+    nd.outputs = {"t" + std::to_string(counter++)};
+    body->nodes.push_back(nd);
+    v = nd.outputs[0];
+  };
+  auto operand = [&]() {
+    const std::string name = "k" + std::to_string(lc.inputs.size());
+    body->inputs.push_back({name, ir::TypeInfo::tensor(DataType::kFloat32)});
+    lc.inputs.push_back(rng() % 4 == 0
+                            ? Tensor::scalar<float>(DataType::kFloat32, 0.75f)
+                            : testing::random_tensor({1, blocks, 1, 1, block}, seed + 50 + lc.inputs.size()));
+    lc.constant.push_back(true);
+    return name;
+  };
+  if (rng() % 4)
+    add("Mul", rng() % 2 ? std::vector<std::string>{v, operand()} : std::vector<std::string>{operand(), v});
+  if (rng() % 4 || counter == 0) add("Add", {v, operand()});
+  static const char* kAct[] = {"Relu", "Sigmoid", "Tanh", ""};
+  if (std::string act = kAct[rng() % 4]; !act.empty()) add(act, {v});
+  body->outputs.push_back({v, ir::TypeInfo::tensor(DataType::kFloat32)});
+  lc.node = make_node("kiln", "BlockedConcatElementwise", lc.inputs.size());
+  testing::GraphBuilder::set_int(lc.node, "block", block);
+  testing::GraphBuilder::set_int(lc.node, "pieces", pieces);
+  ir::Attribute at;
+  at.type = ir::Attribute::Type::kGraph;
+  at.g = body;
+  lc.node.attrs["body"] = at;
+  return lc;
+}
+
 TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
   std::map<std::string, int> checked;
   std::mt19937 rng(1234);
@@ -848,15 +902,17 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
     if (::testing::Test::HasFatalFailure()) return;
   }
   // Convolution and pooling of every rank and variant, blocked convs grouped into whole blocks and
-  // blocked Concats (their own random stream, so the cases above stay as they were): each must be taken by a
+  // blocked Concats, alone or with the elementwise layer after them (their own random stream, so the cases
+  // above stay as they were): each must be taken by a
   // tactic, none left to the reference kernel.
   std::mt19937 rng_nd(4321);
   for (int iter = 0; iter < cases; ++iter) {
     uint64_t seed = 500000 + 10 * iter;
-    LayerCase lc = iter % 10 == 9  ? blocked_concat_case(rng_nd, seed)
-                   : iter % 5 == 4 ? grouped_blocks_conv_case(rng_nd, seed)
-                   : iter % 5 % 2  ? conv_nd_case(rng_nd, seed)
-                                   : pool_nd_case(rng_nd, seed);
+    LayerCase lc = iter % 20 == 19  ? blocked_concat_elementwise_case(rng_nd, seed)
+                   : iter % 10 == 9 ? blocked_concat_case(rng_nd, seed)
+                   : iter % 5 == 4  ? grouped_blocks_conv_case(rng_nd, seed)
+                   : iter % 5 % 2   ? conv_nd_case(rng_nd, seed)
+                                    : pool_nd_case(rng_nd, seed);
     std::vector<Tensor> want = testing::reference_outputs(lc);
     ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
     int took = 0;
@@ -878,8 +934,8 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
 }
 
 // kiln.FusedElementwise on the channel-blocked layout with per-channel operands (layout_blocked keeps
-// DenseNet's BatchNormalization pre-activations so): the fused tactic takes each case, and its
-// periodic rows match the reference on every ISA.
+// DenseNet's BatchNormalization pre-activations so), and kiln.BlockedConcatElementwise (the Concat
+// before them fused in): a tactic takes each case, and matches the reference on every ISA.
 TEST(Tactics, FusedElementwiseOnBlockedPerChannelOperandsMatchesReference) {
   std::map<std::string, int> checked;
   std::mt19937 rng(2468);
@@ -895,11 +951,21 @@ TEST(Tactics, FusedElementwiseOnBlockedPerChannelOperandsMatchesReference) {
     if (::testing::Test::HasFatalFailure()) return;
     EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
   }
+  for (int iter = 0; iter < 60; ++iter) {
+    LayerCase lc = blocked_concat_elementwise_case(rng, 950000 + 10 * iter);
+    std::vector<Tensor> want = testing::reference_outputs(lc);
+    ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
+    int took = 0;
+    check_tactics(lc, want, iter, isas, checked, &took);
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
+  }
   if (isa_env)
     setenv("KILN_ISA", saved_isa.c_str(), 1);
   else
     unsetenv("KILN_ISA");
   EXPECT_EQ(checked["fused_elementwise_kiln"], 60 * static_cast<int>(isas.size()));  // once per ISA
+  EXPECT_EQ(checked["concat_elementwise_blocked_kiln"], 60 * static_cast<int>(isas.size()));
 }
 
 // AveragePool with count_include_pad whose last ceil_mode window reaches past the declared pads

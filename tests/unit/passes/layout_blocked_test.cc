@@ -210,6 +210,47 @@ TEST(LayoutBlocked, PerChannelConstantsStayBlockedOnWholeBlocks) {
   }
 }
 
+// layout_fuse_concat_elementwise on that dense layer: the blocked Concat and the blocked
+// FusedElementwise after it become one kiln.BlockedConcatElementwise (three pieces, the Concat
+// read by body input 1 of 2: the body's inputs are reordered), computing the same; a Concat that is
+// also a graph output stays.
+TEST(LayoutFuseConcatElementwise, DenseLayerConcatAndPreActivationBecomeOneLayer) {
+  for (bool shared : {false, true}) {
+    GraphBuilder b(13);
+    b.input("x", {2, 16, 7, 9}).output("y");
+    if (shared) b.output("cat");
+    b.init("wa", random_tensor({16, 16, 3, 3}, 1)).init("wb", random_tensor({8, 16, 1, 1}, 2));
+    b.init("wc", random_tensor({16, 16, 1, 1}, 6));
+    b.init("scale", random_tensor({40, 1, 1}, 3)).init("shift", random_tensor({1, 40, 1, 1}, 4));
+    b.init("wo", random_tensor({5, 40, 1, 1}, 5));
+    conv(b, "x", "wa", "a", 1);
+    conv(b, "x", "wc", "cc", 0);
+    conv(b, "x", "wb", "bb", 0);
+    GraphBuilder::set_int(b.node("Concat", {"a", "cc", "bb"}, {"cat"}), "axis", 1);
+    b.node("Mul", {"scale", "cat"}, {"m"});
+    b.node("Add", {"m", "shift"}, {"s"});
+    b.node("Relu", {"s"}, {"r"});
+    conv(b, "r", "wo", "y", 0);
+    ir::Model before = b.finish();
+    int changed = 0;
+    ir::Model fused = apply_pass(before, passes::fuse_elementwise, &changed);
+    ir::Model blocked = apply_pass(fused, blocked8, &changed);
+    ASSERT_EQ(count_kiln(*blocked.graph, "FusedElementwise"), 1);
+    ir::Model after = apply_pass(blocked, passes::layout_fuse_concat_elementwise, &changed);
+    const ir::Graph& g = *after.graph;
+    EXPECT_EQ(changed, shared ? 0 : 1);
+    EXPECT_EQ(count_kiln(g, "BlockedConcatElementwise"), shared ? 0 : 1);
+    EXPECT_EQ(count_op(g, "Concat"), shared ? 1 : 0);
+    if (const ir::Node* f = find_op(g, "BlockedConcatElementwise")) {
+      EXPECT_EQ(f->attr_int("pieces", 0), 3);
+      EXPECT_EQ(f->attr_int("block", 0), 8);
+      ASSERT_EQ(f->inputs.size(), 5u);  // a, cc, bb, then the scale and shift
+      EXPECT_NE(f->inputs[3].find("scale"), std::string::npos);
+    }
+    EXPECT_LT(max_abs_diff(before, after), 1e-5);
+  }
+}
+
 TEST(LayoutBlocked, DepthwiseAndOddChannelsConvertGroupedStayPlain) {
   GraphBuilder b(13);
   b.input("x", {1, 21, 9, 9}).output("y");
