@@ -488,7 +488,7 @@ std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* o
   // blocked [N, C/B, H, W, B] against a [1, C/B, 1, 1, B] constant): the two merge into one row in
   // which those inputs repeat the last group's values, when that period divides the chunk.
   std::vector<int64_t> period(n, 0);
-  if (size_t m = sizes.size(); periodic && m >= 2 && xf::kEltChunk % sizes[m - 1] == 0) {
+  if (size_t m = sizes.size(); periodic && m >= 2 && sizes[m - 1] > 0 && xf::kEltChunk % sizes[m - 1] == 0) {
     bool merge = true;
     for (size_t i = 0; i < n; ++i) merge = merge && full[m - 1][i];
     if (merge) {
