@@ -96,6 +96,29 @@ std::shared_ptr<ir::Graph> single_node_body(const ir::Node& n) {
   return body;
 }
 
+// Mul into a temporary that only the next instruction, an Add, reads: one kMulAdd (a b + c), one pass
+// over the chunk instead of two (BatchNormalization lowered to Mul and Add).
+void fuse_mul_add(std::vector<EltInstr>* code) {
+  std::vector<EltInstr>& v = *code;
+  for (size_t i = 0; i + 1 < v.size(); ++i) {
+    const EltInstr& m = v[i];
+    EltInstr& add = v[i + 1];
+    if (m.op != EltOp::kMul || add.op != EltOp::kAdd || m.dst == xf::kEltOut) continue;
+    if ((add.a == m.dst) == (add.b == m.dst)) continue;  // reads it once
+    bool read_later = false;
+    for (size_t j = i + 2; j < v.size(); ++j)
+      read_later |= v[j].a == m.dst || (elt_is_binary(v[j].op) && v[j].b == m.dst) ||
+                    (v[j].op == EltOp::kMulAdd && (v[j].b == m.dst || v[j].c == m.dst));
+    if (read_later) continue;
+    EltInstr f = add;
+    f.op = EltOp::kMulAdd;
+    f.c = add.a == m.dst ? add.b : add.a;
+    f.a = m.a, f.b = m.b;
+    add = f;
+    v.erase(v.begin() + static_cast<int64_t>(i));
+  }
+}
+
 Compiled compile(const LayerSignature& sig) {
   Compiled c;
   const ir::Node& node = *sig.node;
@@ -212,6 +235,7 @@ Compiled compile(const LayerSignature& sig) {
   }
   p.n_temps = next - p.n_inputs;
   if (p.n_temps > 64) return c.error = "body over 64 nodes", c;
+  fuse_mul_add(&p.code);
   return c;
 }
 
@@ -242,7 +266,7 @@ class PreparedProgram : public PreparedLayer {
 class FusedElementwiseKiln : public Tactic {
  public:
   std::string name() const override { return "fused_elementwise_kiln"; }
-  int revision() const override { return 2; }  // 2: periodic operands (per-channel constants, blocked)
+  int revision() const override { return 2; }  // 2: periodic operands (per-channel constants, blocked), a b + c
   std::vector<std::pair<std::string, std::string>> ops() const override {
     std::vector<std::pair<std::string, std::string>> v = {{"kiln", "FusedElementwise"}};
     for (const char* op :

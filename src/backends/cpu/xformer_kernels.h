@@ -77,6 +77,8 @@ enum class EltOp : uint8_t {
   kCelu,             // p0 = alpha: max(0, a) + min(0, alpha (e^(a / alpha) - 1))
   kThresholdedRelu,  // p0 = alpha: a > alpha ? a : 0
   kSwish,            // p0 = alpha: a sigmoid(alpha a)
+  // ternary (a, b, c)
+  kMulAdd,  // a b + c, one rounding (a Mul whose only reader is an Add: BatchNormalization's scale and shift)
 };
 inline bool elt_is_binary(EltOp op) { return op <= EltOp::kPRelu; }
 
@@ -84,7 +86,7 @@ inline bool elt_is_binary(EltOp op) { return op <= EltOp::kPRelu; }
 constexpr int kEltOut = -1;
 struct EltInstr {
   EltOp op = EltOp::kCopy;
-  int dst = kEltOut, a = 0, b = 0;
+  int dst = kEltOut, a = 0, b = 0, c = 0;
   float p0 = 0.f, p1 = 0.f;
 };
 
