@@ -13,6 +13,11 @@
 //                                      straight into a depthwise BlockedConv (Wdw, Bdw; its attributes
 //                                      prefixed "dw.", e.g. dw.strides, dw.activation); output blocked.
 //                                      The intermediate never exists as a tensor (kernels fuse it).
+//   BlockedConcatElementwise(X1..Xk, C1..Cm)  attributes block, pieces (= k) and body (as
+//                                      kiln.FusedElementwise's, over 1 + m inputs): that
+//                                      FusedElementwise of (Concat of the blocked X1..Xk along the
+//                                      channel blocks, C1..Cm). DenseNet's Concat -> BN -> ReLU: the
+//                                      concatenation never exists as a tensor.
 //
 // Each reference kernel unblocks, runs the plain op's own reference kernel and blocks again, so
 // the blocked graph computes what the plain one did by construction. The padding lanes of every
@@ -371,8 +376,56 @@ Status blocked_conv_dw_kernel(KernelContext& ctx) {
   return Status::Ok();
 }
 
+// ---- BlockedConcatElementwise ----
+
+Result<int64_t> pieces_of(const ir::Node& n, size_t inputs) {
+  const int64_t k = n.attr_int("pieces", 0);
+  if (k < 1 || static_cast<size_t>(k) > inputs)
+    return InvalidArgument(n.where(), "attribute 'pieces' must be in [1, ", inputs, "] (the inputs), got ", k);
+  return k;
+}
+
+Status infer_blocked_concat_elementwise(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(check_block(ctx));
+  KILN_ASSIGN_OR_RETURN(int64_t k, pieces_of(ctx.node, ctx.num_inputs()));
+  std::vector<const ir::TypeInfo*> pieces;
+  for (int64_t i = 0; i < k; ++i) {
+    KILN_RETURN_IF_ERROR(check_blocked_input(ctx, static_cast<size_t>(i), -1, "a concatenated input"));
+    pieces.push_back(&ctx.input(static_cast<size_t>(i)));
+  }
+  KILN_ASSIGN_OR_RETURN(ir::TypeInfo cat,
+                        fused::infer_onnx(ctx, "Concat", 13, pieces, {}, {{"axis", fused::int_attr(1)}}));
+  KILN_ASSIGN_OR_RETURN(const OpSchema* fe, schema_of(ctx.node, "kiln", "FusedElementwise", 1));
+  std::vector<const ir::TypeInfo*> in = {&cat};
+  std::vector<const Tensor*> constants = {nullptr};
+  for (size_t i = static_cast<size_t>(k); i < ctx.num_inputs(); ++i) {
+    in.push_back(ctx.has_input(i) ? &ctx.input(i) : nullptr);
+    constants.push_back(ctx.constant(i));
+  }
+  KILN_ASSIGN_OR_RETURN(ir::TypeInfo y,
+                        infer_op(ctx, *fe, 1, in, constants, attrs_without(ctx.node, {"block", "pieces"})));
+  ctx.set_output(0, std::move(y));
+  return Status::Ok();
+}
+
+Status blocked_concat_elementwise_kernel(KernelContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t k, pieces_of(ctx.node, ctx.num_inputs()));
+  std::vector<const Tensor*> pieces;
+  for (int64_t i = 0; i < k; ++i) pieces.push_back(&ctx.input(static_cast<size_t>(i)));
+  KILN_ASSIGN_OR_RETURN(Tensor cat, fused::run_onnx(ctx, "Concat", 13, pieces, {{"axis", fused::int_attr(1)}}));
+  KILN_ASSIGN_OR_RETURN(const OpSchema* fe, schema_of(ctx.node, "kiln", "FusedElementwise", 1));
+  std::vector<const Tensor*> in = {&cat};
+  for (size_t i = static_cast<size_t>(k); i < ctx.num_inputs(); ++i)
+    in.push_back(ctx.has_input(i) ? &ctx.input(i) : nullptr);
+  KILN_ASSIGN_OR_RETURN(Tensor y, run_op(ctx, *fe, 1, in, attrs_without(ctx.node, {"block", "pieces"})));
+  ctx.set_output(0, std::move(y));
+  return Status::Ok();
+}
+
 }  // namespace
 
+KILN_REGISTER_OP_ARITY("kiln", BlockedConcatElementwise, 1, infer_blocked_concat_elementwise,
+                       blocked_concat_elementwise_kernel, 1, -1);
 KILN_REGISTER_OP_ARITY("kiln", ReorderToBlocked, 1, infer_to_blocked, to_blocked_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("kiln", ReorderFromBlocked, 1, infer_from_blocked, from_blocked_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("kiln", BlockedConv, 1, infer_blocked_conv, blocked_conv_kernel, 2, 4);

@@ -100,7 +100,9 @@ bool is_blockable_pool(const ir::Graph& g, const ir::Node& n) {
 
 // Elementwise ops (ops::trait::kElementwiseUnary / kElementwiseBroadcast: the set fuse_elementwise
 // merges, and its kiln.FusedElementwise) compute the same on the blocked layout as on the plain one
-// when no operand broadcasts.
+// when no operand broadcasts, or when the only ones that do are per-channel constants and the
+// channels are whole blocks (a BatchNormalization left as Mul/Add, DenseNet's pre-activations):
+// those become [1, C / B, 1, 1, B] constants.
 bool is_elementwise_op(const ir::Node& n) {
   if (n.outputs.size() != 1 || n.outputs[0].empty() || n.inputs.empty()) return false;
   if (!ops::has_trait(n, ops::trait::kElementwiseUnary | ops::trait::kElementwiseBroadcast)) return false;
@@ -206,8 +208,14 @@ class Rewriter {
       ir::Node b;
       if (kind_[i] == Kind::kElementwise || kind_[i] == Kind::kConcat) {
         b = std::move(n);  // the same op, on blocked operands
-        for (size_t j = 0; j < b.inputs.size(); ++j)
-          if (reads_blocked(i, j)) b.inputs[j] = blocked_form(b.inputs[j], out);
+        for (size_t j = 0; j < b.inputs.size(); ++j) {
+          if (reads_blocked(i, j)) {
+            b.inputs[j] = blocked_form(b.inputs[j], out);
+          } else if (kind_[i] == Kind::kElementwise && !b.inputs[j].empty()) {
+            if (const Tensor* t = ir::constant_value(g_, b.inputs[j]); t && t->numel() != 1)
+              b.inputs[j] = blocked_constant(b.inputs[j]);
+          }
+        }
         if (kind_[i] == Kind::kConcat) fusion::set_int(b, "axis", 1);  // the channel blocks of [N, Cb, H, W, B]
       } else {
         b = fusion::kiln_node(kind_[i] == Kind::kConv ? "BlockedConv" : "BlockedPool", n.name);
@@ -264,14 +272,16 @@ class Rewriter {
   }
 
   // The channels of an elementwise node the layout can carry (0: none): every non-constant operand
-  // is a blocked value of the output's shape (no broadcasting), constants are scalars, and f(0) = 0.
+  // is a blocked value of the output's shape (no broadcasting), constants are scalars or, with whole
+  // blocks, per channel, and f(0) = 0 unless whole blocks leave no padding lanes.
   int64_t elementwise_channels(const ir::Node& n, const std::map<std::string, int64_t>& blocked_channels) {
     if (!is_elementwise_op(n) || !is_f32_rank(g_, n.outputs[0], 4)) return 0;
     int64_t ch = 0;
+    std::vector<const Tensor*> per_channel;
     for (const auto& in : n.inputs) {
       if (in.empty()) continue;
       if (const Tensor* t = ir::constant_value(g_, in)) {
-        if (t->numel() != 1) return 0;
+        if (t->numel() != 1) per_channel.push_back(t);
         continue;
       }
       auto it = blocked_channels.find(in);
@@ -279,8 +289,31 @@ class Rewriter {
         return 0;
       ch = it->second;
     }
-    if (!ch || !preserves_zero(g_, n)) return 0;
+    if (!ch) return 0;
+    for (const Tensor* t : per_channel)
+      if (ch % block_ != 0 || !is_per_channel(*t, ch)) return 0;
+    // Whole blocks have no padding lanes to keep at zero.
+    if (ch % block_ != 0 && !preserves_zero(g_, n)) return 0;
     return ch;
+  }
+
+  // A constant of shape [C, 1, 1] or [1, C, 1, 1]: one value per channel of a 4-D operand.
+  static bool is_per_channel(const Tensor& t, int64_t channels) {
+    if (t.dtype() != DataType::kFloat32 || t.rank() < 3 || t.rank() > 4) return false;
+    const int64_t r = t.rank();
+    return t.dim(r - 3) == channels && t.dim(r - 2) == 1 && t.dim(r - 1) == 1 && (r == 3 || t.dim(0) == 1);
+  }
+
+  // The blocked form of a per-channel constant (whole blocks only): [1, C / B, 1, 1, B], the same
+  // values in the same order, broadcasting against [N, C / B, H, W, B] as [C, 1, 1] did against NCHW.
+  std::string blocked_constant(const std::string& v) {
+    if (auto it = blocked_constants_.find(v); it != blocked_constants_.end()) return it->second;
+    const Tensor* t = ir::constant_value(g_, v);
+    const int64_t c = t->dim(t->rank() - 3);
+    std::string vb = fresh(v + ".blocked");
+    g_.initializers[vb] = t->reshaped({1, c / block_, 1, 1, block_});
+    blocked_constants_[v] = vb;
+    return vb;
   }
 
   // The channels of a channel Concat the layout can carry (0: none): every input a blocked value,
@@ -325,10 +358,11 @@ class Rewriter {
 
   ir::Graph& g_;
   int64_t block_;
-  std::vector<Kind> kind_;                           // per node of the original order
-  std::set<std::string> made_or_blocked_;            // values blocked nodes produce
-  std::map<std::string, std::string> made_blocked_;  // plain value -> its blocked form
-  std::set<std::string> taken_;                      // every name in the graph and every name made here
+  std::vector<Kind> kind_;                                // per node of the original order
+  std::set<std::string> made_or_blocked_;                 // values blocked nodes produce
+  std::map<std::string, std::string> made_blocked_;       // plain value -> its blocked form
+  std::map<std::string, std::string> blocked_constants_;  // per-channel constant -> its blocked form
+  std::set<std::string> taken_;                           // every name in the graph and every name made here
 };
 
 }  // namespace

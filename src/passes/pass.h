@@ -41,6 +41,7 @@ Result<int> eliminate_common_subexpressions(ir::Graph& g);
 Result<int> remove_noop_ops(ir::Graph& g);
 Result<int> fold_pad_into_window(ir::Graph& g);  // in fold_pad.cc
 Result<int> prune_padding_taps(ir::Graph& g);
+Result<int> pool_before_pointwise_conv(ir::Graph& g);
 Result<int> fold_batch_norm(ir::Graph& g);
 Result<int> fuse_gelu(ir::Graph& g);
 Result<int> fuse_layer_norm(ir::Graph& g);
@@ -56,5 +57,6 @@ Result<int> layout_blocked(ir::Graph& g);
 Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block);
 int64_t default_layout_block();
 Result<int> layout_fuse_conv_dw(ir::Graph& g);
+Result<int> layout_fuse_concat_elementwise(ir::Graph& g);  // in layout_fuse_concat.cc
 
 }  // namespace kiln::passes

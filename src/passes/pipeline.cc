@@ -23,6 +23,9 @@ const std::vector<PassInfo>& pipeline() {
       {"prune_padding_taps", prune_padding_taps,
        "Conv taps that only ever read padding (dilation >= input size) -> a smaller kernel"},
       {"eliminate_common_subexpressions", eliminate_common_subexpressions, "merge nodes computing the same values"},
+      // On plain ONNX Conv and AveragePool, before fold_batch_norm / fuse_activation make FusedConvs.
+      {"pool_before_pointwise_conv", pool_before_pointwise_conv,
+       "1x1 Conv -> unpadded AveragePool -> the pool first (the conv on k*k times fewer pixels)"},
       // Before activation fusion: Conv -> BatchNorm -> Relu must become Conv -> Relu first.
       {"fold_batch_norm", fold_batch_norm, "fold BatchNormalization into Conv/Gemm weights, or lower it to Mul+Add"},
       // The pattern fusions below all match plain ONNX elementwise ops, so they come before
@@ -51,6 +54,9 @@ const std::vector<PassInfo>& pipeline() {
       // On the blocked convs the layout pass made.
       {"layout_fuse_conv_dw", layout_fuse_conv_dw,
        "blocked 1x1 conv -> depthwise 3x3 conv -> kiln.BlockedConvDw (the wide intermediate stays in cache)"},
+      // On the blocked Concats and the per-channel elementwise nodes the layout pass kept blocked.
+      {"layout_fuse_concat_elementwise", layout_fuse_concat_elementwise,
+       "blocked Concat -> per-channel elementwise (DenseNet's BN + ReLU) -> one layer (no concatenated copy)"},
       // Last: rewrites leave orphans behind.
       {"remove_dead_nodes", remove_dead_nodes, "drop nodes and initializers nothing reads"},
   };

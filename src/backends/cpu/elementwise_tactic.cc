@@ -3,7 +3,8 @@
 // the kernel runs the whole list on a chunk of 512 elements at a time, so each intermediate lives in L1 and the output
 // is written once. Broadcasting: the output's dims are merged where every input agrees (all of them full or broadcast),
 // the last merged dim is the contiguous row, and each input is either contiguous along the row or one value per row,
-// with any broadcast among the outer dims (strides of 0).
+// with any broadcast among the outer dims (strides of 0), or repeating a short period along the row (a per-channel
+// constant against the channel-blocked layout: one vector of B channels, repeated H * W times per block).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -93,6 +94,29 @@ std::shared_ptr<ir::Graph> single_node_body(const ir::Node& n) {
   body->nodes.push_back(std::move(copy));
   body->outputs.push_back({"y", ir::TypeInfo()});
   return body;
+}
+
+// Mul into a temporary that only the next instruction, an Add, reads: one kMulAdd (a b + c), one pass
+// over the chunk instead of two (BatchNormalization lowered to Mul and Add).
+void fuse_mul_add(std::vector<EltInstr>* code) {
+  std::vector<EltInstr>& v = *code;
+  for (size_t i = 0; i + 1 < v.size(); ++i) {
+    const EltInstr& m = v[i];
+    EltInstr& add = v[i + 1];
+    if (m.op != EltOp::kMul || add.op != EltOp::kAdd || m.dst == xf::kEltOut) continue;
+    if ((add.a == m.dst) == (add.b == m.dst)) continue;  // reads it once
+    bool read_later = false;
+    for (size_t j = i + 2; j < v.size(); ++j)
+      read_later |= v[j].a == m.dst || (elt_is_binary(v[j].op) && v[j].b == m.dst) ||
+                    (v[j].op == EltOp::kMulAdd && (v[j].b == m.dst || v[j].c == m.dst));
+    if (read_later) continue;
+    EltInstr f = add;
+    f.op = EltOp::kMulAdd;
+    f.c = add.a == m.dst ? add.b : add.a;
+    f.a = m.a, f.b = m.b;
+    add = f;
+    v.erase(v.begin() + static_cast<int64_t>(i));
+  }
 }
 
 Compiled compile(const LayerSignature& sig) {
@@ -211,6 +235,7 @@ Compiled compile(const LayerSignature& sig) {
   }
   p.n_temps = next - p.n_inputs;
   if (p.n_temps > 64) return c.error = "body over 64 nodes", c;
+  fuse_mul_add(&p.code);
   return c;
 }
 
@@ -241,6 +266,7 @@ class PreparedProgram : public PreparedLayer {
 class FusedElementwiseKiln : public Tactic {
  public:
   std::string name() const override { return "fused_elementwise_kiln"; }
+  int revision() const override { return 2; }  // 2: periodic operands (per-channel constants, blocked), a b + c
   std::vector<std::pair<std::string, std::string>> ops() const override {
     std::vector<std::pair<std::string, std::string>> v = {{"kiln", "FusedElementwise"}};
     for (const char* op :
@@ -265,7 +291,7 @@ class FusedElementwiseKiln : public Tactic {
     for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
     xf::EltProgram p;
     Dims out;
-    return xf_plan_rows(shapes, &p, &out);
+    return xf_plan_rows(shapes, &p, &out, true);
   }
 
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
@@ -275,7 +301,7 @@ class FusedElementwiseKiln : public Tactic {
     prep->prog = compile(sig).prog;
     std::vector<Dims> shapes;
     for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
-    if (auto e = xf_plan_rows(shapes, &prep->prog, &prep->out); !e.empty()) return Unsupported(name(), ": ", e);
+    if (auto e = xf_plan_rows(shapes, &prep->prog, &prep->out, true); !e.empty()) return Unsupported(name(), ": ", e);
     return std::unique_ptr<PreparedLayer>(std::move(prep));
   }
 };
@@ -307,9 +333,158 @@ class GeluKiln : public Tactic {
   }
 };
 
+// kiln.BlockedConcatElementwise: the fused program run on each concatenated input in place. Every input
+// is whole channel blocks of the output ([N, Cbp, H, W, B] of [N, Cb, H, W, B]), so each one's rows are
+// a program of their own (its share of the per-channel operands, [1, Cbp, 1, 1, B]) writing a range of
+// the output's channel blocks: the concatenation is never written out.
+class PreparedConcatProgram : public PreparedLayer {
+ public:
+  struct Piece {
+    xf::EltProgram prog;
+    int64_t block_begin = 0, units = 0;  // its first channel block in the output; work units per image
+  };
+  const xf::Kernels* k = nullptr;
+  std::vector<Piece> pieces;
+  std::vector<bool> per_channel;         // per operand after the pieces: [.., Cb, 1, 1, B] (else one value)
+  int64_t n = 0, blocks = 0, plane = 0;  // images, output channel blocks, H * W * B
+  Dims out;
+
+  std::vector<Dims> output_shapes() const override { return {out}; }
+
+  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
+    float* y = outs[0]->data<float>();
+    const size_t np = pieces.size();
+    int64_t total = 0;
+    for (const Piece& p : pieces) total += n * p.units;
+    parallel_for(total, std::max<int64_t>(1, kGrainElements / std::min(plane, xf::kEltChunk)),
+                 [&](int64_t b, int64_t e) {
+                   const float* ptrs[kMaxInputs];
+                   int64_t at = 0;  // first unit of (image i, piece p)
+                   for (int64_t i = 0; i < n; ++i)
+                     for (size_t p = 0; p < np; ++p) {
+                       const Piece& pc = pieces[p];
+                       const int64_t lo = std::max(b, at), hi = std::min(e, at + pc.units);
+                       if (lo < hi) {
+                         const int64_t piece_blocks = in[p]->dim(1);
+                         ptrs[0] = in[p]->data<float>() + i * piece_blocks * plane;
+                         for (size_t j = 0; j < per_channel.size(); ++j) {
+                           const Tensor* t = in[np + j];
+                           ptrs[j + 1] = t->data<float>() + (per_channel[j] ? pc.block_begin * out[4] : 0);
+                         }
+                         k->eltwise(pc.prog, ptrs, y + (i * blocks + pc.block_begin) * plane, lo - at, hi - at);
+                       }
+                       at += pc.units;
+                     }
+                 });
+    return Status::Ok();
+  }
+};
+
+class BlockedConcatElementwiseKiln : public Tactic {
+ public:
+  std::string name() const override { return "concat_elementwise_blocked_kiln"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    return {{"kiln", "BlockedConcatElementwise"}};
+  }
+
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (sig.device.kind != DeviceKind::kCPU || sig.compute != DataType::kFloat32) return "not a float32 CPU layer";
+    const int64_t k = sig.node->attr_int("pieces", 0);
+    if (k < 1 || static_cast<size_t>(k) > sig.inputs.size()) return "attribute 'pieces' out of range";
+    if (sig.inputs.size() - static_cast<size_t>(k) + 1 > kMaxInputs) return "more than 16 operands";
+    for (const auto& t : sig.inputs)
+      if (!t.present || t.dtype != DataType::kFloat32) return "an input is missing or not float32";
+    for (int64_t i = 0; i < k; ++i)
+      if (sig.inputs[static_cast<size_t>(i)].shape.size() != 5) return "a concatenated input is not 5-D blocked";
+    ir::Node fe;
+    LayerSignature fsig = element_signature(sig, &fe, {});
+    Compiled c = compile(fsig);
+    if (!c.error.empty()) return c.error;
+    if (!sig.fully_known()) return "";
+    const Dims& a = sig.inputs[0].shape;
+    int64_t blocks = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      const Dims& d = sig.inputs[static_cast<size_t>(i)].shape;
+      if (d[0] != a[0] || d[2] != a[2] || d[3] != a[3] || d[4] != a[4])
+        return "concatenated inputs differ outside axis 1";
+      blocks += d[1];
+    }
+    for (size_t j = static_cast<size_t>(k); j < sig.inputs.size(); ++j) {
+      const TensorSig& t = sig.inputs[j];
+      if (shape_numel(t.shape) != 1 && !is_per_block(t.shape, blocks, a[4]))
+        return "an operand is neither one value nor per channel ([1, Cb, 1, 1, B])";
+    }
+    return "";
+  }
+
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto prep = std::make_unique<PreparedConcatProgram>();
+    prep->k = &xf::kernels(cpu_isa());
+    const size_t k = static_cast<size_t>(sig.node->attr_int("pieces", 0));
+    const Dims& a = sig.inputs[0].shape;
+    for (size_t i = 0; i < k; ++i) prep->blocks += sig.inputs[i].shape[1];
+    prep->n = a[0];
+    prep->plane = a[2] * a[3] * a[4];
+    prep->out = {a[0], prep->blocks, a[2], a[3], a[4]};
+    for (size_t j = k; j < sig.inputs.size(); ++j) prep->per_channel.push_back(shape_numel(sig.inputs[j].shape) != 1);
+    int64_t at = 0;
+    for (size_t i = 0; i < k; ++i) {
+      const int64_t pb = sig.inputs[i].shape[1];
+      // The program of one image of this piece: operands cut to its channel blocks.
+      std::vector<Dims> shapes = {{1, pb, a[2], a[3], a[4]}};
+      for (size_t j = k; j < sig.inputs.size(); ++j)
+        shapes.push_back(prep->per_channel[j - k] ? Dims{1, pb, 1, 1, a[4]} : Dims{});
+      ir::Node fe;
+      Compiled c = compile(element_signature(sig, &fe, shapes));
+      PreparedConcatProgram::Piece piece;
+      piece.prog = c.prog;
+      Dims out;
+      if (auto e = xf_plan_rows(shapes, &piece.prog, &out, true); !e.empty()) return Unsupported(name(), ": ", e);
+      piece.block_begin = at;
+      piece.units = piece.prog.outer() * ((piece.prog.inner + xf::kEltChunk - 1) / xf::kEltChunk);
+      prep->pieces.push_back(std::move(piece));
+      at += pb;
+    }
+    return std::unique_ptr<PreparedLayer>(std::move(prep));
+  }
+
+ private:
+  static int64_t shape_numel(const Dims& d) {
+    int64_t n = 1;
+    for (int64_t x : d) n *= x;
+    return n;
+  }
+  static bool is_per_block(const Dims& d, int64_t blocks, int64_t block) {
+    if (d.size() == 5) return d[0] == 1 && d[1] == blocks && d[2] == 1 && d[3] == 1 && d[4] == block;
+    return d.size() == 4 && d[0] == blocks && d[1] == 1 && d[2] == 1 && d[3] == block;
+  }
+  // The signature of the FusedElementwise the node runs per piece: input 0 the piece (shape
+  // shapes[0]), then the operands (shapes[1..], or theirs when `shapes` is empty); `fe` holds the node.
+  static LayerSignature element_signature(const LayerSignature& sig, ir::Node* fe, const std::vector<Dims>& shapes) {
+    const size_t k = static_cast<size_t>(sig.node->attr_int("pieces", 0));
+    fe->name = sig.node->name;
+    fe->domain = "kiln";
+    fe->op_type = "FusedElementwise";
+    fe->opset = 1;
+    fe->attrs = sig.node->attrs;
+    fe->outputs = sig.node->outputs;
+    fe->inputs = {sig.node->inputs[0]};
+    LayerSignature f = sig;
+    f.node = fe;
+    f.inputs = {sig.inputs[0]};
+    for (size_t j = k; j < sig.inputs.size(); ++j) {
+      fe->inputs.push_back(sig.node->inputs[j]);
+      f.inputs.push_back(sig.inputs[j]);
+    }
+    for (size_t j = 0; j < shapes.size() && j < f.inputs.size(); ++j) f.inputs[j].shape = shapes[j];
+    return f;
+  }
+};
+
 }  // namespace
 
-std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out) {
+std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out, bool periodic) {
   Dims o;
   for (const Dims& d : in)
     if (!xf_broadcast(o, d, &o)) return "inputs do not broadcast";
@@ -333,14 +508,30 @@ std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* o
     }
   }
   if (sizes.empty()) sizes.push_back(1), full.push_back(std::vector<bool>(n, true));
+  // A last group that every input takes whole, after one that some inputs broadcast along (the
+  // blocked [N, C/B, H, W, B] against a [1, C/B, 1, 1, B] constant): the two merge into one row in
+  // which those inputs repeat the last group's values, when that period divides the chunk.
+  std::vector<int64_t> period(n, 0);
+  if (size_t m = sizes.size(); periodic && m >= 2 && sizes[m - 1] > 0 && xf::kEltChunk % sizes[m - 1] == 0) {
+    bool merge = true;
+    for (size_t i = 0; i < n; ++i) merge = merge && full[m - 1][i];
+    if (merge) {
+      for (size_t i = 0; i < n; ++i)
+        if (!full[m - 2][i]) period[i] = sizes[m - 1];
+      sizes[m - 2] *= sizes[m - 1];
+      full[m - 2] = full[m - 1];  // every input is now full along the row (the strides below)
+      sizes.pop_back(), full.pop_back();
+    }
+  }
   size_t m = sizes.size();
   p->inner = sizes.back();
   p->outer_dims.assign(sizes.begin(), sizes.end() - 1);
   p->in_varies.assign(n, 0);
   p->in_strides.assign(n, std::vector<int64_t>(m - 1, 0));
+  p->in_period = period;
   for (size_t i = 0; i < n; ++i) {
-    p->in_varies[i] = full[m - 1][i] ? 1 : 0;
-    int64_t s = full[m - 1][i] ? sizes[m - 1] : 1;
+    p->in_varies[i] = period[i] ? 2 : full[m - 1][i] ? 1 : 0;
+    int64_t s = period[i] ? period[i] : full[m - 1][i] ? sizes[m - 1] : 1;
     for (size_t d = m - 1; d-- > 0;) {
       if (!full[d][i]) continue;
       p->in_strides[i][d] = s;
@@ -352,6 +543,10 @@ std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* o
 
 const Tactic* fused_elementwise_kiln() {
   static const FusedElementwiseKiln t;
+  return &t;
+}
+const Tactic* concat_elementwise_blocked_kiln() {
+  static const BlockedConcatElementwiseKiln t;
   return &t;
 }
 const Tactic* gelu_kiln() {

@@ -70,6 +70,7 @@ const std::vector<const Tactic*>& all_tactics() {
     v.push_back(cpu::attention_kiln_fused());
     v.push_back(cpu::fused_elementwise_kiln());
     v.push_back(cpu::gelu_kiln());
+    v.push_back(cpu::concat_elementwise_blocked_kiln());
     // kiln's own GEMM, 1x1 and depthwise convolution, pooling (the auto-tuner times them against oneDNN's)
     v.push_back(cpu::gemm_kiln_packed());
     v.push_back(cpu::conv2d_kiln_1x1());

@@ -77,6 +77,8 @@ enum class EltOp : uint8_t {
   kCelu,             // p0 = alpha: max(0, a) + min(0, alpha (e^(a / alpha) - 1))
   kThresholdedRelu,  // p0 = alpha: a > alpha ? a : 0
   kSwish,            // p0 = alpha: a sigmoid(alpha a)
+  // ternary (a, b, c)
+  kMulAdd,  // a b + c, one rounding (a Mul whose only reader is an Add: BatchNormalization's scale and shift)
 };
 inline bool elt_is_binary(EltOp op) { return op <= EltOp::kPRelu; }
 
@@ -84,13 +86,14 @@ inline bool elt_is_binary(EltOp op) { return op <= EltOp::kPRelu; }
 constexpr int kEltOut = -1;
 struct EltInstr {
   EltOp op = EltOp::kCopy;
-  int dst = kEltOut, a = 0, b = 0;
+  int dst = kEltOut, a = 0, b = 0, c = 0;
   float p0 = 0.f, p1 = 0.f;
 };
 
 // The output is viewed as `outer` rows (the dims `outer_dims`) of `inner` contiguous elements.
 // Input i's row r starts at sum(index_d(r) * in_strides[i][d]); along the row it is contiguous
-// (in_varies[i]) or one value broadcast.
+// (in_varies[i] == 1), one value broadcast (0), or the same in_period[i] values repeated (2; the
+// period divides kEltChunk): a per-channel constant against a channel-blocked [N, C/B, H, W, B].
 struct EltProgram {
   std::vector<EltInstr> code;
   int n_inputs = 0, n_temps = 0;
@@ -98,6 +101,7 @@ struct EltProgram {
   std::vector<int64_t> outer_dims;
   std::vector<std::vector<int64_t>> in_strides;
   std::vector<uint8_t> in_varies;
+  std::vector<int64_t> in_period;  // in_varies 2: the period; else 0
   int64_t outer() const {
     int64_t n = 1;
     for (int64_t d : outer_dims) n *= d;

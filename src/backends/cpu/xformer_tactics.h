@@ -25,6 +25,7 @@ const Tactic* attention_kiln_fused();
 const Tactic* fused_elementwise_kiln();
 // Gelu (ONNX 20, kiln): erf or tanh form.
 const Tactic* gelu_kiln();
+const Tactic* concat_elementwise_blocked_kiln();  // kiln.BlockedConcatElementwise
 
 // "" when every present input is float32 and the layer computes in float32 on the CPU.
 std::string xf_float32_layer(const LayerSignature& sig);
@@ -32,6 +33,9 @@ std::string xf_float32_layer(const LayerSignature& sig);
 bool xf_broadcast(const Dims& a, const Dims& b, Dims* out);
 // The row structure of the broadcast of `in` (p's inner, outer_dims, in_strides, in_varies; see
 // xf::EltProgram) and its shape `out`; "" or why not. Used by every broadcasting elementwise tactic.
-std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out);
+// With `periodic`, a last dim group every input takes whole may merge into the row before it as a
+// period of the inputs that broadcast along that one (in_varies 2); callers that read in_varies as
+// contiguous-or-broadcast leave it off.
+std::string xf_plan_rows(const std::vector<Dims>& in, xf::EltProgram* p, Dims* out, bool periodic = false);
 
 }  // namespace kiln::backends::cpu

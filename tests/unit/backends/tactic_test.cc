@@ -509,10 +509,14 @@ LayerCase attention_case(std::mt19937& rng, uint64_t seed) {
 }
 
 // A body of 2-7 elementwise nodes over 1-4 inputs broadcast into one output shape.
-LayerCase fused_elementwise_case(std::mt19937& rng, uint64_t seed) {
+LayerCase fused_elementwise_case(std::mt19937& rng, uint64_t seed, bool blocked = false) {
   int64_t rank = pick(rng, 0, 4);
   Dims out = random_dims(rng, rank, 7);
   if (rank && rng() % 3 == 0) out.back() = pick(rng, 500, 1100);  // more than one 512-element chunk
+  // `blocked`: the channel-blocked [N, C/B, H, W, B] against per-channel [1, C/B, 1, 1, B] operands
+  // (rows that repeat a period of B), odd H and W, rows shorter and longer than a 512-element chunk.
+  static const int64_t kBlock[] = {2, 8, 16, 32};
+  if (blocked) out = {pick(rng, 1, 3), pick(rng, 1, 4), pick(rng, 1, 9), pick(rng, 1, 11), kBlock[rng() % 4]};
   int n_in = static_cast<int>(pick(rng, 1, 4));
   LayerCase lc;
   auto body = std::make_shared<ir::Graph>();
@@ -521,7 +525,10 @@ LayerCase fused_elementwise_case(std::mt19937& rng, uint64_t seed) {
   for (int i = 0; i < n_in; ++i) {
     Dims d;
     int kind = i == 0 ? 0 : static_cast<int>(rng() % 4);  // 0: full, 1: scalar, 2/3: some dims broadcast
-    if (kind == 1) {
+    if (blocked && i > 0 && rng() % 3 != 0) {
+      d = {out[1], 1, 1, out[4]};
+      if (rng() % 2) d.insert(d.begin(), 1);
+    } else if (kind == 1) {
       d = rng() % 2 ? Dims{} : Dims{1};
     } else {
       size_t drop = kind == 0 ? 0 : rng() % (out.size() + 1);
@@ -814,6 +821,60 @@ void check_tactics(const LayerCase& lc, const std::vector<Tensor>& want, int ite
   }
 }
 
+// kiln.BlockedConcatElementwise: 1-4 blocked pieces of 1-3 channel blocks each (N 1-3, odd H and W,
+// blocks 2, 8, 16), then a body of Mul / Add by per-channel or one-value operands and an activation.
+LayerCase blocked_concat_elementwise_case(std::mt19937& rng, uint64_t seed) {
+  static const int64_t kBlock[] = {2, 8, 16};
+  const int64_t n = pick(rng, 1, 3), h = pick(rng, 1, 9), w = pick(rng, 1, 12), block = kBlock[rng() % 3];
+  const int64_t pieces = pick(rng, 1, 4);
+  LayerCase lc;
+  int64_t blocks = 0;
+  for (int64_t p = 0; p < pieces; ++p) {
+    const int64_t cb = pick(rng, 1, 3);
+    blocks += cb;
+    lc.inputs.push_back(testing::random_tensor({n, cb, h, w, block}, seed + static_cast<uint64_t>(p)));
+    lc.constant.push_back(false);
+  }
+  auto body = std::make_shared<ir::Graph>();
+  body->name = "body";
+  body->inputs.push_back({"c", ir::TypeInfo::tensor(DataType::kFloat32)});
+  std::string v = "c";
+  int counter = 0;
+  auto add = [&](const std::string& op, std::vector<std::string> ins) {
+    ir::Node nd;
+    nd.name = "n" + std::to_string(counter);
+    nd.op_type = op;
+    nd.opset = 17;
+    nd.inputs = std::move(ins);
+    nd.outputs = {"t" + std::to_string(counter++)};
+    body->nodes.push_back(nd);
+    v = nd.outputs[0];
+  };
+  auto operand = [&]() {
+    const std::string name = "k" + std::to_string(lc.inputs.size());
+    body->inputs.push_back({name, ir::TypeInfo::tensor(DataType::kFloat32)});
+    lc.inputs.push_back(rng() % 4 == 0
+                            ? Tensor::scalar<float>(DataType::kFloat32, 0.75f)
+                            : testing::random_tensor({1, blocks, 1, 1, block}, seed + 50 + lc.inputs.size()));
+    lc.constant.push_back(true);
+    return name;
+  };
+  if (rng() % 4)
+    add("Mul", rng() % 2 ? std::vector<std::string>{v, operand()} : std::vector<std::string>{operand(), v});
+  if (rng() % 4 || counter == 0) add("Add", {v, operand()});
+  static const char* kAct[] = {"Relu", "Sigmoid", "Tanh", ""};
+  if (std::string act = kAct[rng() % 4]; !act.empty()) add(act, {v});
+  body->outputs.push_back({v, ir::TypeInfo::tensor(DataType::kFloat32)});
+  lc.node = make_node("kiln", "BlockedConcatElementwise", lc.inputs.size());
+  testing::GraphBuilder::set_int(lc.node, "block", block);
+  testing::GraphBuilder::set_int(lc.node, "pieces", pieces);
+  ir::Attribute at;
+  at.type = ir::Attribute::Type::kGraph;
+  at.g = body;
+  lc.node.attrs["body"] = at;
+  return lc;
+}
+
 TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
   std::map<std::string, int> checked;
   std::mt19937 rng(1234);
@@ -841,15 +902,17 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
     if (::testing::Test::HasFatalFailure()) return;
   }
   // Convolution and pooling of every rank and variant, blocked convs grouped into whole blocks and
-  // blocked Concats (their own random stream, so the cases above stay as they were): each must be taken by a
+  // blocked Concats, alone or with the elementwise layer after them (their own random stream, so the cases
+  // above stay as they were): each must be taken by a
   // tactic, none left to the reference kernel.
   std::mt19937 rng_nd(4321);
   for (int iter = 0; iter < cases; ++iter) {
     uint64_t seed = 500000 + 10 * iter;
-    LayerCase lc = iter % 10 == 9  ? blocked_concat_case(rng_nd, seed)
-                   : iter % 5 == 4 ? grouped_blocks_conv_case(rng_nd, seed)
-                   : iter % 5 % 2  ? conv_nd_case(rng_nd, seed)
-                                   : pool_nd_case(rng_nd, seed);
+    LayerCase lc = iter % 20 == 19  ? blocked_concat_elementwise_case(rng_nd, seed)
+                   : iter % 10 == 9 ? blocked_concat_case(rng_nd, seed)
+                   : iter % 5 == 4  ? grouped_blocks_conv_case(rng_nd, seed)
+                   : iter % 5 % 2   ? conv_nd_case(rng_nd, seed)
+                                    : pool_nd_case(rng_nd, seed);
     std::vector<Tensor> want = testing::reference_outputs(lc);
     ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
     int took = 0;
@@ -868,6 +931,67 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
     if (!avx512 && t->name().find("winograd") != std::string::npos) continue;
     EXPECT_GT(checked[t->name()], 5) << t->name() << " was checked on too few random layers";
   }
+}
+
+// kiln.FusedElementwise on the channel-blocked layout with per-channel operands (layout_blocked keeps
+// DenseNet's BatchNormalization pre-activations so), and kiln.BlockedConcatElementwise (the Concat
+// before them fused in): a tactic takes each case, and matches the reference on every ISA.
+TEST(Tactics, FusedElementwiseOnBlockedPerChannelOperandsMatchesReference) {
+  std::map<std::string, int> checked;
+  std::mt19937 rng(2468);
+  std::vector<std::string> isas = isas_to_test();
+  const char* isa_env = std::getenv("KILN_ISA");
+  std::string saved_isa = isa_env ? isa_env : "";
+  for (int iter = 0; iter < 60; ++iter) {
+    LayerCase lc = fused_elementwise_case(rng, 900000 + 10 * iter, true);
+    std::vector<Tensor> want = testing::reference_outputs(lc);
+    ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
+    int took = 0;
+    check_tactics(lc, want, iter, isas, checked, &took);
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
+  }
+  for (int iter = 0; iter < 60; ++iter) {
+    LayerCase lc = blocked_concat_elementwise_case(rng, 950000 + 10 * iter);
+    std::vector<Tensor> want = testing::reference_outputs(lc);
+    ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
+    int took = 0;
+    check_tactics(lc, want, iter, isas, checked, &took);
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
+  }
+  if (isa_env)
+    setenv("KILN_ISA", saved_isa.c_str(), 1);
+  else
+    unsetenv("KILN_ISA");
+  // Empty dims (ONNX's affine_grid tests): a last dim group of 0 elements is no period (no division by it).
+  for (const auto& [x, k] : std::vector<std::pair<Dims, Dims>>{{{2, 3, 0}, {3, 0}}, {{2, 0, 4}, {1, 4}}}) {
+    LayerCase lc;
+    auto body = std::make_shared<ir::Graph>();
+    body->inputs = {{"a", ir::TypeInfo::tensor(DataType::kFloat32)}, {"b", ir::TypeInfo::tensor(DataType::kFloat32)}};
+    ir::Node mul;
+    mul.name = "m";
+    mul.op_type = "Mul";
+    mul.opset = 17;
+    mul.inputs = {"a", "b"};
+    mul.outputs = {"t"};
+    body->nodes.push_back(mul);
+    body->outputs.push_back({"t", ir::TypeInfo::tensor(DataType::kFloat32)});
+    lc.node = make_node("kiln", "FusedElementwise", 2);
+    ir::Attribute at;
+    at.type = ir::Attribute::Type::kGraph;
+    at.g = body;
+    lc.node.attrs["body"] = at;
+    lc.inputs = {testing::random_tensor(x, 7), testing::random_tensor(k, 8)};
+    lc.constant = {false, true};
+    std::vector<Tensor> want = testing::reference_outputs(lc);
+    ASSERT_FALSE(want.empty()) << describe_case(lc);
+    int took = 0;
+    check_tactics(lc, want, 0, isas, checked, &took);
+    EXPECT_GT(took, 0) << describe_case(lc);
+  }
+  EXPECT_EQ(checked["fused_elementwise_kiln"], 62 * static_cast<int>(isas.size()));  // once per ISA
+  EXPECT_EQ(checked["concat_elementwise_blocked_kiln"], 60 * static_cast<int>(isas.size()));
 }
 
 // AveragePool with count_include_pad whose last ceil_mode window reaches past the declared pads

@@ -162,6 +162,95 @@ TEST(LayoutBlocked, ElementwiseOpsStayBlockedOnlyWhenZeroStaysZero) {
   EXPECT_LT(max_abs_diff(before, after), 1e-6);
 }
 
+// DenseNet's dense layer: Concat of the block's feature maps -> BatchNormalization left as Mul and Add
+// by per-channel constants ([C, 1, 1] and [1, C, 1, 1]) -> Relu -> 1x1 conv. With whole blocks the
+// scale and shift become [1, C / B, 1, 1, B] constants and the layer stays blocked (no reorder
+// around it); with a last partial block (24 channels at block 16) it stays plain.
+TEST(LayoutBlocked, PerChannelConstantsStayBlockedOnWholeBlocks) {
+  for (int64_t second : {16, 8}) {
+    const int64_t c = 16 + second;
+    GraphBuilder b(13);
+    b.input("x", {2, 16, 7, 9}).output("y");
+    b.init("wa", random_tensor({16, 16, 3, 3}, 1)).init("wb", random_tensor({second, 16, 1, 1}, 2));
+    b.init("scale", random_tensor({c, 1, 1}, 3)).init("shift", random_tensor({1, c, 1, 1}, 4));
+    b.init("wo", random_tensor({5, c, 1, 1}, 5));
+    conv(b, "x", "wa", "a", 1);
+    conv(b, "x", "wb", "bb", 0);
+    GraphBuilder::set_int(b.node("Concat", {"a", "bb"}, {"cat"}), "axis", 1);
+    b.node("Mul", {"cat", "scale"}, {"m"});
+    b.node("Add", {"m", "shift"}, {"s"});
+    b.node("Relu", {"s"}, {"r"});
+    conv(b, "r", "wo", "y", 0);
+    ir::Model before = b.finish();
+    int fused_changed = 0;
+    ir::Model fused = apply_pass(before, passes::fuse_elementwise, &fused_changed);
+    ASSERT_EQ(count_kiln(*fused.graph, "FusedElementwise"), 1);
+    for (auto pass : {blocked16, blocked8}) {
+      const int64_t block = pass == blocked16 ? 16 : 8;
+      const bool whole = c % block == 0;
+      for (const ir::Model* m : {&before, &fused}) {
+        int changed = 0;
+        ir::Model after = apply_pass(*m, pass, &changed);
+        const ir::Graph& g = *after.graph;
+        const int elementwise = m == &before ? 3 : 1;
+        EXPECT_EQ(changed, 4 + (whole ? elementwise : 0)) << c << " channels, block " << block;
+        EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), whole ? 1 : 2);  // y (and cat when plain)
+        for (const auto& n : g.nodes) {
+          if (n.op_type != "Mul" && n.op_type != "Add" && n.op_type != "FusedElementwise") continue;
+          for (const auto& in : n.inputs) {
+            EXPECT_EQ(in.find(".blocked") != std::string::npos, whole) << n.name << " reads " << in;
+            if (const Tensor* t = ir::constant_value(g, in); t && whole) {
+              EXPECT_EQ(t->shape(), (Dims{1, c / block, 1, 1, block})) << in;
+            }
+          }
+        }
+        EXPECT_LT(max_abs_diff(before, after), 1e-5);
+      }
+    }
+  }
+}
+
+// layout_fuse_concat_elementwise on that dense layer: the blocked Concat and the blocked
+// FusedElementwise after it become one kiln.BlockedConcatElementwise (three pieces, the Concat
+// read by body input 1 of 2: the body's inputs are reordered), computing the same; a Concat that is
+// also a graph output stays.
+TEST(LayoutFuseConcatElementwise, DenseLayerConcatAndPreActivationBecomeOneLayer) {
+  for (bool shared : {false, true}) {
+    GraphBuilder b(13);
+    b.input("x", {2, 16, 7, 9}).output("y");
+    if (shared) b.output("cat");
+    b.init("wa", random_tensor({16, 16, 3, 3}, 1)).init("wb", random_tensor({8, 16, 1, 1}, 2));
+    b.init("wc", random_tensor({16, 16, 1, 1}, 6));
+    b.init("scale", random_tensor({40, 1, 1}, 3)).init("shift", random_tensor({1, 40, 1, 1}, 4));
+    b.init("wo", random_tensor({5, 40, 1, 1}, 5));
+    conv(b, "x", "wa", "a", 1);
+    conv(b, "x", "wc", "cc", 0);
+    conv(b, "x", "wb", "bb", 0);
+    GraphBuilder::set_int(b.node("Concat", {"a", "cc", "bb"}, {"cat"}), "axis", 1);
+    b.node("Mul", {"scale", "cat"}, {"m"});
+    b.node("Add", {"m", "shift"}, {"s"});
+    b.node("Relu", {"s"}, {"r"});
+    conv(b, "r", "wo", "y", 0);
+    ir::Model before = b.finish();
+    int changed = 0;
+    ir::Model fused = apply_pass(before, passes::fuse_elementwise, &changed);
+    ir::Model blocked = apply_pass(fused, blocked8, &changed);
+    ASSERT_EQ(count_kiln(*blocked.graph, "FusedElementwise"), 1);
+    ir::Model after = apply_pass(blocked, passes::layout_fuse_concat_elementwise, &changed);
+    const ir::Graph& g = *after.graph;
+    EXPECT_EQ(changed, shared ? 0 : 1);
+    EXPECT_EQ(count_kiln(g, "BlockedConcatElementwise"), shared ? 0 : 1);
+    EXPECT_EQ(count_op(g, "Concat"), shared ? 1 : 0);
+    if (const ir::Node* f = find_op(g, "BlockedConcatElementwise")) {
+      EXPECT_EQ(f->attr_int("pieces", 0), 3);
+      EXPECT_EQ(f->attr_int("block", 0), 8);
+      ASSERT_EQ(f->inputs.size(), 5u);  // a, cc, bb, then the scale and shift
+      EXPECT_NE(f->inputs[3].find("scale"), std::string::npos);
+    }
+    EXPECT_LT(max_abs_diff(before, after), 1e-5);
+  }
+}
+
 TEST(LayoutBlocked, DepthwiseAndOddChannelsConvertGroupedStayPlain) {
   GraphBuilder b(13);
   b.input("x", {1, 21, 9, 9}).output("y");

@@ -181,5 +181,58 @@ TEST(SpecializeFixedDims, PinsDimsEveryProfileFixesAndKeepsTheRest) {
   EXPECT_EQ(detail::specialize_fixed_dims(*m.graph, {}), 0);
 }
 
+// pool_before_pointwise_conv: DenseNet's transition (ReLU -> 1x1 conv -> 2x2 average pool), odd
+// spatial sizes, a bias, groups, overlapping 3x3 windows with stride 2: the pool moves before the
+// conv, which keeps writing the pool's output; the values stay those of the original graph.
+TEST(PoolBeforePointwiseConv, AveragePoolMovesBeforeA1x1Conv) {
+  struct Case {
+    int64_t group, kernel, stride;
+  };
+  for (const Case& k : {Case{1, 2, 2}, Case{3, 2, 2}, Case{1, 3, 2}, Case{2, 1, 1}}) {
+    GraphBuilder b(13);
+    b.input("x", {2, 12, 9, 7}).output("y");
+    b.init("w", random_tensor({6, 12 / k.group, 1, 1}, 1)).init("bias", random_tensor({6}, 2));
+    b.node("Relu", {"x"}, {"r"});
+    GraphBuilder::set_int(b.node("Conv", {"r", "w", "bias"}, {"c"}), "group", k.group);
+    auto& pool = b.node("AveragePool", {"c"}, {"y"});
+    GraphBuilder::set_ints(pool, "kernel_shape", {k.kernel, k.kernel});
+    GraphBuilder::set_ints(pool, "strides", {k.stride, k.stride});
+    ir::Model before = b.finish();
+    int changed = 0;
+    ir::Model after = apply_pass(before, passes::pool_before_pointwise_conv, &changed);
+    EXPECT_EQ(changed, 1);
+    const ir::Node* p = find_op(*after.graph, "AveragePool");
+    const ir::Node* c = find_op(*after.graph, "Conv");
+    ASSERT_TRUE(p && c);
+    EXPECT_EQ(p->inputs[0], "r");
+    EXPECT_EQ(c->inputs[0], p->outputs[0]);
+    EXPECT_EQ(c->outputs[0], "y");
+    EXPECT_LT(max_abs_diff(before, after), 1e-5);
+  }
+}
+
+// Left alone: pads or ceil_mode on the pool (padded or partial windows), a strided, padded or 3x3
+// conv, a MaxPool, and a conv output that something else reads too.
+TEST(PoolBeforePointwiseConv, LeavesOtherWindowsAndSharedConvsAlone) {
+  for (int variant = 0; variant < 7; ++variant) {
+    GraphBuilder b(13);
+    b.input("x", {1, 8, 8, 8}).output("y");
+    if (variant == 6) b.output("c");
+    b.init("w", random_tensor({4, 8, variant == 4 ? 3 : 1, variant == 4 ? 3 : 1}, 1));
+    auto& conv = b.node("Conv", {"x", "w"}, {"c"});
+    if (variant == 2) GraphBuilder::set_ints(conv, "strides", {2, 2});
+    if (variant == 3) GraphBuilder::set_ints(conv, "pads", {1, 1, 1, 1});
+    auto& pool = b.node(variant == 5 ? "MaxPool" : "AveragePool", {"c"}, {"y"});
+    GraphBuilder::set_ints(pool, "kernel_shape", {2, 2});
+    GraphBuilder::set_ints(pool, "strides", {2, 2});
+    if (variant == 0) GraphBuilder::set_ints(pool, "pads", {1, 1, 0, 0});
+    if (variant == 1) GraphBuilder::set_int(pool, "ceil_mode", 1);
+    ir::Model m = b.finish();
+    int changed = 0;
+    ir::Model after = apply_pass(m, passes::pool_before_pointwise_conv, &changed);
+    EXPECT_EQ(changed, 0) << "variant " << variant;
+  }
+}
+
 }  // namespace
 }  // namespace kiln
