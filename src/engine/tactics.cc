@@ -112,12 +112,22 @@ std::vector<std::string> reference_reasons(const ir::Node& n, const LayerChoice&
   return out;
 }
 
-bool is_shape_work(const ir::Graph& g, const ir::Node& n) {
+bool moves_no_elements(const ir::Node& n) {
   static const char* const kNoElementsMoved[] = {"Shape",   "Size",    "Constant", "Identity",
                                                  "Reshape", "Flatten", "Squeeze",  "Unsqueeze"};
   if (n.domain.empty())
     for (const char* op : kNoElementsMoved)
       if (n.op_type == op) return true;
+  return false;
+}
+
+bool small_for_shape_work(DataType dt, int64_t numel) {
+  bool integral = dt == DataType::kBool || dtype_is_integer(dt);
+  return numel <= 64 || (integral && numel <= 4096);
+}
+
+bool is_shape_work(const ir::Graph& g, const ir::Node& n) {
+  if (moves_no_elements(n)) return true;
   auto small = [&](const std::string& name) {
     if (name.empty()) return true;
     DataType dt;
@@ -129,8 +139,7 @@ bool is_shape_work(const ir::Graph& g, const ir::Node& n) {
       if (it == g.value_types.end() || !it->second.is_tensor() || !it->second.shape.fully_known()) return false;
       dt = it->second.elem, numel = dims_numel(it->second.shape.concrete());
     }
-    bool integral = dt == DataType::kBool || dtype_is_integer(dt);
-    return numel <= 64 || (integral && numel <= 4096);
+    return small_for_shape_work(dt, numel);
   };
   for (const auto& v : n.inputs)
     if (!small(v)) return false;
