@@ -17,6 +17,12 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
 }
 
+bool dims_known(const Dims& d) {
+  for (int64_t x : d)
+    if (x < 0) return false;
+  return true;
+}
+
 bool has_bodies(const ir::Node& n) {
   for (const auto& [k, a] : n.attrs)
     if (a.g || !a.graphs.empty()) return true;
@@ -100,6 +106,12 @@ Result<std::vector<ops::Value>> LayerExecutor::run_prepared(const ir::Graph& g, 
   std::vector<Tensor> out_tensors(shapes.size());
   std::vector<Tensor*> out_ptrs;
   for (size_t o = 0; o < shapes.size(); ++o) {
+    // An output whose shape depends on the data (a dim of -1: NonZero, NonMaxSuppression, TopK with a
+    // computed K) is left undefined: the tactic allocates it once it knows the shape.
+    if (!dims_known(shapes[o])) {
+      out_ptrs.push_back(&out_tensors[o]);
+      continue;
+    }
     Tensor t = top_level && allocate_output ? allocate_output(n, o, dtypes[o], shapes[o]) : Tensor();
     for (const Tensor* x : in_tensors_)
       if (t.defined() && x && overlaps(t, *x)) t = Tensor();
@@ -108,6 +120,10 @@ Result<std::vector<ops::Value>> LayerExecutor::run_prepared(const ir::Graph& g, 
   }
   Status st = prepared->run(in_tensors_, out_ptrs);
   if (!st.ok()) return st.with_context(n.where());
+  for (size_t o = 0; o < shapes.size(); ++o)
+    if (!out_tensors[o].defined() || out_tensors[o].dtype() != dtypes[o])
+      return Internal(n.where(), "tactic ", *kernel, " left output ", o, " without a tensor of dtype ",
+                      dtype_name(dtypes[o]));
   ++tactic_runs_;
   std::vector<ops::Value> outs(n.outputs.size());
   for (size_t o = 0; o < shapes.size() && o < outs.size(); ++o) outs[o] = ops::Value(std::move(out_tensors[o]));

@@ -9,9 +9,13 @@
 // is the enclosing graph's values, so it reads outer-scope values by name. Body layers run their
 // own tactics (chosen at build time, recorded in the node attribute engine::kBodyKernelAttr,
 // prepared lazily per input shape); their outputs are fresh tensors (bodies are not memory
-// planned). Values a body reads from outer scopes stay alive until the control-flow node is done:
-// the interpreter's release lists and the memory planner both count Graph::outer_references()
-// (transitively through nested bodies) as reads by that node.
+// planned). A tactic whose output shape depends on the data (NonZero, NonMaxSuppression, TopK with
+// a K computed at run time) reports that output's shape with a dim of -1 in output_shapes(): run_layer
+// then hands it an undefined tensor, which the tactic's run() replaces with one it allocates (of
+// output_dtypes()' dtype) once it knows the shape; such a main-graph output is moved into its arena
+// slot afterwards when it fits (the context's place_outputs), else stays a tensor of its own. Values a body reads from
+// outer scopes stay alive until the control-flow node is done: the interpreter's release lists and the memory planner
+// both count Graph::outer_references() (transitively through nested bodies) as reads by that node.
 #pragma once
 
 #include <chrono>
