@@ -142,6 +142,10 @@ void set_body_layer_timer(ContextImpl& ctx, BodyLayerTimer timer);
 std::vector<int64_t> declined_runs(const ContextImpl& ctx);
 // Where the builder's warnings go: cfg.warn, else "kiln: warning: ..." on stderr.
 std::function<void(const std::string&)> warner(const BuilderConfig& cfg);
+// Records the body layers left on reference kernels (engine::BodyTuning::reference) in
+// e.build["body_reference"] (path, op, domain, opset, reasons, shape_work; ms once measured), where
+// report_reference_layers and kiln inspect find them.
+void record_body_reference(EngineImpl& e, const engine::BodyTuning& bodies);
 // After kernels are chosen (engine/reference_layers.cc): warns about every layer left on its reference
 // kernel that is not shape work, measures their share of a run at e->typical_shapes(), records it in
 // e->build["reference"] and logs the count; under cfg.strict_tactics fails naming them instead.

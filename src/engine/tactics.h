@@ -88,6 +88,16 @@ bool small_for_shape_work(DataType dt, int64_t numel);
 struct BodyTuning {
   int layers = 0;                      // body nodes examined
   std::map<std::string, int> kernels;  // kernel -> count (body nodes with a tactic only)
+  // Body nodes left on their reference kernel (control-flow nodes aside: their bodies are examined),
+  // reported like main-graph reference layers (engine/reference_layers.cc).
+  struct Reference {
+    std::string path;  // "If_3404/else_branch/NonMaxSuppression_3422", as kiln bench's profile names it
+    std::string op_type, domain;
+    int opset = 0;
+    std::vector<std::string> reasons;
+    bool shape_work = false;
+  };
+  std::vector<Reference> reference;
 };
 BodyTuning choose_body_tactics(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filter, tune::Tuner& tuner);
 
