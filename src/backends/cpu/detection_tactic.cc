@@ -187,6 +187,25 @@ inline uint32_t ordered_bits(float v) {
   return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
+// Sorts keys by their high 32 bits, stably (equal high bits keep their order): three passes of 11 bits
+// (LSD radix) for long lists, std::stable_sort's result for short ones.
+void sort_by_high_bits(std::vector<uint64_t>& v, std::vector<uint64_t>& tmp) {
+  const size_t n = v.size();
+  if (n < 512) {
+    std::sort(v.begin(), v.end());  // the low bits (the index) already break ties in order
+    return;
+  }
+  tmp.resize(n);
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = 32 + 11 * pass;
+    size_t count[2049] = {0};
+    for (uint64_t x : v) ++count[((x >> shift) & 2047) + 1];
+    for (size_t b = 1; b < 2049; ++b) count[b] += count[b - 1];
+    for (uint64_t x : v) tmp[count[(x >> shift) & 2047]++] = x;
+    v.swap(tmp);
+  }
+}
+
 class PreparedNms : public PreparedLayer {
  public:
   bool center = false;
@@ -215,7 +234,7 @@ class PreparedNms : public PreparedLayer {
     const float* pb = boxes.data<float>();
     const float* ps = scores.data<float>();
     std::vector<int64_t> selected;
-    std::vector<uint64_t> order;
+    std::vector<uint64_t> order, scratch;
     std::vector<Box> all(static_cast<size_t>(S));
     KeptGrid kept(fn, lanes);
     for (int64_t b = 0; b < B && max_out > 0; ++b) {
@@ -236,7 +255,7 @@ class PreparedNms : public PreparedLayer {
           const uint32_t key = std::isnan(v) ? ordered_bits(-INFINITY) : ordered_bits(v);
           order.push_back((static_cast<uint64_t>(~key) << 32) | static_cast<uint64_t>(i));
         }
-        std::sort(order.begin(), order.end());
+        sort_by_high_bits(order, scratch);  // built in index order: ties stay by lower index
         kept.clear();
         int64_t n_kept = 0;
         for (uint64_t o : order) {

@@ -141,7 +141,7 @@ LayerCase nms_case(std::mt19937& rng, uint64_t seed) {
   const bool center = rng() % 2;
   if (center || rng() % 3 == 0) GraphBuilder::set_int(lc.node, "center_point_box", center);
   const int64_t B = pick(rng, 1, 2), C = pick(rng, 1, 4);
-  const int64_t S = rng() % 8 == 0 ? 0 : rng() % 3 ? pick(rng, 1, 40) : pick(rng, 41, 300);
+  const int64_t S = rng() % 8 == 0 ? 0 : rng() % 3 ? pick(rng, 1, 40) : pick(rng, 41, 1500);
   // Boxes on a small grid of coordinates (duplicates and exact-threshold IoUs), sometimes offset by
   // class far apart as torchvision's batched NMS does, sometimes with a NaN or a degenerate box.
   Tensor boxes(DataType::kFloat32, {B, S, 4});
