@@ -427,10 +427,19 @@ class PreparedRoiAlign : public PreparedLayer {
       if (!used[static_cast<size_t>(b)]) continue;
       float* dst = xt.data() + b * HW * C;
       const float* src = px + b * C * HW;
-      parallel_for(HW, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t p0, int64_t p1) {
-        for (int64_t c = 0; c < C; ++c)
-          for (int64_t p = p0; p < p1; ++p) dst[p * C + c] = src[c * HW + p];
-      });
+      // Tiles of 64 positions: each channel's run read contiguously, the tile's [64, C] block written
+      // while it stays in cache.
+      constexpr int64_t kTile = 64;
+      parallel_for((HW + kTile - 1) / kTile, std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)),
+                   [&](int64_t t0, int64_t t1) {
+                     for (int64_t t = t0; t < t1; ++t) {
+                       const int64_t p0 = t * kTile, p1 = std::min(HW, p0 + kTile);
+                       for (int64_t c = 0; c < C; ++c) {
+                         const float* s = src + c * HW;
+                         for (int64_t p = p0; p < p1; ++p) dst[p * C + c] = s[p];
+                       }
+                     }
+                   });
     }
     const bool rois_f32 = rois.dtype() == DataType::kFloat32;
     std::vector<Status> errors(static_cast<size_t>(R), Status::Ok());
