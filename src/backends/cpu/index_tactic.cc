@@ -369,8 +369,49 @@ class PreparedScatter : public PreparedLayer {
     return Status::Ok();
   }
 
+  // Rows along axis 0 (the indices' inner dims those of data): when every index row holds one value,
+  // in range, and no two rows share it (a detector's multi-level RoI pooling: indices expanded from one
+  // per roi), the scatter with no reduction is a copy of whole rows, in any order, and the rows it does
+  // not write are data's. Else false, nothing written.
+  bool scatter_rows(const Tensor& data, const Tensor& ind, const Tensor& upd, Tensor& out) const {
+    if (red != Reduction::kNone || axis != 0 || ind_shape.size() < 2) return false;
+    for (size_t k = 1; k < ind_shape.size(); ++k)
+      if (ind_shape[k] != data_shape[k]) return false;
+    const int64_t rows = ind_shape[0], dim = data_shape[0], inner = dims_numel(ind_shape) / std::max<int64_t>(rows, 1);
+    if (rows == 0 || inner == 0) return false;
+    std::vector<int64_t> dest(static_cast<size_t>(rows));
+    std::vector<char> taken(static_cast<size_t>(dim), 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t x = index_at(ind, r * inner);
+      if (x < -dim || x >= dim) return false;  // the general walk reports it
+      for (int64_t i = 1; i < inner; ++i)
+        if (index_at(ind, r * inner + i) != x) return false;
+      const int64_t d = x < 0 ? x + dim : x;
+      if (taken[static_cast<size_t>(d)]) return false;
+      taken[static_cast<size_t>(d)] = 1;
+      dest[static_cast<size_t>(r)] = d;
+    }
+    const size_t row_bytes = static_cast<size_t>(inner) * dtype_size(dtype);
+    const auto* s = static_cast<const uint8_t*>(data.raw());
+    const auto* u = static_cast<const uint8_t*>(upd.raw());
+    auto* o = static_cast<uint8_t*>(out.raw());
+    const int64_t grain = std::max<int64_t>(1, kGrain / inner);
+    parallel_for(dim, grain, [&](int64_t d0, int64_t d1) {
+      for (int64_t d = d0; d < d1; ++d)
+        if (!taken[static_cast<size_t>(d)])
+          std::memcpy(o + static_cast<size_t>(d) * row_bytes, s + static_cast<size_t>(d) * row_bytes, row_bytes);
+    });
+    parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        std::memcpy(o + static_cast<size_t>(dest[static_cast<size_t>(r)]) * row_bytes,
+                    u + static_cast<size_t>(r) * row_bytes, row_bytes);
+    });
+    return true;
+  }
+
   Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
     const Tensor& data = *in[0];
+    if (scatter_rows(data, *in[1], *in[2], *out[0])) return Status::Ok();
     const size_t bytes = data.nbytes();
     const auto* s = static_cast<const uint8_t*>(data.raw());
     auto* d = static_cast<uint8_t*>(out[0]->raw());

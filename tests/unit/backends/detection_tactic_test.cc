@@ -6,6 +6,7 @@
 // tactic (engine/executor.h): the harness passes undefined tensors for those.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -287,11 +288,28 @@ LayerCase scatter_case(std::mt19937& rng, uint64_t seed) {
   Dims data, ind;
   for (size_t d = 0; d < r; ++d) data.push_back(pick(rng, 1, 8));
   const int64_t axis = pick(rng, -static_cast<int64_t>(r), static_cast<int64_t>(r) - 1);
-  const size_t a = static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(r) : axis);
+  size_t a = static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(r) : axis);
   if (axis != 0 || rng() % 2) GraphBuilder::set_int(lc.node, "axis", axis);
   for (size_t d = 0; d < r; ++d) ind.push_back(d == a ? pick(rng, 0, 9) : pick(rng, 0, data[d]));
   std::vector<int64_t> iv(static_cast<size_t>(dims_numel(ind)));
   for (auto& v : iv) v = pick(rng, -data[a], data[a] - 1), v = rng() % 300 == 0 ? data[a] : v;
+  if (r >= 2 && rng() % 2) {
+    // Whole rows along axis 0, as a detector's multi-level RoI pooling scatters them: one index per row
+    // (distinct, or sometimes repeated: the last row wins), the other dims those of data.
+    a = 0;
+    lc.node.attrs.erase("axis");
+    ind = data;
+    ind[0] = pick(rng, 0, data[0]);
+    const int64_t inner = dims_numel(data) / data[0];
+    std::vector<int64_t> rows(static_cast<size_t>(data[0]));
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i) - (rng() % 2 ? data[0] : 0);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    if (rng() % 4 == 0) rows[0] = rows.back();  // a repeated row
+    iv.assign(static_cast<size_t>(dims_numel(ind)), 0);
+    for (int64_t j = 0; j < ind[0]; ++j)
+      for (int64_t i = 0; i < inner; ++i) iv[static_cast<size_t>(j * inner + i)] = rows[static_cast<size_t>(j)];
+    if (rng() % 6 == 0 && !iv.empty()) iv[iv.size() / 2] = data[0] - 1;  // one element off its row's value
+  }
   const bool as_int = rng() % 3 == 0;
   DataType dt = as_int ? DataType::kInt64 : DataType::kFloat32;
   lc.inputs = {testing::random_tensor(data, seed, dt, -9, 9), ints(iv, ind),
