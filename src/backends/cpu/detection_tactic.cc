@@ -322,13 +322,16 @@ struct Sample {
   double w[4] = {0, 0, 0, 0};
 };
 
-// acc[c] for c in [0, C): the pooled value of one bin from its n samples on the channels-last plane xp
+// The pooled values of one bin for c in [0, C), from its n samples on the channels-last plane xp
 // ([H * W, C]) as the reference computes it channel by channel: avg sums w * x over the samples and
 // their corners in order (from 0), max keeps the largest weighted corner (std::max's choice on ties and
 // NaNs: maxpd(b, a) is std::max(a, b)). Products and sums rounded one by one (no fused multiply-add).
-using PoolFn = void (*)(const float* xp, int64_t C, const Sample* s, int64_t n, bool avg, double* acc);
+// The bin's values are written to out[0, C) as floats: avg divides the sum by `count` first (in double,
+// vectorized: the same correctly rounded quotient as the reference's scalar division).
+using PoolFn = void (*)(const float* xp, int64_t C, const Sample* s, int64_t n, bool avg, double count, float* out);
 
-inline void pool_tail(const float* xp, int64_t C, int64_t c, const Sample* s, int64_t n, bool avg, double* acc) {
+inline void pool_tail(const float* xp, int64_t C, int64_t c, const Sample* s, int64_t n, bool avg, double count,
+                      float* out) {
   for (; c < C; ++c) {
     double a = 0;
     for (int64_t k = 0; k < n; ++k) {
@@ -342,11 +345,13 @@ inline void pool_tail(const float* xp, int64_t C, int64_t c, const Sample* s, in
         a = k == 0 ? v : std::max(a, v);
       }
     }
-    acc[c] = a;
+    out[c] = static_cast<float>(avg ? a / count : a);
   }
 }
 
-KILN_TARGET_AVX512 void pool_avx512(const float* xp, int64_t C, const Sample* s, int64_t n, bool avg, double* acc) {
+KILN_TARGET_AVX512 void pool_avx512(const float* xp, int64_t C, const Sample* s, int64_t n, bool avg, double count,
+                                    float* out) {
+  const __m512d vcount = _mm512_set1_pd(count);
   int64_t c = 0;
   for (; c + 8 <= C; c += 8) {
     __m512d a = _mm512_setzero_pd();
@@ -362,12 +367,15 @@ KILN_TARGET_AVX512 void pool_avx512(const float* xp, int64_t C, const Sample* s,
         a = k == 0 ? m : _mm512_max_pd(m, a);
       }
     }
-    _mm512_storeu_pd(acc + c, a);
+    if (avg) a = _mm512_div_pd(a, vcount);
+    _mm256_storeu_ps(out + c, _mm512_cvtpd_ps(a));
   }
-  pool_tail(xp, C, c, s, n, avg, acc);
+  pool_tail(xp, C, c, s, n, avg, count, out);
 }
 
-KILN_TARGET_AVX2 void pool_avx2(const float* xp, int64_t C, const Sample* s, int64_t n, bool avg, double* acc) {
+KILN_TARGET_AVX2 void pool_avx2(const float* xp, int64_t C, const Sample* s, int64_t n, bool avg, double count,
+                                float* out) {
+  const __m256d vcount = _mm256_set1_pd(count);
   int64_t c = 0;
   for (; c + 4 <= C; c += 4) {
     __m256d a = _mm256_setzero_pd();
@@ -383,13 +391,14 @@ KILN_TARGET_AVX2 void pool_avx2(const float* xp, int64_t C, const Sample* s, int
         a = k == 0 ? m : _mm256_max_pd(m, a);
       }
     }
-    _mm256_storeu_pd(acc + c, a);
+    if (avg) a = _mm256_div_pd(a, vcount);
+    _mm_storeu_ps(out + c, _mm256_cvtpd_ps(a));
   }
-  pool_tail(xp, C, c, s, n, avg, acc);
+  pool_tail(xp, C, c, s, n, avg, count, out);
 }
 
-void pool_scalar(const float* xp, int64_t C, const Sample* s, int64_t n, bool avg, double* acc) {
-  pool_tail(xp, C, 0, s, n, avg, acc);
+void pool_scalar(const float* xp, int64_t C, const Sample* s, int64_t n, bool avg, double count, float* out) {
+  pool_tail(xp, C, 0, s, n, avg, count, out);
 }
 
 // Largest per-bin sampling grid and per-roi sample count the reference accepts (ops/detection.cc).
@@ -445,7 +454,7 @@ class PreparedRoiAlign : public PreparedLayer {
     std::vector<Status> errors(static_cast<size_t>(R), Status::Ok());
     parallel_for(R, 1, [&](int64_t r0, int64_t r1) {
       std::vector<Sample> samples;
-      std::vector<double> acc(static_cast<size_t>(C));
+      std::vector<float> binned(static_cast<size_t>(C * oh * ow));
       for (int64_t r = r0; r < r1; ++r) {
         auto coord = [&](int k) {
           return rois_f32 ? static_cast<double>(rois.data<float>()[r * 4 + k]) : rois.get_f64(r * 4 + k);
@@ -510,16 +519,15 @@ class PreparedRoiAlign : public PreparedLayer {
         const float* xp = xt.data() + b * HW * C;
         const int64_t per_bin = gh * gw, bins = oh * ow;
         float* yr = py + r * C * bins;
-        for (int64_t bin = 0; bin < bins; ++bin) {
-          if (per_bin == 0) {
-            for (int64_t c = 0; c < C; ++c) yr[c * bins + bin] = 0.f;
-            continue;
-          }
-          pool(xp, C, samples.data() + bin * per_bin, per_bin, avg, acc.data());
-          for (int64_t c = 0; c < C; ++c)
-            yr[c * bins + bin] =
-                static_cast<float>(avg ? acc[static_cast<size_t>(c)] / count : acc[static_cast<size_t>(c)]);
+        if (per_bin == 0) {
+          std::fill(yr, yr + C * bins, 0.f);
+          continue;
         }
+        // [bins, C] first (contiguous vector stores), then transposed into the output's [C, bins].
+        for (int64_t bin = 0; bin < bins; ++bin)
+          pool(xp, C, samples.data() + bin * per_bin, per_bin, avg, count, binned.data() + bin * C);
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t bin = 0; bin < bins; ++bin) yr[c * bins + bin] = binned[static_cast<size_t>(bin * C + c)];
       }
     });
     for (const Status& st : errors)

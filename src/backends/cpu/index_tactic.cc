@@ -543,23 +543,39 @@ class PreparedExpand : public PreparedLayer {
     if (auto n = checked_numel(o, "Expand's output"); !n.ok()) return n.status();
     Tensor y = Tensor::uninitialized(dtype, o);
     const size_t es = dtype_size(dtype);
-    const int64_t n = ro ? o.back() : 1, rows = n ? y.numel() / n : 0;
-    const int64_t last_stride = ro ? st.back() : 1;
+    // Rows of the output: the trailing dims that repeat one element (stride 0) are one fill, else the
+    // last dim is one run (a copy when contiguous). A row's source offset from the leading dims.
+    size_t lead = ro;
+    int64_t n = 1;
+    while (lead > 0 && st[lead - 1] == 0) n *= o[--lead];
+    const bool fill = lead < ro;
+    if (!fill && ro > 0) n = o[--lead];
+    const int64_t rows = n ? y.numel() / n : 0;
+    const int64_t last_stride = !fill && ro ? st.back() : 1;
     const auto* s = static_cast<const uint8_t*>(in[0]->raw());
     auto* d = static_cast<uint8_t*>(y.raw());
     parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         int64_t off = 0;
-        for (int64_t rest = r, k = static_cast<int64_t>(ro) - 2; k >= 0; --k) {
+        for (int64_t rest = r, k = static_cast<int64_t>(lead) - 1; k >= 0; --k) {
           off += rest % o[static_cast<size_t>(k)] * st[static_cast<size_t>(k)];
           rest /= o[static_cast<size_t>(k)];
         }
         uint8_t* dr = d + static_cast<size_t>(r * n) * es;
-        if (last_stride == 1)
-          std::memcpy(dr, s + static_cast<size_t>(off) * es, static_cast<size_t>(n) * es);
-        else
+        const uint8_t* sr = s + static_cast<size_t>(off) * es;
+        if (fill) {
+          switch (es) {
+            case 8: std::fill_n(reinterpret_cast<uint64_t*>(dr), n, *reinterpret_cast<const uint64_t*>(sr)); break;
+            case 4: std::fill_n(reinterpret_cast<uint32_t*>(dr), n, *reinterpret_cast<const uint32_t*>(sr)); break;
+            case 2: std::fill_n(reinterpret_cast<uint16_t*>(dr), n, *reinterpret_cast<const uint16_t*>(sr)); break;
+            default: std::memset(dr, *sr, static_cast<size_t>(n)); break;
+          }
+        } else if (last_stride == 1) {
+          std::memcpy(dr, sr, static_cast<size_t>(n) * es);
+        } else {
           for (int64_t i = 0; i < n; ++i)
-            std::memcpy(dr + static_cast<size_t>(i) * es, s + static_cast<size_t>(off) * es, es);
+            std::memcpy(dr + static_cast<size_t>(i) * es, sr + static_cast<size_t>(i * last_stride) * es, es);
+        }
       }
     });
     *out[0] = std::move(y);
