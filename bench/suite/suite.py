@@ -115,6 +115,8 @@ def profile_summary(profile, interpreter):
     for p in profile:
         share = 100.0 * p["ms"] / total
         kern = "reference" if interpreter else (p["kernel"] or "reference")
+        if kern.startswith("reference"):  # "reference (TACTIC declined)": a body layer's run-time decline
+            kern = "reference"
         kernels[kern] = kernels.get(kern, 0.0) + share
         every.append({"layer": p["layer"], "op": p["op"], "kernel": kern, "share": share, "ms": p["ms"]})
         if kern == "reference":
@@ -166,7 +168,7 @@ def run_row(spec, onnx_path, batch, a, env):
             else:
                 prof = median_profile(trace) or parse_json(out).get("profile", [])
                 # Control flow runs inside the engine (executor.cc): every layer's kernel in the profile is
-                # the one it ran, bodies included in their If/Loop/Scan layer's time.
+                # the one it ran; body layers are rows of their own (If_N/else_branch/<layer>).
                 row["profile"] = profile_summary(prof, False)
                 row["reference_share"] = row["profile"]["reference_share"]
     if a.compare and "kiln_build" not in row["errors"]:

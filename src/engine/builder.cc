@@ -182,6 +182,7 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
   }
   // If/Loop/Scan bodies: their layers get kernels the same way (recorded on the body nodes).
   engine::BodyTuning bodies = engine::choose_body_tactics(*e.model.graph, *typed, filter, tuner);
+  record_body_reference(e, bodies);  // reported with the main graph's (engine/reference_layers.cc)
   if (bodies.layers) {
     std::string kinds;
     int with = 0;

@@ -113,7 +113,12 @@ Status ContextImpl::run() {
     }
     if (layer_timer) {
       auto now = std::chrono::steady_clock::now();
-      layer_timer(layer_index++, n, layer_begin, now);
+      // The time of its body layers went to the body timer (set_body_layer_timer): not counted twice.
+      auto begin = layer_begin;
+      if (interp->body_timer)
+        begin = std::min(now, layer_begin + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                std::chrono::duration<double, std::milli>(interp->last_body_ms())));
+      layer_timer(layer_index++, n, begin, now);
       layer_begin = now;
     }
   };
@@ -132,6 +137,8 @@ Status ContextImpl::run() {
 }
 
 void set_layer_timer(ContextImpl& ctx, LayerTimer timer) { ctx.layer_timer = std::move(timer); }
+
+void set_body_layer_timer(ContextImpl& ctx, BodyLayerTimer timer) { ctx.interp->body_timer = std::move(timer); }
 
 std::vector<int64_t> declined_runs(const ContextImpl& ctx) { return ctx.interp->declined_runs(); }
 

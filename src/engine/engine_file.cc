@@ -559,6 +559,13 @@ nlohmann::json inspect(const EngineImpl& e) {
     }
     reference.push_back(std::move(r));
   }
+  // Body layers (If/Loop/Scan) on reference kernels, named by their path (engine/reference_layers.cc).
+  if (e.build.contains("body_reference") && e.build["body_reference"].is_array())
+    for (nlohmann::json r : e.build["body_reference"]) {
+      if (r.contains("ms") && estimated_ms > 0) r["share"] = r["ms"].get<double>() / estimated_ms;
+      r["body"] = true;
+      reference.push_back(std::move(r));
+    }
   j["reference_layers"] = reference;
   for (size_t li = 0; li < e.layers.size(); ++li) {
     const LayerInfo& l = e.layers[li];

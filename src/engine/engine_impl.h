@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/executor.h"
 #include "engine/memory_planner.h"
 #include "engine/tactics.h"
 #include "engine/target.h"
@@ -138,11 +139,21 @@ Result<std::vector<ops::Value>> run_engine_observed(
 using LayerTimer = std::function<void(size_t layer, const ir::Node&, std::chrono::steady_clock::time_point begin,
                                       std::chrono::steady_clock::time_point end)>;
 void set_layer_timer(ContextImpl& ctx, LayerTimer timer);
+// Per-layer timing inside subgraph bodies (engine::LayerExecutor::body_timer): called after every body
+// layer with its path, kernel and own time. While it is set, a control-flow layer's time given to the
+// LayerTimer leaves out its body layers' time (its `begin` moves on by that much), so a profile's rows
+// add up to the run. nullptr turns it off.
+using BodyLayerTimer = std::function<void(const engine::LayerExecutor::BodyLayerTime&)>;
+void set_body_layer_timer(ContextImpl& ctx, BodyLayerTimer timer);
 // Per layer of the context's runs so far: how many times its tactic declined the run-time shapes and
 // the layer ran its reference kernel instead (engine::LayerExecutor::declined_runs).
 std::vector<int64_t> declined_runs(const ContextImpl& ctx);
 // Where the builder's warnings go: cfg.warn, else "kiln: warning: ..." on stderr.
 std::function<void(const std::string&)> warner(const BuilderConfig& cfg);
+// Records the body layers left on reference kernels (engine::BodyTuning::reference) in
+// e.build["body_reference"] (path, op, domain, opset, reasons, shape_work; ms once measured), where
+// report_reference_layers and kiln inspect find them.
+void record_body_reference(EngineImpl& e, const engine::BodyTuning& bodies);
 // After kernels are chosen (engine/reference_layers.cc): warns about every layer left on its reference
 // kernel that is not shape work, measures their share of a run at e->typical_shapes(), records it in
 // e->build["reference"] and logs the count; under cfg.strict_tactics fails naming them instead.

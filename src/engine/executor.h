@@ -21,8 +21,15 @@
 // tensors of their own. Values whose size depends on data are not planned either (fresh tensors), and
 // a body that meets more than kMaxBodyPlans input signatures (a carried value growing every
 // iteration) runs unplanned after that: the work of planning stays bounded.
+//
+// A tactic whose output shape depends on the data (NonZero, NonMaxSuppression, TopK with a K
+// computed at run time) reports that output's shape with a dim of -1 in output_shapes(): run_layer
+// then hands it an undefined tensor, which the tactic's run() replaces with one it allocates (of
+// output_dtypes()' dtype) once it knows the shape; such a main-graph output is moved into its arena
+// slot afterwards when it fits (the context's place_outputs), else stays a tensor of its own.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -67,6 +74,23 @@ class LayerExecutor : public ops::Interpreter {
   void set_plan_bodies(bool on) { plan_bodies_ = on; }
   static constexpr size_t kMaxBodyPlans = 8;
 
+  // Per-layer timing of subgraph bodies (kiln bench --dump-profile, the builder's reference estimate).
+  // When set, it is called after every body layer (nested bodies too) with its path (the enclosing
+  // layers and body attributes, "If_3404/else_branch/NonMaxSuppression_3422"), its node, the kernel
+  // that ran it ("reference", or the tactic's name), whether it is shape work (engine::is_shape_work's
+  // rule on the run-time tensors), when it began and its own time in ms: the time of body layers nested
+  // in it is reported apart, so that no time is counted twice. last_body_ms() is the time the body
+  // layers of the last main-graph layer took: the context leaves it out of that layer's time.
+  struct BodyLayerTime {
+    std::string path, kernel;
+    const ir::Node* node = nullptr;
+    bool shape_work = false;
+    std::chrono::steady_clock::time_point begin;
+    double self_ms = 0;
+  };
+  std::function<void(const BodyLayerTime&)> body_timer;
+  double last_body_ms() const { return last_body_ms_; }
+
   Result<std::vector<ops::Value>> run_subgraph(const ir::Graph& g, const std::vector<ops::Value>& inputs) override;
 
  protected:
@@ -96,6 +120,15 @@ class LayerExecutor : public ops::Interpreter {
   // a value through) would change when that value's slot is reused: it takes its own copy.
   void own_views(std::vector<ops::Value>& outs, const ir::Node& n, const ir::Graph& g) const;
 
+  Result<std::vector<ops::Value>> run_prepared(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
+                                               const std::vector<const ops::Value*>& inputs, bool top_level,
+                                               std::string* kernel);
+  // body_timer's bookkeeping: the control-flow layers being run (innermost last), the path of the body
+  // being run, and per layer being timed the time of the body layers inside it so far.
+  std::vector<const ir::Node*> running_;
+  std::vector<std::string> paths_;
+  std::vector<double> child_ms_;
+  double last_body_ms_ = 0;
   std::shared_ptr<TacticRuntime> tactics_;
   std::vector<const Tensor*> in_tensors_;
   size_t tactic_runs_ = 0;

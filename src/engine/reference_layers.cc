@@ -33,9 +33,10 @@ std::string joined(const std::vector<std::string>& reasons) {
   return s;
 }
 
-// Each layer's time in ms in runs of `e` at `shapes` (the fastest of up to three runs).
-Result<std::vector<double>> time_layers(const std::shared_ptr<EngineImpl>& e,
-                                        const std::map<std::string, Dims>& shapes) {
+// Each layer's time in ms in runs of `e` at `shapes` (the fastest of up to three runs); with `bodies`,
+// the body layers' own times by path too (a control-flow layer's time then leaves them out).
+Result<std::vector<double>> time_layers(const std::shared_ptr<EngineImpl>& e, const std::map<std::string, Dims>& shapes,
+                                        std::map<std::string, double>* bodies) {
   const ir::Graph& g = *e->model.graph;
   std::mt19937_64 rng(0x6b696c6e);
   std::vector<Tensor> inputs;
@@ -53,10 +54,21 @@ Result<std::vector<double>> time_layers(const std::shared_ptr<EngineImpl>& e,
     set_layer_timer(ctx->impl(), [&](size_t layer, const ir::Node&, Clock::time_point b, Clock::time_point end) {
       if (layer < now.size()) now[layer] = std::chrono::duration<double, std::milli>(end - b).count();
     });
+    std::map<std::string, double> body_now;
+    if (bodies)
+      set_body_layer_timer(ctx->impl(), [&](const engine::LayerExecutor::BodyLayerTime& t) {
+        body_now[t.path] += t.self_ms;  // summed over a Loop's iterations
+      });
     for (int run = 0; run < 3; ++run) {
       auto t0 = Clock::now();
+      body_now.clear();
       ctx->run();
       for (size_t l = 0; l < now.size(); ++l) best[l] = best[l] < 0 ? now[l] : std::min(best[l], now[l]);
+      if (bodies)
+        for (const auto& [path, ms] : body_now) {
+          auto [it, fresh] = bodies->emplace(path, ms);
+          if (!fresh) it->second = std::min(it->second, ms);
+        }
       if (std::chrono::duration<double>(Clock::now() - t0).count() > 1.0) break;
     }
   } catch (const Error& err) {
@@ -67,6 +79,18 @@ Result<std::vector<double>> time_layers(const std::shared_ptr<EngineImpl>& e,
 
 }  // namespace
 
+void record_body_reference(EngineImpl& e, const engine::BodyTuning& bodies) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& r : bodies.reference)
+    list.push_back({{"layer", r.path},
+                    {"op", r.op_type},
+                    {"domain", r.domain},
+                    {"opset", r.opset},
+                    {"reasons", r.reasons},
+                    {"shape_work", r.shape_work}});
+  e.build["body_reference"] = list;
+}
+
 Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const BuilderConfig& cfg, bool reference_only,
                                const std::function<void(const std::string&)>& log) {
   const ir::Graph& g = *e->model.graph;
@@ -76,11 +100,35 @@ Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const Build
     if (e->layers[i].finding()) findings.push_back(i);
     shape_layers += e->layers[i].kernel == "reference" && e->layers[i].reference.shape_work;
   }
+  // Body layers (If/Loop/Scan, nested too) left on reference kernels: findings like the main graph's.
+  nlohmann::json& body_ref = e->build["body_reference"];
+  if (!body_ref.is_array()) body_ref = nlohmann::json::array();
+  std::vector<size_t> body_findings;
+  for (size_t b = 0; b < body_ref.size(); ++b) {
+    if (body_ref[b]["shape_work"].get<bool>())
+      ++shape_layers;
+    else
+      body_findings.push_back(b);
+  }
+  auto body_name = [&](size_t b) {
+    const nlohmann::json& r = body_ref[b];
+    std::string op = r["domain"].get<std::string>().empty()
+                         ? r["op"].get<std::string>()
+                         : r["domain"].get<std::string>() + "." + r["op"].get<std::string>();
+    return "'" + r["layer"].get<std::string>() + "' (" + op + ", opset " + std::to_string(r["opset"].get<int>()) + ")";
+  };
+  auto body_reasons = [&](size_t b) {
+    std::vector<std::string> v;
+    for (const auto& x : body_ref[b]["reasons"]) v.push_back(x.get<std::string>());
+    return joined(v);
+  };
   auto name_of = [&](size_t i) { return "'" + e->layers[i].name + "' (" + op_of(g.nodes[i]) + ")"; };
-  if (cfg.strict_tactics && !findings.empty()) {
+  const size_t n_findings = findings.size() + body_findings.size();
+  if (cfg.strict_tactics && n_findings) {
     std::string list;
     for (size_t i : findings) list += "\n  layer " + name_of(i) + ": " + joined(e->layers[i].reference.reasons);
-    return Unsupported("--strict-tactics: ", findings.size(), " layer", findings.size() == 1 ? "" : "s",
+    for (size_t b : body_findings) list += "\n  body layer " + body_name(b) + ": " + body_reasons(b);
+    return Unsupported("--strict-tactics: ", n_findings, " layer", n_findings == 1 ? "" : "s",
                        " would run reference kernels:", list,
                        "\n— add tactics for these layers, or build without --strict-tactics to accept them");
   }
@@ -90,14 +138,18 @@ Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const Build
   else
     for (size_t i : findings)
       warn("layer " + name_of(i) + " runs its reference kernel: " + joined(e->layers[i].reference.reasons));
+  if (!reference_only)
+    for (size_t b : body_findings)
+      warn("body layer " + body_name(b) + " runs its reference kernel: " + body_reasons(b));
 
-  nlohmann::json rec = {{"layers", findings.size()}, {"shape_layers", shape_layers}};
+  nlohmann::json rec = {{"layers", n_findings}, {"body_layers", body_findings.size()}, {"shape_layers", shape_layers}};
   std::string share;
   if (reference_only) {
     rec["estimate"] = "not measured: reference kernels were requested";
-  } else if (!findings.empty()) {
+  } else if (n_findings) {
     auto shapes = e->typical_shapes();
-    auto times = shapes.ok() ? time_layers(e, shapes.value()) : Result<std::vector<double>>(shapes.status());
+    std::map<std::string, double> body_ms;
+    auto times = shapes.ok() ? time_layers(e, shapes.value(), &body_ms) : Result<std::vector<double>>(shapes.status());
     if (times.ok()) {
       double total = 0, ref = 0, shape_ms = 0;
       for (size_t i = 0; i < e->layers.size() && i < times.value().size(); ++i) {
@@ -107,6 +159,15 @@ Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const Build
         if (l.kernel != "reference") continue;
         l.reference.ms = ms;
         (l.reference.shape_work ? shape_ms : ref) += ms;
+      }
+      // Body layers: their own times (a control-flow layer's time above leaves them out). A body that
+      // did not run at these shapes (the other If branch) has no time.
+      for (const auto& [path, ms] : body_ms) total += ms;
+      for (auto& r : body_ref) {
+        auto it = body_ms.find(r["layer"].get<std::string>());
+        if (it == body_ms.end()) continue;
+        r["ms"] = it->second;
+        (r["shape_work"].get<bool>() ? shape_ms : ref) += it->second;
       }
       rec["estimated_ms"] = total, rec["reference_ms"] = ref, rec["shape_ms"] = shape_ms;
       std::string at = "the build's shapes";
@@ -122,10 +183,11 @@ Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const Build
     }
   }
   e->build["reference"] = rec;
-  log("[kiln build] " + std::to_string(findings.size()) + (findings.size() == 1 ? " layer runs" : " layers run") +
+  log("[kiln build] " + std::to_string(n_findings) + (n_findings == 1 ? " layer runs" : " layers run") +
       " reference kernels" + share + "; " + std::to_string(shape_layers) + " shape-work layer" +
       (shape_layers == 1 ? "" : "s") + " not counted" +
-      (findings.empty() ? "" : "; kiln inspect lists them with their reasons"));
+      (body_findings.empty() ? "" : " (" + std::to_string(body_findings.size()) + " in control-flow bodies)") +
+      (n_findings ? "; kiln inspect lists them with their reasons" : ""));
   return Status::Ok();
 }
 

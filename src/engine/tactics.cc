@@ -113,8 +113,17 @@ std::vector<std::string> reference_reasons(const ir::Node& n, const LayerChoice&
   return out;
 }
 
+bool moves_no_elements(const ir::Node& n) {
+  return n.domain.empty() && ops::has_trait(n, ops::trait::kView | ops::trait::kShapeQuery);
+}
+
+bool small_for_shape_work(DataType dt, int64_t numel) {
+  bool integral = dt == DataType::kBool || dtype_is_integer(dt);
+  return numel <= 64 || (integral && numel <= 4096);
+}
+
 bool is_shape_work(const ir::Graph& g, const ir::Node& n) {
-  if (n.domain.empty() && ops::has_trait(n, ops::trait::kView | ops::trait::kShapeQuery)) return true;
+  if (moves_no_elements(n)) return true;
   auto small = [&](const std::string& name) {
     if (name.empty()) return true;
     DataType dt;
@@ -126,8 +135,7 @@ bool is_shape_work(const ir::Graph& g, const ir::Node& n) {
       if (it == g.value_types.end() || !it->second.is_tensor() || !it->second.shape.fully_known()) return false;
       dt = it->second.elem, numel = dims_numel(it->second.shape.concrete());
     }
-    bool integral = dt == DataType::kBool || dtype_is_integer(dt);
-    return numel <= 64 || (integral && numel <= 4096);
+    return small_for_shape_work(dt, numel);
   };
   for (const auto& v : n.inputs)
     if (!small(v)) return false;
@@ -137,38 +145,50 @@ bool is_shape_work(const ir::Graph& g, const ir::Node& n) {
 }
 
 namespace {
-// The subgraphs of a node, in a fixed order (attribute name, then position).
-std::vector<ir::Graph*> bodies_of(const ir::Node& n) {
-  std::vector<ir::Graph*> out;
+// The subgraphs of a node, in a fixed order (attribute name, then position), with their names in a
+// body layer's path ("else_branch", "body", "branches[1]": as LayerExecutor::run_subgraph names them).
+std::vector<std::pair<std::string, ir::Graph*>> bodies_of(const ir::Node& n) {
+  std::vector<std::pair<std::string, ir::Graph*>> out;
   for (const auto& [k, a] : n.attrs) {
-    if (a.g) out.push_back(a.g.get());
-    for (const auto& sg : a.graphs) out.push_back(sg.get());
+    if (a.g) out.emplace_back(k, a.g.get());
+    for (size_t s = 0; s < a.graphs.size(); ++s) out.emplace_back(k + "[" + std::to_string(s) + "]", a.graphs[s].get());
   }
   return out;
 }
 
 void tune_bodies(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filter, tune::Tuner& tuner,
-                 BodyTuning& out) {
+                 const std::string& prefix, BodyTuning& out) {
   for (size_t i = 0; i < g.nodes.size() && i < typed.nodes.size(); ++i) {
     // kiln's fused ops keep their body private (the fused op's own kernel runs it).
     if (g.nodes[i].domain == "kiln") continue;
-    std::vector<ir::Graph*> subs = bodies_of(g.nodes[i]), typed_subs = bodies_of(typed.nodes[i]);
+    auto subs = bodies_of(g.nodes[i]), typed_subs = bodies_of(typed.nodes[i]);
+    const std::string& owner = g.nodes[i].name.empty() ? g.nodes[i].op_type : g.nodes[i].name;
     for (size_t s = 0; s < subs.size() && s < typed_subs.size(); ++s) {
-      ir::Graph& body = *subs[s];
-      const ir::Graph& typed_body = *typed_subs[s];
+      ir::Graph& body = *subs[s].second;
+      const ir::Graph& typed_body = *typed_subs[s].second;
+      const std::string path = prefix + owner + "/" + subs[s].first + "/";
       for (size_t j = 0; j < body.nodes.size() && j < typed_body.nodes.size(); ++j) {
         ir::Node& n = body.nodes[j];
         n.attrs.erase(kBodyKernelAttr);
         ++out.layers;
-        tune::LayerTuning t = choose_tactic(typed_body, typed_body.nodes[j], filter, tuner).tuning;
-        if (t.kernel.empty() || t.kernel == "reference") continue;
+        LayerChoice c = choose_tactic(typed_body, typed_body.nodes[j], filter, tuner);
+        const tune::LayerTuning& t = c.tuning;
+        if (t.kernel.empty() || t.kernel == "reference") {
+          // Reported like a main-graph reference layer (engine/reference_layers.cc); control flow
+          // itself is not: its body layers are.
+          bool control_flow = !bodies_of(n).empty();
+          if (!control_flow)
+            out.reference.push_back({path + (n.name.empty() ? n.op_type : n.name), n.op_type, n.domain, n.opset,
+                                     reference_reasons(n, c, filter), is_shape_work(typed_body, typed_body.nodes[j])});
+          continue;
+        }
         ir::Attribute a;
         a.type = ir::Attribute::Type::kString;
         a.s = t.kernel;
         n.attrs[kBodyKernelAttr] = a;
         out.kernels[t.kernel]++;
       }
-      tune_bodies(body, typed_body, filter, tuner, out);
+      tune_bodies(body, typed_body, filter, tuner, path, out);
     }
   }
 }
@@ -176,7 +196,7 @@ void tune_bodies(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filte
 
 BodyTuning choose_body_tactics(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filter, tune::Tuner& tuner) {
   BodyTuning out;
-  tune_bodies(g, typed, filter, tuner, out);
+  tune_bodies(g, typed, filter, tuner, "", out);
   return out;
 }
 

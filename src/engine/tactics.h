@@ -77,6 +77,9 @@ std::vector<std::string> reference_reasons(const ir::Node& n, const LayerChoice&
 // whose every input and output is known at the opt shapes (`g`) and small: at most 64 elements, or at
 // most 4096 integer/boolean ones (shape arithmetic, index and mask computations).
 bool is_shape_work(const ir::Graph& g, const ir::Node& n);
+// The two halves of that rule: an op that moves no elements, and a tensor small enough to be shape work.
+bool moves_no_elements(const ir::Node& n);
+bool small_for_shape_work(DataType dt, int64_t numel);
 
 // Build time: the kernel of every node of the subgraph bodies of `g` (If/Loop/Scan, nested too),
 // chosen as choose_tactic does for a layer and recorded in the node's kBodyKernelAttr. `typed` is
@@ -85,6 +88,16 @@ bool is_shape_work(const ir::Graph& g, const ir::Node& n);
 struct BodyTuning {
   int layers = 0;                      // body nodes examined
   std::map<std::string, int> kernels;  // kernel -> count (body nodes with a tactic only)
+  // Body nodes left on their reference kernel (control-flow nodes aside: their bodies are examined),
+  // reported like main-graph reference layers (engine/reference_layers.cc).
+  struct Reference {
+    std::string path;  // "If_3404/else_branch/NonMaxSuppression_3422", as kiln bench's profile names it
+    std::string op_type, domain;
+    int opset = 0;
+    std::vector<std::string> reasons;
+    bool shape_work = false;
+  };
+  std::vector<Reference> reference;
 };
 BodyTuning choose_body_tactics(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filter, tune::Tuner& tuner);
 
@@ -107,6 +120,11 @@ class TacticRuntime {
   // values, or nullptr: run the reference kernel (no tactic, or the tactic cannot take these shapes).
   std::shared_ptr<const backends::PreparedLayer> prepared(const ir::Graph& g, size_t i,
                                                           const std::vector<const ops::Value*>& inputs);
+  // The tactic recorded for node i of `g` (nullptr: reference).
+  const backends::Tactic* tactic_of(const ir::Graph& g, size_t i) const {
+    auto layers = layers_.find(&g);
+    return layers == layers_.end() || i >= layers->second.size() ? nullptr : layers->second[i]->tactic;
+  }
   std::shared_ptr<const backends::PreparedLayer> prepared(size_t i, const std::vector<const ops::Value*>& inputs) {
     return prepared(*graph_, i, inputs);
   }

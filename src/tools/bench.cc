@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -53,6 +54,16 @@ struct LayerEvent {
   int stream = 0;
   size_t layer = 0;
   double start_us = 0, dur_us = 0;
+  bool body = false;  // `layer` indexes a stream's body rows
+};
+
+// A layer of a subgraph body (If/Loop/Scan, nested too), profiled on its own: its time is not in its
+// control-flow layer's row.
+struct BodyRow {
+  std::string path, op, kernel;
+  bool shape_work = false;
+  size_t parent = 0;  // the main-graph layer it runs in
+  double sum_ms = 0;
 };
 
 double percentile(const std::vector<double>& sorted, double q) {
@@ -142,6 +153,9 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
   std::vector<std::vector<Sample>> samples(S);
   std::vector<std::vector<LayerEvent>> events(S);
   std::vector<std::vector<double>> layer_sum_ms(S, std::vector<double>(L, 0.0));
+  std::vector<std::vector<BodyRow>> body_rows(S);
+  std::vector<std::map<std::string, size_t>> body_index(S);
+  std::vector<size_t> running_layer(S, 0);  // the main-graph layer being run (body rows' parent)
   std::vector<int> warmups(S, 0);
   // Stream 0's context creation (the first context prepares every layer's tactic) and first run().
   double context_ms = 0, first_run_ms = 0;
@@ -174,12 +188,26 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
       if (profiling)
         detail::set_layer_timer(
             ctx->impl(), [&, s](size_t layer, const ir::Node&, Clock::time_point b, Clock::time_point e) {
+              running_layer[s] = layer + 1 < L ? layer + 1 : 0;
               if (!measuring || layer >= L) return;
               double dur = std::chrono::duration<double, std::micro>(e - b).count();
               layer_sum_ms[s][layer] += dur / 1000.0;
               if (!o.export_profile.empty())
                 events[s].push_back({s, layer, std::chrono::duration<double, std::micro>(b - start).count(), dur});
             });
+      if (profiling)
+        detail::set_body_layer_timer(ctx->impl(), [&, s](const engine::LayerExecutor::BodyLayerTime& t) {
+          if (!measuring) return;
+          auto [it, fresh] = body_index[s].emplace(t.path, body_rows[s].size());
+          if (fresh) body_rows[s].push_back({t.path, t.node->op_type, t.kernel, t.shape_work, running_layer[s], 0});
+          BodyRow& row = body_rows[s][it->second];
+          row.sum_ms += t.self_ms;
+          if (t.kernel != "reference" || !t.shape_work) row.shape_work = false;
+          if (t.kernel != row.kernel && t.kernel.rfind("reference", 0) == 0) row.kernel = t.kernel;  // a decline shows
+          if (!o.export_profile.empty())
+            events[s].push_back({s, it->second, std::chrono::duration<double, std::micro>(t.begin - start).count(),
+                                 t.self_ms * 1000.0, true});
+        });
       // Warm-up: at least --warmup runs and --warmup-ms of running.
       auto w0 = Clock::now();
       while (warmups[s] < o.warmup ||
@@ -285,6 +313,20 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
     double all = 0;
     for (int s = 0; s < S; ++s)
       for (size_t l = 0; l < L; ++l) total[l] += layer_sum_ms[s][l], all += layer_sum_ms[s][l];
+    // Body rows of every stream, merged by path, listed after the layer they run in.
+    std::vector<BodyRow> bodies;
+    std::map<std::string, size_t> body_at;
+    for (int s = 0; s < S; ++s)
+      for (const BodyRow& r : body_rows[s]) {
+        auto [it, fresh] = body_at.emplace(r.path, bodies.size());
+        if (fresh)
+          bodies.push_back(r);
+        else
+          bodies[it->second].sum_ms += r.sum_ms;
+        all += r.sum_ms;
+      }
+    std::vector<std::vector<size_t>> bodies_of(L);
+    for (size_t b = 0; b < bodies.size(); ++b) bodies_of[std::min(bodies[b].parent, L - 1)].push_back(b);
     nlohmann::json prof = nlohmann::json::array();
     double runs = std::max<double>(1, static_cast<double>(lat.size()));
     double reference_ms = 0;
@@ -305,6 +347,20 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
                       {"declined_runs", declined[l]},
                       {"mean_ms", total[l] / runs},
                       {"percent", all > 0 ? 100.0 * total[l] / all : 0.0}});
+      for (size_t b : bodies_of[l]) {
+        const BodyRow& r = bodies[b];
+        bool ref = r.kernel.rfind("reference", 0) == 0 && !(r.kernel == "reference" && r.shape_work);
+        reference_ms += ref ? r.sum_ms : 0;
+        reference_layers += ref;
+        prof.push_back({{"layer", r.path},
+                        {"op", r.op},
+                        {"kernel", r.kernel},
+                        {"reference", ref},
+                        {"shape_work", r.kernel == "reference" && r.shape_work},
+                        {"body", true},
+                        {"mean_ms", r.sum_ms / runs},
+                        {"percent", all > 0 ? 100.0 * r.sum_ms / all : 0.0}});
+      }
     }
     j["profile"] = prof;
     j["reference_layers"] = reference_layers;
@@ -336,6 +392,18 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
                       {"ts", x.start_ms * 1000.0},
                       {"dur", x.latency_ms * 1000.0}});
       for (const auto& e : events[s]) {
+        if (e.body) {
+          const BodyRow& r = body_rows[s][e.layer];
+          ev.push_back({{"name", r.path},
+                        {"cat", "layer"},
+                        {"ph", "X"},
+                        {"pid", 1},
+                        {"tid", s},
+                        {"ts", e.start_us},
+                        {"dur", e.dur_us},
+                        {"args", {{"op", r.op}, {"kernel", r.kernel}, {"body", true}}}});
+          continue;
+        }
         const ir::Node& n = g.nodes[e.layer];
         ev.push_back(
             {{"name", n.name.empty() ? n.op_type : n.name},

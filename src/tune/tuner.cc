@@ -166,8 +166,11 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
     try {
       std::vector<Dims> shapes = tm.prepared->output_shapes();
       std::vector<DataType> dtypes = tm.prepared->output_dtypes();
-      for (size_t o = 0; o < shapes.size(); ++o)
-        tm.outs.emplace_back(o < dtypes.size() ? dtypes[o] : DataType::kFloat32, shapes[o]);
+      for (size_t o = 0; o < shapes.size(); ++o) {
+        // A dim of -1: the shape depends on the data, the tactic allocates the output (engine/executor.h).
+        bool known = std::all_of(shapes[o].begin(), shapes[o].end(), [](int64_t d) { return d >= 0; });
+        tm.outs.push_back(known ? Tensor(o < dtypes.size() ? dtypes[o] : DataType::kFloat32, shapes[o]) : Tensor());
+      }
       for (auto& o : tm.outs) tm.out_ptrs.push_back(&o);
     } catch (const std::exception& e) {
       tm.error = what_of(e);

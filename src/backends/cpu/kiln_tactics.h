@@ -27,6 +27,18 @@ const Tactic* cast_kiln();
 const Tactic* reduce_kiln();
 // Transpose / Slice / Split / Expand / Tile / Pad (every mode) / Concat / Gather as copies of contiguous runs.
 const Tactic* movement_kiln();
+// Detection post-processing (detection_tactic.cc, index_tactic.cc), the reference kernels' exact results:
+// NonMaxSuppression and RoiAlign on float32; TopK on float32; GatherND; NonZero; ScatterElements with
+// every reduction; ConstantOfShape and Expand with a shape computed at run time. NonMaxSuppression,
+// NonZero, ConstantOfShape, Expand and TopK with a computed K allocate their outputs once they know
+// the shape (engine/executor.h).
+const Tactic* nms_kiln();
+const Tactic* roi_align_kiln();
+const Tactic* topk_kiln();
+const Tactic* gather_nd_kiln();
+const Tactic* nonzero_kiln();
+const Tactic* scatter_elements_kiln();
+const Tactic* fill_kiln();
 
 // Concat of 5-D channel-blocked values along axis 1 (the Concat layout_blocked keeps blocked).
 const Tactic* concat_blocked_kiln();

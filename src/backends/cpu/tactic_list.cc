@@ -86,6 +86,15 @@ const std::vector<const Tactic*>& all_tactics() {
     v.push_back(cpu::cast_kiln());
     v.push_back(cpu::movement_kiln());
     v.push_back(cpu::reduce_kiln());
+    // Detection post-processing: NMS, RoiAlign, TopK, GatherND, NonZero, ScatterElements, and
+    // ConstantOfShape / Expand of run-time shapes (after movement_kiln, which takes constant shapes)
+    v.push_back(cpu::nms_kiln());
+    v.push_back(cpu::roi_align_kiln());
+    v.push_back(cpu::topk_kiln());
+    v.push_back(cpu::gather_nd_kiln());
+    v.push_back(cpu::nonzero_kiln());
+    v.push_back(cpu::scatter_elements_kiln());
+    v.push_back(cpu::fill_kiln());
     return v;
   }();
   return list;

@@ -782,9 +782,14 @@ void check_tactics(const LayerCase& lc, const std::vector<Tensor>& want, int ite
       std::vector<Tensor> got;
       std::vector<Tensor*> got_ptrs;
       for (size_t o = 0; o < want.size(); ++o) {
-        ASSERT_EQ(shapes[o], want[o].shape()) << t->name() << " on case " << iter << " " << lc.node.op_type;
+        // A dim of -1: the shape depends on the data and the tactic allocates the output (engine/executor.h).
+        bool dynamic = std::any_of(shapes[o].begin(), shapes[o].end(), [](int64_t d) { return d < 0; });
+        if (dynamic)
+          ASSERT_EQ(shapes[o].size(), want[o].shape().size()) << t->name() << " on case " << iter;
+        else
+          ASSERT_EQ(shapes[o], want[o].shape()) << t->name() << " on case " << iter << " " << lc.node.op_type;
         ASSERT_EQ(dtypes[o], want[o].dtype()) << t->name() << " on case " << iter << " " << lc.node.op_type;
-        got.emplace_back(dtypes[o], shapes[o]);
+        got.push_back(dynamic ? Tensor() : Tensor(dtypes[o], shapes[o]));
       }
       for (Tensor& g : got) got_ptrs.push_back(&g);
       std::vector<const Tensor*> ins;
@@ -792,6 +797,10 @@ void check_tactics(const LayerCase& lc, const std::vector<Tensor>& want, int ite
         ins.push_back(lc.node.inputs[i].empty() || !lc.inputs[i].defined() ? nullptr : &lc.inputs[i]);
       Status st = prepared.value()->run(ins, got_ptrs);
       ASSERT_TRUE(st.ok()) << st.to_string();
+      for (size_t o = 0; o < want.size(); ++o) {
+        ASSERT_TRUE(got[o].defined()) << t->name() << " on case " << iter << " left output " << o << " undefined";
+        ASSERT_EQ(got[o].shape(), want[o].shape()) << t->name() << " on case " << iter << " " << lc.node.op_type;
+      }
       for (size_t o = 0; o < want.size(); ++o) {
         int bad = 0;
         const bool is_float = want[o].dtype() == DataType::kFloat32;
@@ -929,6 +938,12 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
   bool avx512 = __builtin_cpu_supports("avx512f") && !(dnnl_isa && std::string(dnnl_isa).rfind("AVX512", 0) != 0);
   for (const backends::Tactic* t : backends::all_tactics()) {
     if (!avx512 && t->name().find("winograd") != std::string::npos) continue;
+    // The detection post-processing tactics have cases of their own, checked bit for bit on every ISA
+    // (detection_tactic_test.cc); fill_kiln's Expand is checked here too.
+    static const std::set<std::string> kOwnCases = {"nms_kiln",       "roi_align_kiln", "topk_kiln",
+                                                    "gather_nd_kiln", "nonzero_kiln",   "scatter_elements_kiln",
+                                                    "fill_kiln"};
+    if (kOwnCases.count(t->name())) continue;
     EXPECT_GT(checked[t->name()], 5) << t->name() << " was checked on too few random layers";
   }
 }

@@ -1,0 +1,599 @@
+// Detection post-processing: NonMaxSuppression and RoiAlign on float32, with the reference kernels'
+// exact numbers (src/ops/detection.cc): the same double-precision arithmetic in the same order, only
+// vectorized and threaded. This file is compiled with -ffp-contract=off (CMakeLists.txt) so that the
+// vector code's products and sums are rounded one by one as the reference's scalar code rounds them.
+//
+// NonMaxSuppression: per batch, the boxes once as arrays of double; per class one sort of packed
+// (score, index) keys, then the reference's greedy pass over a grid of kept boxes, each candidate
+// tested against a cell's boxes 8 (AVX-512) or 4 (AVX2) at a time. Its output's row count depends on
+// the data: output_shapes() reports -1 and run() allocates it (engine/executor.h).
+//
+// RoiAlign: each feature map is transposed to channels-last once per call, so that a roi's bilinear
+// samples (positions and weights computed as the reference computes them) accumulate every channel
+// with contiguous vector loads, in double; rois are split over threads.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernel_simd.h"
+#include "backends/tactic.h"
+#include "core/parallel.h"
+
+namespace kiln::backends::cpu {
+namespace {
+
+std::string cpu_check(const LayerSignature& sig) {
+  if (sig.device.kind != DeviceKind::kCPU) return "not a CPU layer";
+  return "";
+}
+
+// ---- NonMaxSuppression
+
+struct Box {
+  double x_min, x_max, y_min, y_max;
+};
+
+// The kept boxes of a cell, one array per coordinate, padded to whole vectors with boxes that never
+// suppress (zero area).
+struct Cell {
+  std::vector<double> x_min, x_max, y_min, y_max, area;
+  size_t n = 0;
+};
+
+// Whether any of the n boxes of c suppresses p (area a1 > 0): the reference's test, lane by lane.
+// std::min(p, q) is minpd(q, p) and std::max(p, q) is maxpd(q, p), NaNs included.
+KILN_TARGET_AVX512 bool suppressed_avx512(const Cell& c, const Box& p, double a1, double iou) {
+  const __m512d pxmax = _mm512_set1_pd(p.x_max), pxmin = _mm512_set1_pd(p.x_min);
+  const __m512d pymax = _mm512_set1_pd(p.y_max), pymin = _mm512_set1_pd(p.y_min);
+  const __m512d va1 = _mm512_set1_pd(a1), viou = _mm512_set1_pd(iou), zero = _mm512_setzero_pd();
+  for (size_t j = 0; j < c.n; j += 8) {
+    __m512d ix = _mm512_sub_pd(_mm512_min_pd(_mm512_loadu_pd(&c.x_max[j]), pxmax),
+                               _mm512_max_pd(_mm512_loadu_pd(&c.x_min[j]), pxmin));
+    __m512d iy = _mm512_sub_pd(_mm512_min_pd(_mm512_loadu_pd(&c.y_max[j]), pymax),
+                               _mm512_max_pd(_mm512_loadu_pd(&c.y_min[j]), pymin));
+    __m512d a2 = _mm512_loadu_pd(&c.area[j]);
+    __m512d inter = _mm512_mul_pd(ix, iy);
+    __m512d uni = _mm512_sub_pd(_mm512_add_pd(va1, a2), inter);
+    __mmask8 m = _mm512_cmp_pd_mask(ix, zero, _CMP_GT_OQ) & _mm512_cmp_pd_mask(iy, zero, _CMP_GT_OQ) &
+                 _mm512_cmp_pd_mask(a2, zero, _CMP_GT_OQ) & _mm512_cmp_pd_mask(uni, zero, _CMP_GT_OQ);
+    if (!m) continue;
+    if (_mm512_mask_cmp_pd_mask(m, _mm512_div_pd(inter, uni), viou, _CMP_GT_OQ)) return true;
+  }
+  return false;
+}
+
+KILN_TARGET_AVX2 bool suppressed_avx2(const Cell& c, const Box& p, double a1, double iou) {
+  const __m256d pxmax = _mm256_set1_pd(p.x_max), pxmin = _mm256_set1_pd(p.x_min);
+  const __m256d pymax = _mm256_set1_pd(p.y_max), pymin = _mm256_set1_pd(p.y_min);
+  const __m256d va1 = _mm256_set1_pd(a1), viou = _mm256_set1_pd(iou), zero = _mm256_setzero_pd();
+  for (size_t j = 0; j < c.n; j += 4) {
+    __m256d ix = _mm256_sub_pd(_mm256_min_pd(_mm256_loadu_pd(&c.x_max[j]), pxmax),
+                               _mm256_max_pd(_mm256_loadu_pd(&c.x_min[j]), pxmin));
+    __m256d iy = _mm256_sub_pd(_mm256_min_pd(_mm256_loadu_pd(&c.y_max[j]), pymax),
+                               _mm256_max_pd(_mm256_loadu_pd(&c.y_min[j]), pymin));
+    __m256d a2 = _mm256_loadu_pd(&c.area[j]);
+    __m256d inter = _mm256_mul_pd(ix, iy);
+    __m256d uni = _mm256_sub_pd(_mm256_add_pd(va1, a2), inter);
+    __m256d ok =
+        _mm256_and_pd(_mm256_and_pd(_mm256_cmp_pd(ix, zero, _CMP_GT_OQ), _mm256_cmp_pd(iy, zero, _CMP_GT_OQ)),
+                      _mm256_and_pd(_mm256_cmp_pd(a2, zero, _CMP_GT_OQ), _mm256_cmp_pd(uni, zero, _CMP_GT_OQ)));
+    if (!_mm256_movemask_pd(ok)) continue;
+    if (_mm256_movemask_pd(_mm256_and_pd(ok, _mm256_cmp_pd(_mm256_div_pd(inter, uni), viou, _CMP_GT_OQ)))) return true;
+  }
+  return false;
+}
+
+bool suppressed_scalar(const Cell& c, const Box& p, double a1, double iou) {
+  for (size_t j = 0; j < c.n; ++j) {
+    const double ix = std::min(p.x_max, c.x_max[j]) - std::max(p.x_min, c.x_min[j]);
+    const double iy = std::min(p.y_max, c.y_max[j]) - std::max(p.y_min, c.y_min[j]);
+    const double inter = ix * iy, a2 = c.area[j], uni = a1 + a2 - inter;
+    if ((ix > 0) & (iy > 0) & (a2 > 0) & (uni > 0) && inter / uni > iou) return true;
+  }
+  return false;
+}
+
+using SuppressedFn = bool (*)(const Cell&, const Box&, double, double);
+
+// The kept boxes in a grid of cells by (x_min, y_min): the reference's KeptBoxes (ops/detection.cc,
+// where the argument for it is made), a candidate meeting only the cells that can hold a box
+// overlapping it.
+class KeptGrid {
+ public:
+  explicit KeptGrid(SuppressedFn fn, size_t lanes) : fn_(fn), lanes_(lanes) {}
+  void reset(const std::vector<Box>& all) {
+    bool finite = !all.empty();
+    for (const Box& b : all)
+      finite &= std::isfinite(b.x_min) && std::isfinite(b.x_max) && std::isfinite(b.y_min) && std::isfinite(b.y_max);
+    x_ = Axis::of(all, finite, &Box::x_min, &Box::x_max);
+    y_ = Axis::of(all, finite, &Box::y_min, &Box::y_max);
+    cells_.assign(x_.n * y_.n, {});
+    used_.clear();
+  }
+  bool suppressed(const Box& p, double iou) const {
+    const double a1 = (p.x_max - p.x_min) * (p.y_max - p.y_min);
+    if (!(a1 > 0)) return false;
+    const size_t x0 = x_.cell(p.x_min - x_.reach), x1 = x_.cell(p.x_max + x_.margin);
+    const size_t y0 = y_.cell(p.y_min - y_.reach), y1 = y_.cell(p.y_max + y_.margin);
+    for (size_t cy = y0; cy <= y1; ++cy)
+      for (size_t cx = x0; cx <= x1; ++cx) {
+        const Cell& c = cells_[cy * x_.n + cx];
+        if (c.n && fn_(c, p, a1, iou)) return true;
+      }
+    return false;
+  }
+  void add(const Box& b) {
+    const size_t at = y_.cell(b.y_min) * x_.n + x_.cell(b.x_min);
+    Cell& c = cells_[at];
+    if (c.n == 0) used_.push_back(at);
+    if (c.n == c.x_min.size()) {  // grow by a whole vector of padding (zero area never suppresses)
+      for (auto* v : {&c.x_min, &c.x_max, &c.y_min, &c.y_max, &c.area}) v->resize(c.n + lanes_, 0.0);
+    }
+    c.x_min[c.n] = b.x_min, c.x_max[c.n] = b.x_max, c.y_min[c.n] = b.y_min, c.y_max[c.n] = b.y_max;
+    c.area[c.n] = (b.x_max - b.x_min) * (b.y_max - b.y_min);
+    ++c.n;
+  }
+  void clear() {
+    for (size_t at : used_) {
+      Cell& c = cells_[at];
+      for (auto* v : {&c.x_min, &c.x_max, &c.y_min, &c.y_max, &c.area}) std::fill(v->begin(), v->end(), 0.0);
+      c.n = 0;
+    }
+    used_.clear();
+  }
+
+ private:
+  struct Axis {  // as in ops/detection.cc
+    double lo = 0, step = 0, reach = 0, margin = 0;
+    size_t n = 1;
+    static Axis of(const std::vector<Box>& all, bool finite, double Box::*lo_of, double Box::*hi_of) {
+      Axis a;
+      if (!finite) return a;
+      double lo = INFINITY, hi = -INFINITY, w = 0;
+      for (const Box& b : all)
+        lo = std::min(lo, b.*lo_of), hi = std::max(hi, b.*hi_of), w = std::max(w, b.*hi_of - b.*lo_of);
+      constexpr double kMaxCells = 128;
+      a.lo = lo;
+      a.margin = 1e-6 * (std::fabs(lo) + std::fabs(hi) + w) + 1e-30;
+      a.reach = w + a.margin;
+      a.step = std::max(w, (hi - lo) / kMaxCells);
+      if (!(a.step > 0) || !std::isfinite(a.step)) return Axis{};
+      a.n = static_cast<size_t>(std::min(kMaxCells + 2, std::floor((hi - lo) / a.step) + 1));
+      return a;
+    }
+    size_t cell(double v) const {
+      if (step <= 0) return 0;
+      double at = std::floor((v - lo) / step);
+      if (!(at > 0)) return 0;
+      return std::min(static_cast<size_t>(std::min(at, 1e18)), n - 1);
+    }
+  };
+  SuppressedFn fn_;
+  size_t lanes_;
+  Axis x_, y_;
+  std::vector<Cell> cells_;
+  std::vector<size_t> used_;
+};
+
+// A float's bits mapped to an unsigned order: a < b as floats (-0 == +0 taken as +0) iff key(a) < key(b).
+inline uint32_t ordered_bits(float v) {
+  if (v == 0.f) v = 0.f;
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+// Sorts keys by their high 32 bits, stably (equal high bits keep their order): three passes of 11 bits
+// (LSD radix) for long lists, std::stable_sort's result for short ones.
+void sort_by_high_bits(std::vector<uint64_t>& v, std::vector<uint64_t>& tmp) {
+  const size_t n = v.size();
+  if (n < 512) {
+    std::sort(v.begin(), v.end());  // the low bits (the index) already break ties in order
+    return;
+  }
+  tmp.resize(n);
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = 32 + 11 * pass;
+    size_t count[2049] = {0};
+    for (uint64_t x : v) ++count[((x >> shift) & 2047) + 1];
+    for (size_t b = 1; b < 2049; ++b) count[b] += count[b - 1];
+    for (uint64_t x : v) tmp[count[(x >> shift) & 2047]++] = x;
+    v.swap(tmp);
+  }
+}
+
+class PreparedNms : public PreparedLayer {
+ public:
+  bool center = false;
+  SuppressedFn fn = suppressed_scalar;
+  size_t lanes = 1;
+
+  std::vector<Dims> output_shapes() const override { return {{-1, 3}}; }
+  std::vector<DataType> output_dtypes() const override { return {DataType::kInt64}; }
+
+  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+    const Tensor& boxes = *in[0];
+    const Tensor& scores = *in[1];
+    auto scalar = [&](size_t i, const char* name) -> Result<const Tensor*> {
+      if (i >= in.size() || !in[i] || in[i]->numel() == 0) return static_cast<const Tensor*>(nullptr);
+      if (in[i]->numel() != 1) return InvalidArgument(name, " must hold one value, got ", in[i]->describe());
+      return in[i];
+    };
+    KILN_ASSIGN_OR_RETURN(const Tensor* max_t, scalar(2, "max_output_boxes_per_class"));
+    KILN_ASSIGN_OR_RETURN(const Tensor* iou_t, scalar(3, "iou_threshold"));
+    KILN_ASSIGN_OR_RETURN(const Tensor* score_t, scalar(4, "score_threshold"));
+    const int64_t max_out = max_t ? std::max<int64_t>(0, max_t->get_i64(0)) : 0;
+    const double iou = iou_t ? iou_t->get_f64(0) : 0.0;
+    const bool has_score = score_t != nullptr;
+    const double score_min = has_score ? score_t->get_f64(0) : 0.0;
+    const int64_t B = boxes.dim(0), K = scores.dim(1), S = boxes.dim(1);
+    const float* pb = boxes.data<float>();
+    const float* ps = scores.data<float>();
+    std::vector<int64_t> selected;
+    std::vector<uint64_t> order, scratch;
+    std::vector<Box> all(static_cast<size_t>(S));
+    KeptGrid kept(fn, lanes);
+    for (int64_t b = 0; b < B && max_out > 0; ++b) {
+      for (int64_t i = 0; i < S; ++i) {
+        const float* q = pb + (b * S + i) * 4;
+        const double a = q[0], bb = q[1], c = q[2], d = q[3];
+        all[static_cast<size_t>(i)] = center ? Box{a - c / 2, a + c / 2, bb - d / 2, bb + d / 2}
+                                             : Box{std::min(bb, d), std::max(bb, d), std::min(a, c), std::max(a, c)};
+      }
+      kept.reset(all);
+      for (int64_t k = 0; k < K; ++k) {
+        const float* sc = ps + (b * K + k) * S;
+        // Highest score first, ties by lower index (the reference's stable sort); NaN as -inf.
+        order.clear();
+        for (int64_t i = 0; i < S; ++i) {
+          const float v = sc[i];
+          if (has_score && !(static_cast<double>(v) > score_min)) continue;
+          const uint32_t key = std::isnan(v) ? ordered_bits(-INFINITY) : ordered_bits(v);
+          order.push_back((static_cast<uint64_t>(~key) << 32) | static_cast<uint64_t>(i));
+        }
+        sort_by_high_bits(order, scratch);  // built in index order: ties stay by lower index
+        kept.clear();
+        int64_t n_kept = 0;
+        for (uint64_t o : order) {
+          if (n_kept >= max_out) break;
+          const int64_t i = static_cast<int64_t>(o & 0xffffffffu);
+          const Box& cand = all[static_cast<size_t>(i)];
+          if (kept.suppressed(cand, iou)) continue;
+          kept.add(cand);
+          ++n_kept;
+          selected.insert(selected.end(), {b, k, i});
+        }
+      }
+    }
+    Tensor y(DataType::kInt64, {static_cast<int64_t>(selected.size() / 3), 3});
+    if (!selected.empty()) std::memcpy(y.raw(), selected.data(), selected.size() * sizeof(int64_t));
+    *out[0] = std::move(y);
+    return Status::Ok();
+  }
+};
+
+class NmsKiln : public Tactic {
+ public:
+  std::string name() const override { return "nms_kiln"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "NonMaxSuppression"}}; }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (auto e = cpu_check(sig); !e.empty()) return e;
+    if (sig.inputs.size() < 2 || !sig.has_input(0) || !sig.has_input(1)) return "boxes and scores are required";
+    if (sig.inputs[0].dtype != DataType::kFloat32 || sig.inputs[1].dtype != DataType::kFloat32)
+      return "boxes and scores are not float32";
+    for (size_t i = 2; i < sig.inputs.size(); ++i) {
+      if (!sig.has_input(i)) continue;
+      DataType dt = sig.inputs[i].dtype;
+      bool ok = i == 2 ? dt == DataType::kInt64 || dt == DataType::kInt32
+                       : dt == DataType::kFloat32 || dt == DataType::kFloat64;
+      if (!ok) return "input " + std::to_string(i) + " has dtype " + dtype_name(dt);
+    }
+    const int64_t center = sig.node->attr_int("center_point_box", 0);
+    if (center != 0 && center != 1) return "center_point_box is not 0 or 1";
+    const Dims& b = sig.inputs[0].shape;
+    const Dims& s = sig.inputs[1].shape;
+    if (b.size() != 3 || s.size() != 3) return "boxes or scores are not 3-D";
+    if (!sig.fully_known()) return "";
+    if (b[2] != 4 || s[0] != b[0] || s[2] != b[1]) return "boxes [B, S, 4] and scores [B, C, S] do not match";
+    if (b[1] >= (int64_t{1} << 32)) return "more than 2^32 boxes";
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto p = std::make_unique<PreparedNms>();
+    p->center = sig.node->attr_int("center_point_box", 0) == 1;
+    Isa isa = cpu_isa();
+    if (isa == Isa::kAvx512)
+      p->fn = suppressed_avx512, p->lanes = 8;
+    else if (isa == Isa::kAvx2)
+      p->fn = suppressed_avx2, p->lanes = 4;
+    return std::unique_ptr<PreparedLayer>(std::move(p));
+  }
+};
+
+// ---- RoiAlign
+
+struct Sample {
+  int64_t pos[4] = {0, 0, 0, 0};
+  double w[4] = {0, 0, 0, 0};
+};
+
+// The pooled values of one bin for c in [0, C), from its n samples on the channels-last plane xp
+// ([H * W, C]) as the reference computes it channel by channel: avg sums w * x over the samples and
+// their corners in order (from 0), max keeps the largest weighted corner (std::max's choice on ties and
+// NaNs: maxpd(b, a) is std::max(a, b)). Products and sums rounded one by one (no fused multiply-add).
+// The bin's values are written to out[0, C) as floats: avg divides the sum by `count` first (in double,
+// vectorized: the same correctly rounded quotient as the reference's scalar division).
+using PoolFn = void (*)(const float* xp, int64_t C, const Sample* s, int64_t n, bool avg, double count, float* out);
+
+inline void pool_tail(const float* xp, int64_t C, int64_t c, const Sample* s, int64_t n, bool avg, double count,
+                      float* out) {
+  for (; c < C; ++c) {
+    double a = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const Sample& q = s[k];
+      if (avg) {
+        for (int t = 0; t < 4; ++t) a += q.w[t] * static_cast<double>(xp[q.pos[t] * C + c]);
+      } else {
+        double v = std::max(
+            {q.w[0] * static_cast<double>(xp[q.pos[0] * C + c]), q.w[1] * static_cast<double>(xp[q.pos[1] * C + c]),
+             q.w[2] * static_cast<double>(xp[q.pos[2] * C + c]), q.w[3] * static_cast<double>(xp[q.pos[3] * C + c])});
+        a = k == 0 ? v : std::max(a, v);
+      }
+    }
+    out[c] = static_cast<float>(avg ? a / count : a);
+  }
+}
+
+KILN_TARGET_AVX512 void pool_avx512(const float* xp, int64_t C, const Sample* s, int64_t n, bool avg, double count,
+                                    float* out) {
+  const __m512d vcount = _mm512_set1_pd(count);
+  int64_t c = 0;
+  for (; c + 8 <= C; c += 8) {
+    __m512d a = _mm512_setzero_pd();
+    for (int64_t k = 0; k < n; ++k) {
+      const Sample& q = s[k];
+      __m512d p[4];
+      for (int t = 0; t < 4; ++t)
+        p[t] = _mm512_mul_pd(_mm512_set1_pd(q.w[t]), _mm512_cvtps_pd(_mm256_loadu_ps(xp + q.pos[t] * C + c)));
+      if (avg) {
+        for (int t = 0; t < 4; ++t) a = _mm512_add_pd(a, p[t]);
+      } else {
+        __m512d m = _mm512_max_pd(p[3], _mm512_max_pd(p[2], _mm512_max_pd(p[1], p[0])));
+        a = k == 0 ? m : _mm512_max_pd(m, a);
+      }
+    }
+    if (avg) a = _mm512_div_pd(a, vcount);
+    _mm256_storeu_ps(out + c, _mm512_cvtpd_ps(a));
+  }
+  pool_tail(xp, C, c, s, n, avg, count, out);
+}
+
+KILN_TARGET_AVX2 void pool_avx2(const float* xp, int64_t C, const Sample* s, int64_t n, bool avg, double count,
+                                float* out) {
+  const __m256d vcount = _mm256_set1_pd(count);
+  int64_t c = 0;
+  for (; c + 4 <= C; c += 4) {
+    __m256d a = _mm256_setzero_pd();
+    for (int64_t k = 0; k < n; ++k) {
+      const Sample& q = s[k];
+      __m256d p[4];
+      for (int t = 0; t < 4; ++t)
+        p[t] = _mm256_mul_pd(_mm256_set1_pd(q.w[t]), _mm256_cvtps_pd(_mm_loadu_ps(xp + q.pos[t] * C + c)));
+      if (avg) {
+        for (int t = 0; t < 4; ++t) a = _mm256_add_pd(a, p[t]);
+      } else {
+        __m256d m = _mm256_max_pd(p[3], _mm256_max_pd(p[2], _mm256_max_pd(p[1], p[0])));
+        a = k == 0 ? m : _mm256_max_pd(m, a);
+      }
+    }
+    if (avg) a = _mm256_div_pd(a, vcount);
+    _mm_storeu_ps(out + c, _mm256_cvtpd_ps(a));
+  }
+  pool_tail(xp, C, c, s, n, avg, count, out);
+}
+
+void pool_scalar(const float* xp, int64_t C, const Sample* s, int64_t n, bool avg, double count, float* out) {
+  pool_tail(xp, C, 0, s, n, avg, count, out);
+}
+
+// Largest per-bin sampling grid and per-roi sample count the reference accepts (ops/detection.cc).
+constexpr double kMaxSamples = 1 << 16;
+constexpr double kMaxRoiSamples = 1 << 28;
+
+class PreparedRoiAlign : public PreparedLayer {
+ public:
+  int64_t oh = 1, ow = 1, sampling_ratio = 0;
+  double scale = 1;
+  bool avg = true, half_pixel = true;
+  Dims out_shape;
+  PoolFn pool = pool_scalar;
+
+  std::vector<Dims> output_shapes() const override { return {out_shape}; }
+
+  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+    const Tensor& x = *in[0];
+    const Tensor& rois = *in[1];
+    const Tensor& bidx = *in[2];
+    const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), R = rois.dim(0);
+    const float* px = x.data<float>();
+    float* py = out[0]->data<float>();
+    // Checked first: a bad roi is the user's error, reported as the reference reports it.
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t b = bidx.get_i64(r);
+      if (b < 0 || b >= N) return InvalidArgument("batch index ", b, " of roi ", r, " is outside [0, ", N, ")");
+    }
+    std::vector<char> used(static_cast<size_t>(N), 0);
+    for (int64_t r = 0; r < R; ++r) used[static_cast<size_t>(bidx.get_i64(r))] = 1;
+    // The feature maps the rois use, channels-last.
+    const int64_t HW = H * W;
+    std::vector<float> xt(static_cast<size_t>(N * HW * C));
+    for (int64_t b = 0; b < N; ++b) {
+      if (!used[static_cast<size_t>(b)]) continue;
+      float* dst = xt.data() + b * HW * C;
+      const float* src = px + b * C * HW;
+      // Tiles of 64 positions: each channel's run read contiguously, the tile's [64, C] block written
+      // while it stays in cache.
+      constexpr int64_t kTile = 64;
+      parallel_for((HW + kTile - 1) / kTile, std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)),
+                   [&](int64_t t0, int64_t t1) {
+                     for (int64_t t = t0; t < t1; ++t) {
+                       const int64_t p0 = t * kTile, p1 = std::min(HW, p0 + kTile);
+                       for (int64_t c = 0; c < C; ++c) {
+                         const float* s = src + c * HW;
+                         for (int64_t p = p0; p < p1; ++p) dst[p * C + c] = s[p];
+                       }
+                     }
+                   });
+    }
+    const bool rois_f32 = rois.dtype() == DataType::kFloat32;
+    std::vector<Status> errors(static_cast<size_t>(R), Status::Ok());
+    parallel_for(R, 1, [&](int64_t r0, int64_t r1) {
+      std::vector<Sample> samples;
+      std::vector<float> binned(static_cast<size_t>(C * oh * ow));
+      for (int64_t r = r0; r < r1; ++r) {
+        auto coord = [&](int k) {
+          return rois_f32 ? static_cast<double>(rois.data<float>()[r * 4 + k]) : rois.get_f64(r * 4 + k);
+        };
+        const int64_t b = bidx.get_i64(r);
+        const double off = half_pixel ? 0.5 : 0.0;
+        const double x1 = coord(0) * scale - off, y1 = coord(1) * scale - off;
+        const double x2 = coord(2) * scale - off, y2 = coord(3) * scale - off;
+        double rw = x2 - x1, rh = y2 - y1;
+        if (!half_pixel) {
+          rw = std::max(rw, 1.0);
+          rh = std::max(rh, 1.0);
+        }
+        const double bin_h = rh / static_cast<double>(oh), bin_w = rw / static_cast<double>(ow);
+        double gh_d =
+            sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::ceil(rh / static_cast<double>(oh));
+        double gw_d =
+            sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::ceil(rw / static_cast<double>(ow));
+        if (!std::isfinite(x1 + y1 + x2 + y2) || !(gh_d * gw_d <= kMaxSamples) ||
+            !(gh_d * gw_d * static_cast<double>(oh * ow) <= kMaxRoiSamples)) {
+          errors[static_cast<size_t>(r)] =
+              InvalidArgument("roi ", r, " (", x1, ", ", y1, ", ", x2, ", ", y2, ") needs too many samples per bin");
+          continue;
+        }
+        const int64_t gh = std::max<int64_t>(0, static_cast<int64_t>(gh_d)),
+                      gw = std::max<int64_t>(0, static_cast<int64_t>(gw_d));
+        const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
+        samples.clear();
+        for (int64_t ph = 0; ph < oh; ++ph)
+          for (int64_t pw = 0; pw < ow; ++pw)
+            for (int64_t iy = 0; iy < gh; ++iy) {
+              double yy = y1 + static_cast<double>(ph) * bin_h +
+                          (static_cast<double>(iy) + 0.5) * bin_h / static_cast<double>(gh);
+              for (int64_t ix = 0; ix < gw; ++ix) {
+                double xx = x1 + static_cast<double>(pw) * bin_w +
+                            (static_cast<double>(ix) + 0.5) * bin_w / static_cast<double>(gw);
+                Sample s;
+                if (!(yy < -1.0 || yy > static_cast<double>(H) || xx < -1.0 || xx > static_cast<double>(W)) && H > 0 &&
+                    W > 0) {
+                  double yv = std::max(yy, 0.0), xv = std::max(xx, 0.0);
+                  int64_t y_lo = static_cast<int64_t>(yv), x_lo = static_cast<int64_t>(xv), y_hi, x_hi;
+                  if (y_lo >= H - 1) {
+                    y_hi = y_lo = H - 1;
+                    yv = static_cast<double>(y_lo);
+                  } else {
+                    y_hi = y_lo + 1;
+                  }
+                  if (x_lo >= W - 1) {
+                    x_hi = x_lo = W - 1;
+                    xv = static_cast<double>(x_lo);
+                  } else {
+                    x_hi = x_lo + 1;
+                  }
+                  double ly = yv - static_cast<double>(y_lo), lx = xv - static_cast<double>(x_lo);
+                  double hy = 1 - ly, hx = 1 - lx;
+                  s = Sample{{y_lo * W + x_lo, y_lo * W + x_hi, y_hi * W + x_lo, y_hi * W + x_hi},
+                             {hy * hx, hy * lx, ly * hx, ly * lx}};
+                }
+                samples.push_back(s);
+              }
+            }
+        const float* xp = xt.data() + b * HW * C;
+        const int64_t per_bin = gh * gw, bins = oh * ow;
+        float* yr = py + r * C * bins;
+        if (per_bin == 0) {
+          std::fill(yr, yr + C * bins, 0.f);
+          continue;
+        }
+        // [bins, C] first (contiguous vector stores), then transposed into the output's [C, bins].
+        for (int64_t bin = 0; bin < bins; ++bin)
+          pool(xp, C, samples.data() + bin * per_bin, per_bin, avg, count, binned.data() + bin * C);
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t bin = 0; bin < bins; ++bin) yr[c * bins + bin] = binned[static_cast<size_t>(bin * C + c)];
+      }
+    });
+    for (const Status& st : errors)
+      if (!st.ok()) return st;
+    return Status::Ok();
+  }
+};
+
+class RoiAlignKiln : public Tactic {
+ public:
+  std::string name() const override { return "roi_align_kiln"; }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "RoiAlign"}}; }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (auto e = cpu_check(sig); !e.empty()) return e;
+    if (sig.inputs.size() != 3 || !sig.has_input(0) || !sig.has_input(1) || !sig.has_input(2))
+      return "X, rois and batch_indices are required";
+    if (sig.inputs[0].dtype != DataType::kFloat32) return "X is not float32";
+    if (sig.inputs[1].dtype != DataType::kFloat32 && sig.inputs[1].dtype != DataType::kFloat64)
+      return "rois are not float32 / float64";
+    if (!dtype_is_integer(sig.inputs[2].dtype)) return "batch_indices are not integers";
+    const ir::Node& n = *sig.node;
+    const int64_t oh = n.attr_int("output_height", 1), ow = n.attr_int("output_width", 1);
+    if (oh < 1 || ow < 1 || oh > 65536 || ow > 65536) return "output_height / output_width out of range";
+    const int64_t sr = n.attr_int("sampling_ratio", 0);
+    if (sr < 0 || sr > 65536) return "sampling_ratio out of range";
+    const std::string mode = n.attr_string("mode", "avg");
+    if (mode != "avg" && mode != "max") return "mode '" + mode + "'";
+    const std::string ctm =
+        n.attr_string("coordinate_transformation_mode", n.opset >= 16 ? "half_pixel" : "output_half_pixel");
+    if (ctm != "half_pixel" && ctm != "output_half_pixel") return "coordinate_transformation_mode '" + ctm + "'";
+    const Dims& x = sig.inputs[0].shape;
+    const Dims& rois = sig.inputs[1].shape;
+    const Dims& bi = sig.inputs[2].shape;
+    if (x.size() != 4 || rois.size() != 2 || bi.size() != 1) return "X not 4-D, rois not 2-D or batch_indices not 1-D";
+    if (!sig.fully_known()) return "";
+    if (rois[1] != 4 || bi[0] != rois[0]) return "rois are not [R, 4] with R batch indices";
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    const ir::Node& n = *sig.node;
+    auto p = std::make_unique<PreparedRoiAlign>();
+    p->oh = n.attr_int("output_height", 1), p->ow = n.attr_int("output_width", 1);
+    p->sampling_ratio = n.attr_int("sampling_ratio", 0);
+    p->scale = n.attr_float("spatial_scale", 1.0f);
+    p->avg = n.attr_string("mode", "avg") == "avg";
+    p->half_pixel = n.attr_string("coordinate_transformation_mode",
+                                  n.opset >= 16 ? "half_pixel" : "output_half_pixel") == "half_pixel";
+    const Dims& x = sig.inputs[0].shape;
+    p->out_shape = {sig.inputs[1].shape[0], x[1], p->oh, p->ow};
+    Isa isa = cpu_isa();
+    p->pool = isa == Isa::kAvx512 ? pool_avx512 : isa == Isa::kAvx2 ? pool_avx2 : pool_scalar;
+    return std::unique_ptr<PreparedLayer>(std::move(p));
+  }
+};
+
+}  // namespace
+
+const Tactic* nms_kiln() {
+  static const NmsKiln t;
+  return &t;
+}
+
+const Tactic* roi_align_kiln() {
+  static const RoiAlignKiln t;
+  return &t;
+}
+
+}  // namespace kiln::backends::cpu
