@@ -7,7 +7,7 @@
 //     residual yet, when r and the Add's output have y's type (no broadcast either way: every
 //     tactic reads the residual as an output-shaped tensor, so a broadcast one, e.g. Swin's
 //     relative position bias once shapes are static, would leave the layer on its reference kernel);
-//   - an activation read from y: Relu, LeakyRelu, Sigmoid, Tanh, HardSwish, Clip with constant
+//   - an activation read from y: Relu, LeakyRelu, Sigmoid, Tanh, HardSwish, HardSigmoid, Clip with constant
 //     scalar bounds (or the opset < 11 attributes), Gelu (ONNX, or kiln.Gelu from fuse_gelu),
 //     and SiLU written as Mul(y, Sigmoid(y)).
 // So Conv -> Add(identity) -> Relu (a ResNet block's end) becomes one FusedConv. The order is the
@@ -57,6 +57,12 @@ bool set_activation(const ir::Graph& g, const ir::Node& a, ir::Node* f) {
   if ((is_onnx(a, "Relu") || is_onnx(a, "Sigmoid") || is_onnx(a, "Tanh") || is_onnx(a, "HardSwish")) &&
       a.inputs.size() == 1) {
     fusion::set_string(*f, "activation", a.op_type);
+    return true;
+  }
+  if (is_onnx(a, "HardSigmoid") && a.inputs.size() == 1) {
+    fusion::set_string(*f, "activation", "HardSigmoid");
+    fusion::set_float(*f, "activation_alpha", a.attr_float("alpha", 0.2f));
+    fusion::set_float(*f, "activation_beta", a.attr_float("beta", 0.5f));
     return true;
   }
   if (is_onnx(a, "LeakyRelu") && a.inputs.size() == 1) {

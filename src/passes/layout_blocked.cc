@@ -98,7 +98,8 @@ bool is_blockable_pool(const ir::Graph& g, const ir::Node& n) {
 }
 
 // Elementwise ops (the set fuse_elementwise merges, and its kiln.FusedElementwise) compute the same
-// on the blocked layout as on the plain one when no operand broadcasts.
+// on the blocked layout as on the plain one when no operand broadcasts, or one broadcasts only over
+// the plane (H, W): a squeeze-excite block's channel scale stays blocked, no reorders around it.
 bool is_elementwise_op(const ir::Node& n) {
   static const std::set<std::string> kOps = {
       "Abs", "Neg",  "Exp",  "Log",       "Sqrt",        "Reciprocal", "Relu", "Sigmoid",  "Tanh",
@@ -265,7 +266,8 @@ class Rewriter {
   }
 
   // The channels of an elementwise node the layout can carry (0: none): every non-constant operand
-  // is a blocked value of the output's shape (no broadcasting), constants are scalars, and f(0) = 0.
+  // is a blocked value of the output's shape, or of its batch and channels with a 1 x 1 plane (see
+  // broadcasts_over_plane), constants are scalars, and f(0) = 0.
   int64_t elementwise_channels(const ir::Node& n, const std::map<std::string, int64_t>& blocked_channels) {
     if (!is_elementwise_op(n) || !is_f32_rank(g_, n.outputs[0], 4)) return 0;
     int64_t ch = 0;
@@ -276,12 +278,28 @@ class Rewriter {
         continue;
       }
       auto it = blocked_channels.find(in);
-      if (it == blocked_channels.end() || (ch && it->second != ch) || !fusion::same_type(g_, in, n.outputs[0]))
+      if (it == blocked_channels.end() || (ch && it->second != ch) || !broadcasts_over_plane(in, n.outputs[0]))
         return 0;
       ch = it->second;
     }
     if (!ch || !preserves_zero(g_, n)) return 0;
     return ch;
+  }
+
+  // `in` has `out`'s dtype, batch and channels, and its spatial dims are `out`'s or 1: then its
+  // blocked form [N, Cb, H|1, W|1, B] broadcasts against `out`'s [N, Cb, H, W, B] as the plain forms
+  // do (a squeeze-excite block's channel scale [N, C, 1, 1] times the feature map [N, C, H, W]).
+  bool broadcasts_over_plane(const std::string& in, const std::string& out) const {
+    if (fusion::same_type(g_, in, out)) return true;
+    const ir::TypeInfo* a = fusion::type_of(g_, in);
+    const ir::TypeInfo* b = fusion::type_of(g_, out);
+    if (!a || !b || a->elem != b->elem || !is_f32_rank(g_, in, 4)) return false;
+    const auto& da = a->shape.dims;
+    const auto& db = b->shape.dims;
+    if (!fusion::same_dim(da[0], db[0]) || !fusion::same_dim(da[1], db[1])) return false;
+    for (size_t d = 2; d < 4; ++d)
+      if (!fusion::same_dim(da[d], db[d]) && !(da[d].known() && da[d].value == 1)) return false;
+    return true;
   }
 
   // The channels of a channel Concat the layout can carry (0: none): every input a blocked value,

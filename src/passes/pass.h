@@ -43,6 +43,7 @@ Result<int> fold_pad_into_window(ir::Graph& g);  // in fold_pad.cc
 Result<int> prune_padding_taps(ir::Graph& g);
 Result<int> fold_batch_norm(ir::Graph& g);
 Result<int> fuse_gelu(ir::Graph& g);
+Result<int> fuse_hard_activations(ir::Graph& g);
 Result<int> fuse_layer_norm(ir::Graph& g);
 Result<int> fuse_attention(ir::Graph& g);
 Result<int> fuse_attention_heads(ir::Graph& g);  // in fuse_attention.cc
