@@ -68,6 +68,8 @@ const std::vector<const Tactic*>& all_tactics() {
     v.push_back(cpu::softmax_kiln());
     v.push_back(cpu::group_norm_kiln());
     v.push_back(cpu::attention_kiln_fused());
+    // Before the general elementwise kernel: the squeeze-excite channel scale on blocked values
+    v.push_back(cpu::scale_channels_blocked_kiln());
     v.push_back(cpu::fused_elementwise_kiln());
     v.push_back(cpu::gelu_kiln());
     // kiln's own GEMM, 1x1 and depthwise convolution, pooling (the auto-tuner times them against oneDNN's)
