@@ -12,6 +12,10 @@
 //                                  fewer multiplications; rounding error within the tactic test's
 //                                  tolerance (measured against a double reference on resnet50's
 //                                  3x3 layers: at most 1.2e-4 absolute on outputs up to 85)
+//   conv2d_onednn_nchwc_single_thread  the direct algorithm on one thread, for layers of at most
+//                                  64K output floats (squeeze-excite FCs, late 7x7 layers at
+//                                  batch 1): timed against the threaded one, it wins where a
+//                                  parallel region costs more than the split saves
 //   reorder_onednn_nchwc           kiln.ReorderToBlocked / kiln.ReorderFromBlocked
 //
 // Weights are reordered once, at prepare. oneDNN writes zeros into the padding lanes of blocked
@@ -61,6 +65,7 @@ class PreparedBlockedConv : public PreparedLayer {
   memory::desc dst_md;      // blocked
   memory::desc scratch_md;  // queried once: run() makes no oneDNN queries
   bool reorder_src = false;
+  int thread_cap = 1 << 20;  // 1: created and run on one thread
   size_t src_bytes = 0, dst_bytes = 0;
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
@@ -71,6 +76,7 @@ class PreparedBlockedConv : public PreparedLayer {
 
   Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
+      ThreadCapScope cap(thread_cap);
       auto& eng = cpu_engine();
       void* src = const_cast<void*>(in[0]->raw());
       if (reorder_src) {
@@ -103,8 +109,11 @@ class PreparedBlockedConv : public PreparedLayer {
 
 class OnednnBlockedConv : public Tactic {
  public:
-  explicit OnednnBlockedConv(bool winograd) : winograd_(winograd) {}
-  std::string name() const override { return winograd_ ? "conv2d_onednn_nchwc_winograd" : "conv2d_onednn_nchwc"; }
+  OnednnBlockedConv(bool winograd, bool single_thread) : winograd_(winograd), single_thread_(single_thread) {}
+  std::string name() const override {
+    return winograd_ ? "conv2d_onednn_nchwc_winograd"
+                     : (single_thread_ ? "conv2d_onednn_nchwc_single_thread" : "conv2d_onednn_nchwc");
+  }
   // 2: grouped convs whose groups are whole blocks.
   int revision() const override { return 2; }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "BlockedConv"}}; }
@@ -140,9 +149,12 @@ class OnednnBlockedConv : public Tactic {
       std::string act = sig.node->attr_string("activation", "");
       if (!act.empty() && act != "Relu") return "Winograd: activation " + act + " (it has ReLU only)";
     }
+    if (single_thread_ && !sig.inputs[0].known()) return "one thread: the layer's size is not known";
     if (sig.inputs[0].known()) {
       ConvGeometry g;
       if (auto e = resolve_conv(*sig.node, x, w, g); !e.empty()) return e;
+      if (single_thread_ && g.n * g.m * g.oh * g.ow > kSingleThreadMaxOutput)
+        return "one thread: more than " + std::to_string(kSingleThreadMaxOutput) + " output floats";
       if (sig.has_input(3) && sig.inputs[3].known() && sig.inputs[3].shape != Dims{g.n, blocks(g.m, b), g.oh, g.ow, b})
         return "the residual is not the output's blocked shape";
     }
@@ -161,8 +173,10 @@ class OnednnBlockedConv : public Tactic {
     resolve_conv(*sig.node, x, wdims, g);
     p->has_bias = sig.has_input(2);
     p->has_residual = sig.has_input(3);
+    if (single_thread_) p->thread_cap = 1;
     const bool plain_src = sig.inputs[0].shape.size() == 4;
     Status st = guarded(name(), [&]() -> Status {
+      ThreadCapScope cap(p->thread_cap);  // oneDNN sizes its thread partition here
       auto& eng = cpu_engine();
       const tag bt = blocked_tag(p->block);
       p->x_md = memory::desc({g.n, g.c, g.h, g.w}, dt::f32, plain_src ? tag::nchw : bt);
@@ -227,7 +241,8 @@ class OnednnBlockedConv : public Tactic {
     *x = {s[0], c, s[2], s[3]};
     return "";
   }
-  bool winograd_;
+  static constexpr int64_t kSingleThreadMaxOutput = int64_t{1} << 16;
+  bool winograd_, single_thread_;
 };
 
 // ---- kiln.ReorderToBlocked / kiln.ReorderFromBlocked ----
@@ -299,11 +314,15 @@ class OnednnReorder : public Tactic {
 }  // namespace
 
 const Tactic* conv2d_onednn_nchwc() {
-  static const OnednnBlockedConv t(false);
+  static const OnednnBlockedConv t(false, false);
   return &t;
 }
 const Tactic* conv2d_onednn_nchwc_winograd() {
-  static const OnednnBlockedConv t(true);
+  static const OnednnBlockedConv t(true, false);
+  return &t;
+}
+const Tactic* conv2d_onednn_nchwc_single_thread() {
+  static const OnednnBlockedConv t(false, true);
   return &t;
 }
 const Tactic* reorder_onednn_nchwc() {

@@ -56,6 +56,8 @@ const std::vector<const Tactic*>& all_tactics() {
     // direct on resnet50's 3x3 layers at batch 1 and 8, one thread, run in network order.
     v.push_back(dnn::conv2d_onednn_nchwc_winograd());
     v.push_back(dnn::conv2d_onednn_nchwc());
+    // ... and on one thread for small layers (a parallel region can cost more than it splits)
+    v.push_back(dnn::conv2d_onednn_nchwc_single_thread());
     // kiln.BlockedPool, kiln.ReorderToBlocked / ReorderFromBlocked
     v.push_back(dnn::pool2d_onednn_nchwc());
     v.push_back(dnn::reorder_onednn_nchwc());
