@@ -24,6 +24,7 @@ const Tactic* conv2d_onednn_nchwc_winograd();
 const Tactic* conv2d_onednn_nchwc();
 const Tactic* conv2d_onednn_nchwc_single_thread();  // small layers, timed against the threaded one
 const Tactic* pool2d_onednn_nchwc();
+const Tactic* pool2d_onednn_nchwc_single_thread();  // small inputs, timed against the threaded one
 const Tactic* reorder_onednn_nchwc();
 const Tactic* conv2d_onednn_nchwc_dw();  // kiln.BlockedConvDw
 

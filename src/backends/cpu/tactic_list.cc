@@ -60,6 +60,7 @@ const std::vector<const Tactic*>& all_tactics() {
     v.push_back(dnn::conv2d_onednn_nchwc_single_thread());
     // kiln.BlockedPool, kiln.ReorderToBlocked / ReorderFromBlocked
     v.push_back(dnn::pool2d_onednn_nchwc());
+    v.push_back(dnn::pool2d_onednn_nchwc_single_thread());
     v.push_back(dnn::reorder_onednn_nchwc());
     // kiln.BlockedConvDw (src/passes/layout_fuse_dw.cc): 1x1 conv with the depthwise conv as post-op
     v.push_back(dnn::conv2d_onednn_nchwc_dw());

@@ -954,6 +954,7 @@ TEST(Tactics, CeilModeAverageCountingPadsMatchesReference) {
   EXPECT_EQ(checked["pool2d_onednn_nchw"], 1);
   EXPECT_EQ(checked["pool3d_onednn_ncdhw"], 1);
   EXPECT_EQ(checked["pool2d_onednn_nchwc"], 1);
+  EXPECT_EQ(checked["pool2d_onednn_nchwc_single_thread"], 1);
 }
 
 // A Gather index out of range is the user's error: the run returns it (the reference kernel does too).
