@@ -58,6 +58,8 @@ const std::vector<const Tactic*>& all_tactics() {
     v.push_back(dnn::conv2d_onednn_nchwc());
     // ... and on one thread for small layers (a parallel region can cost more than it splits)
     v.push_back(dnn::conv2d_onednn_nchwc_single_thread());
+    // ... and with an expensive activation applied by kiln's vector code after it (timed as well)
+    v.push_back(dnn::conv2d_onednn_nchwc_kiln_act());
     // kiln.BlockedPool, kiln.ReorderToBlocked / ReorderFromBlocked
     v.push_back(dnn::pool2d_onednn_nchwc());
     v.push_back(dnn::pool2d_onednn_nchwc_single_thread());

@@ -81,7 +81,8 @@ TEST(BlockedEngine, MatchesReferenceKernelsAtSeveralBatches) {
   // timing (Winograd usually, direct on a loaded machine): assert that Winograd was a candidate there.
   // Small layers may run direct on one thread.
   EXPECT_EQ(kernels["conv2d_onednn_nchwc_winograd"] + kernels["conv2d_winograd_f4x3_nchw16c"] +
-                kernels["conv2d_onednn_nchwc"] + kernels["conv2d_onednn_nchwc_single_thread"],
+                kernels["conv2d_onednn_nchwc"] + kernels["conv2d_onednn_nchwc_single_thread"] +
+                kernels["conv2d_onednn_nchwc_kiln_act"],
             5);
   int winograd_timed = 0;
   for (const auto& l : fast->impl().layers) {
