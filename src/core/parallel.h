@@ -22,6 +22,32 @@ int max_threads();
 // Sets the thread count for kernels started afterwards (<= 0: the machine's default).
 void set_num_threads(int n);
 
+// Caps the calling thread's kernels (kiln's and oneDNN's) at `n` threads while it lives, then
+// restores the count. oneDNN sizes a primitive's thread partition when it is created and runs a
+// one-thread partition inline, without a parallel region: tactics for layers too small to gain from
+// threads create and run their primitives inside one of these (the tuner times them against the
+// threaded ones).
+class ThreadCapScope {
+ public:
+  explicit ThreadCapScope(int n) : saved_(max_threads()) {
+#if defined(_OPENMP)
+    if (n < saved_) omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+  }
+  ~ThreadCapScope() {
+#if defined(_OPENMP)
+    if (max_threads() != saved_) omp_set_num_threads(saved_);
+#endif
+  }
+  ThreadCapScope(const ThreadCapScope&) = delete;
+  ThreadCapScope& operator=(const ThreadCapScope&) = delete;
+
+ private:
+  int saved_;
+};
+
 // Runs fn(begin, end) over [0, n) split into contiguous chunks of at least `grain` items, one chunk
 // per thread (static schedule: no atomics, deterministic partition). Runs inline when there is one
 // thread, when n is small, or when called from inside another parallel region.

@@ -1,8 +1,8 @@
 #include "engine/executor.h"
 
+#include <algorithm>
 #include "ir/rewrite.h"
 #include "ops/shape_inference.h"
-#include <algorithm>
 
 namespace kiln::engine {
 

@@ -240,7 +240,7 @@ KILN_OP_TRAITS("", Elu, kUnaryInPlace | trait::kKeepsZero);
 KILN_OP_TRAITS("", Selu, kUnaryInPlace | trait::kKeepsZero);
 KILN_OP_TRAITS("", Celu, trait::kInPlace | trait::kKeepsZero);
 KILN_OP_TRAITS_ONEDNN("", Sigmoid, kUnaryInPlace | trait::kEpilogue, "eltwise_logistic");
-KILN_OP_TRAITS("", HardSigmoid, kUnaryInPlace);
+KILN_OP_TRAITS("", HardSigmoid, kUnaryInPlace | trait::kEpilogue);  // oneDNN: linear + clip post-ops
 KILN_OP_TRAITS_ONEDNN("", HardSwish, kUnaryInPlace | trait::kKeepsZero | trait::kEpilogue, "eltwise_hardswish");
 KILN_OP_TRAITS("", Softplus, kUnaryInPlace);
 KILN_OP_TRAITS("", Softsign, kUnaryInPlace | trait::kKeepsZero);

@@ -8,7 +8,8 @@
 //                                       defaulting to ones
 //
 // The epilogue activation is named by the string attribute "activation" (absent: none): Relu,
-// LeakyRelu (activation_alpha), Sigmoid, Tanh, HardSwish, Clip (activation_min / activation_max,
+// LeakyRelu (activation_alpha), Sigmoid, Tanh, HardSwish, HardSigmoid (activation_alpha,
+// activation_beta), Clip (activation_min / activation_max,
 // each optional), SiLU (x * Sigmoid(x)), Gelu (activation_approximate). Every step runs the ONNX
 // op's own reference kernel, in the order the unfused graph ran them.
 #include "ops/kiln_fused_util.h"
@@ -29,7 +30,8 @@ Attrs base_attrs(const ir::Node& n) {
 
 Status check_activation(const ir::Node& n) {
   std::string act = n.attr_string("activation", "");
-  static const char* kKnown[] = {"", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish", "Clip", "SiLU", "Gelu"};
+  static const char* kKnown[] = {"",          "Relu",        "LeakyRelu", "Sigmoid", "Tanh",
+                                 "HardSwish", "HardSigmoid", "Clip",      "SiLU",    "Gelu"};
   for (const char* k : kKnown)
     if (act == k) return Status::Ok();
   return InvalidModel(n.where(), "unknown activation '", act, "'");
@@ -43,6 +45,10 @@ Result<Tensor> apply_activation(const KernelContext& ctx, const Tensor& y) {
   if (act == "Sigmoid") return fused::run_onnx(ctx, "Sigmoid", 13, {&y});
   if (act == "Tanh") return fused::run_onnx(ctx, "Tanh", 13, {&y});
   if (act == "HardSwish") return fused::run_onnx(ctx, "HardSwish", 14, {&y});
+  if (act == "HardSigmoid")
+    return fused::run_onnx(ctx, "HardSigmoid", 6, {&y},
+                           {{"alpha", fused::float_attr(n.attr_float("activation_alpha", 0.2f))},
+                            {"beta", fused::float_attr(n.attr_float("activation_beta", 0.5f))}});
   if (act == "LeakyRelu")
     return fused::run_onnx(ctx, "LeakyRelu", 16, {&y},
                            {{"alpha", fused::float_attr(n.attr_float("activation_alpha", 0.01f))}});

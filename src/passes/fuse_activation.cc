@@ -8,7 +8,7 @@
 //     tactic reads the residual as an output-shaped tensor, so a broadcast one, e.g. Swin's
 //     relative position bias once shapes are static, would leave the layer on its reference kernel);
 //   - an activation read from y: an op declaring ops::trait::kEpilogue (Relu, LeakyRelu, Sigmoid,
-//     Tanh, HardSwish, Clip with constant scalar bounds (or the opset < 11 attributes), Gelu (ONNX,
+//     Tanh, HardSwish, HardSigmoid, Clip with constant scalar bounds (or the opset < 11 attributes), Gelu (ONNX,
 //     or kiln.Gelu from fuse_gelu)), and SiLU written as Mul(y, Sigmoid(y)).
 // So Conv -> Add(identity) -> Relu (a ResNet block's end) becomes one FusedConv. The order is the
 // unfused one: bias, + residual, activation; the fused reference runs the same ONNX kernels.
@@ -55,6 +55,12 @@ bool has_residual(const ir::Node& f) { return f.has_input(3); }
 // Sets the activation attributes of `f` for activation node `a`; false if `a` is none we fuse.
 bool set_activation(const ir::Graph& g, const ir::Node& a, ir::Node* f) {
   if (a.inputs.empty() || a.outputs.size() != 1 || !ops::has_trait(a, ops::trait::kEpilogue)) return false;
+  if (is_onnx(a, "HardSigmoid") && a.inputs.size() == 1) {
+    fusion::set_string(*f, "activation", "HardSigmoid");
+    fusion::set_float(*f, "activation_alpha", a.attr_float("alpha", 0.2f));
+    fusion::set_float(*f, "activation_beta", a.attr_float("beta", 0.5f));
+    return true;
+  }
   if (is_onnx(a, "LeakyRelu") && a.inputs.size() == 1) {
     fusion::set_string(*f, "activation", "LeakyRelu");
     fusion::set_float(*f, "activation_alpha", a.attr_float("alpha", 0.01f));

@@ -100,9 +100,10 @@ bool is_blockable_pool(const ir::Graph& g, const ir::Node& n) {
 
 // Elementwise ops (ops::trait::kElementwiseUnary / kElementwiseBroadcast: the set fuse_elementwise
 // merges, and its kiln.FusedElementwise) compute the same on the blocked layout as on the plain one
-// when no operand broadcasts, or when the only ones that do are per-channel constants and the
-// channels are whole blocks (a BatchNormalization left as Mul/Add, DenseNet's pre-activations):
-// those become [1, C / B, 1, 1, B] constants.
+// when no operand broadcasts, when one broadcasts only over the plane (H, W: a squeeze-excite block's
+// channel scale stays blocked, no reorders around it), or when the only constants that broadcast are
+// per-channel ones and the channels are whole blocks (a BatchNormalization left as Mul/Add, DenseNet's
+// pre-activations): those become [1, C / B, 1, 1, B] constants.
 bool is_elementwise_op(const ir::Node& n) {
   if (n.outputs.size() != 1 || n.outputs[0].empty() || n.inputs.empty()) return false;
   if (!ops::has_trait(n, ops::trait::kElementwiseUnary | ops::trait::kElementwiseBroadcast)) return false;
@@ -272,8 +273,9 @@ class Rewriter {
   }
 
   // The channels of an elementwise node the layout can carry (0: none): every non-constant operand
-  // is a blocked value of the output's shape (no broadcasting), constants are scalars or, with whole
-  // blocks, per channel, and f(0) = 0 unless whole blocks leave no padding lanes.
+  // is a blocked value of the output's shape, or of its batch and channels with a 1 x 1 plane (see
+  // broadcasts_over_plane), constants are scalars or, with whole blocks, per channel, and f(0) = 0
+  // unless whole blocks leave no padding lanes.
   int64_t elementwise_channels(const ir::Node& n, const std::map<std::string, int64_t>& blocked_channels) {
     if (!is_elementwise_op(n) || !is_f32_rank(g_, n.outputs[0], 4)) return 0;
     int64_t ch = 0;
@@ -285,7 +287,7 @@ class Rewriter {
         continue;
       }
       auto it = blocked_channels.find(in);
-      if (it == blocked_channels.end() || (ch && it->second != ch) || !fusion::same_type(g_, in, n.outputs[0]))
+      if (it == blocked_channels.end() || (ch && it->second != ch) || !broadcasts_over_plane(in, n.outputs[0]))
         return 0;
       ch = it->second;
     }
@@ -314,6 +316,22 @@ class Rewriter {
     g_.initializers[vb] = t->reshaped({1, c / block_, 1, 1, block_});
     blocked_constants_[v] = vb;
     return vb;
+  }
+
+  // `in` has `out`'s dtype, batch and channels, and its spatial dims are `out`'s or 1: then its
+  // blocked form [N, Cb, H|1, W|1, B] broadcasts against `out`'s [N, Cb, H, W, B] as the plain forms
+  // do (a squeeze-excite block's channel scale [N, C, 1, 1] times the feature map [N, C, H, W]).
+  bool broadcasts_over_plane(const std::string& in, const std::string& out) const {
+    if (fusion::same_type(g_, in, out)) return true;
+    const ir::TypeInfo* a = fusion::type_of(g_, in);
+    const ir::TypeInfo* b = fusion::type_of(g_, out);
+    if (!a || !b || a->elem != b->elem || !is_f32_rank(g_, in, 4)) return false;
+    const auto& da = a->shape.dims;
+    const auto& db = b->shape.dims;
+    if (!fusion::same_dim(da[0], db[0]) || !fusion::same_dim(da[1], db[1])) return false;
+    for (size_t d = 2; d < 4; ++d)
+      if (!fusion::same_dim(da[d], db[d]) && !(da[d].known() && da[d].value == 1)) return false;
+    return true;
   }
 
   // The channels of a channel Concat the layout can carry (0: none): every input a blocked value,

@@ -44,6 +44,7 @@ Result<int> prune_padding_taps(ir::Graph& g);
 Result<int> pool_before_pointwise_conv(ir::Graph& g);
 Result<int> fold_batch_norm(ir::Graph& g);
 Result<int> fuse_gelu(ir::Graph& g);
+Result<int> fuse_hard_activations(ir::Graph& g);
 Result<int> fuse_layer_norm(ir::Graph& g);
 Result<int> fuse_attention(ir::Graph& g);
 Result<int> fuse_attention_heads(ir::Graph& g);  // in fuse_attention.cc

@@ -32,6 +32,10 @@ const std::vector<PassInfo>& pipeline() {
       // fuse_elementwise, which would otherwise swallow their pieces. Among them:
       // GELU first: it makes kiln.Gelu, which fuse_activation then folds into a linear layer.
       {"fuse_gelu", fuse_gelu, "GELU written with Erf or Tanh -> kiln.Gelu"},
+      // Likewise HardSwish / HardSigmoid written out (opset < 14 exports): fuse_activation then
+      // folds them into the conv before them.
+      {"fuse_hard_activations", fuse_hard_activations,
+       "x * HardSigmoid(x), x * Clip(x + 3, 0, 6) / 6, Clip(x + 3, 0, 6) / 6 -> HardSwish / HardSigmoid"},
       {"fuse_layer_norm", fuse_layer_norm, "decomposed layer normalization -> kiln.LayerNormalization"},
       // Before fuse_matmul_bias: an additive mask after Q K^T would otherwise look like a bias.
       {"fuse_attention", fuse_attention, "MatMul-scale-mask-Softmax-MatMul -> kiln.Attention"},

@@ -42,6 +42,8 @@ const Tactic* fill_kiln();
 
 // Concat of 5-D channel-blocked values along axis 1 (the Concat layout_blocked keeps blocked).
 const Tactic* concat_blocked_kiln();
+// Mul of a 5-D channel-blocked map [N, Cb, H, W, B] by a [N, Cb, 1, 1, B] scale (squeeze-excite).
+const Tactic* scale_channels_blocked_kiln();
 
 // "" when the layer is a float32 CPU layer (every present input float32, computing in float32).
 std::string float32_cpu_layer(const LayerSignature& sig);

@@ -52,14 +52,22 @@ bool activation_alg(const ir::Node& n, dnnl::algorithm& alg, float& alpha, float
 }  // namespace
 
 bool activation_supported(const ir::Node& n) {
-  if (n.attr_string("activation", "").empty()) return true;
+  const std::string act = n.attr_string("activation", "");
+  if (act.empty() || act == "HardSigmoid") return true;  // two post-ops, see append_activation
   dnnl::algorithm alg;
   float a, b;
   return activation_alg(n, alg, a, b);
 }
 
 bool append_activation(const ir::Node& n, dnnl::post_ops& po) {
-  if (n.attr_string("activation", "").empty()) return true;
+  const std::string act = n.attr_string("activation", "");
+  if (act.empty()) return true;
+  if (act == "HardSigmoid") {  // oneDNN 2.6 has no hardsigmoid: clip(alpha x + beta, 0, 1)
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, n.attr_float("activation_alpha", 0.2f),
+                      n.attr_float("activation_beta", 0.5f));
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_clip_v2, 0.f, 1.f);
+    return true;
+  }
   dnnl::algorithm alg;
   float a, b;
   if (!activation_alg(n, alg, a, b)) return false;

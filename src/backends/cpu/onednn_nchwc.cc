@@ -12,6 +12,15 @@
 //                                  fewer multiplications; rounding error within the tactic test's
 //                                  tolerance (measured against a double reference on resnet50's
 //                                  3x3 layers: at most 1.2e-4 absolute on outputs up to 85)
+//   conv2d_onednn_nchwc_single_thread  the direct algorithm on one thread, for layers of at most
+//                                  64K output floats (squeeze-excite FCs, late 7x7 layers at
+//                                  batch 1): timed against the threaded one, it wins where a
+//                                  parallel region costs more than the split saves
+//   conv2d_onednn_nchwc_kiln_act   the direct algorithm with the activation (SiLU, GELU, Tanh)
+//                                  applied by kiln's vector code over the output after oneDNN's
+//                                  conv: measured on efficientnet_b0 (one thread), oneDNN's
+//                                  depthwise kernel with a swish post-op took 290 us on 32 x 112 x 112
+//                                  where ORT's conv + separate SiLU take 126 us; timed against it
 //   reorder_onednn_nchwc           kiln.ReorderToBlocked / kiln.ReorderFromBlocked
 //
 // Weights are reordered once, at prepare. oneDNN writes zeros into the padding lanes of blocked
@@ -19,6 +28,9 @@
 #if defined(KILN_HAVE_ONEDNN)
 #include <cstring>
 
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/gemm_kernels.h"
+#include "backends/cpu/kernel_simd.h"
 #include "backends/cpu/onednn_common.h"
 #include "backends/cpu/onednn_geometry.h"
 #include "backends/cpu/onednn_tactics.h"
@@ -61,6 +73,9 @@ class PreparedBlockedConv : public PreparedLayer {
   memory::desc dst_md;      // blocked
   memory::desc scratch_md;  // queried once: run() makes no oneDNN queries
   bool reorder_src = false;
+  int thread_cap = 1 << 20;  // 1: created and run on one thread
+  Activation kiln_act;       // applied after the primitive (kind none: in its post-ops, or none)
+  Isa isa = Isa::kScalar;
   size_t src_bytes = 0, dst_bytes = 0;
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
@@ -71,6 +86,7 @@ class PreparedBlockedConv : public PreparedLayer {
 
   Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
+      ThreadCapScope cap(thread_cap);
       auto& eng = cpu_engine();
       void* src = const_cast<void*>(in[0]->raw());
       if (reorder_src) {
@@ -96,6 +112,11 @@ class PreparedBlockedConv : public PreparedLayer {
         }
       }
       execute(prim, scratch_md, std::move(args));
+      if (kiln_act.kind != ActKind::kNone) {  // f(0) = 0: the padding lanes stay zero
+        float* y = static_cast<float*>(dst);
+        parallel_for(static_cast<int64_t>(dst_bytes / sizeof(float)), 1 << 15,
+                     [&](int64_t b, int64_t e) { activate_inplace(isa, y + b, e - b, kiln_act); });
+      }
       return Status::Ok();
     });
   }
@@ -103,8 +124,13 @@ class PreparedBlockedConv : public PreparedLayer {
 
 class OnednnBlockedConv : public Tactic {
  public:
-  explicit OnednnBlockedConv(bool winograd) : winograd_(winograd) {}
-  std::string name() const override { return winograd_ ? "conv2d_onednn_nchwc_winograd" : "conv2d_onednn_nchwc"; }
+  OnednnBlockedConv(bool winograd, bool single_thread, bool kiln_act = false)
+      : winograd_(winograd), single_thread_(single_thread), kiln_act_(kiln_act) {}
+  std::string name() const override {
+    if (kiln_act_) return "conv2d_onednn_nchwc_kiln_act";
+    return winograd_ ? "conv2d_onednn_nchwc_winograd"
+                     : (single_thread_ ? "conv2d_onednn_nchwc_single_thread" : "conv2d_onednn_nchwc");
+  }
   // 2: grouped convs whose groups are whole blocks.
   int revision() const override { return 2; }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "BlockedConv"}}; }
@@ -120,6 +146,12 @@ class OnednnBlockedConv : public Tactic {
     if (sig.has_input(2) && (!sig.inputs[2].constant || sig.inputs[2].constant->numel() != w[0]))
       return "B is not a constant of M elements";
     if (!activation_supported(*sig.node)) return "activation has no oneDNN eltwise";
+    if (kiln_act_) {
+      const std::string act = sig.node->attr_string("activation", "");
+      if (act != "SiLU" && act != "Gelu" && act != "Tanh") return "kiln activation: not SiLU, Gelu or Tanh";
+      Activation a;
+      if (auto e = parse_activation(*sig.node, &a); !e.empty()) return "kiln activation: " + e;
+    }
     const int64_t group = sig.node->attr_int("group", 1), c = w[1] * group;
     // Grouped: oneDNN's blocked kernels take groups of whole blocks (else its reference kernel).
     if (!(group == 1 || (group == c && group == w[0]) || ((c / group) % b == 0 && (w[0] / group) % b == 0)))
@@ -140,9 +172,12 @@ class OnednnBlockedConv : public Tactic {
       std::string act = sig.node->attr_string("activation", "");
       if (!act.empty() && act != "Relu") return "Winograd: activation " + act + " (it has ReLU only)";
     }
+    if (single_thread_ && !sig.inputs[0].known()) return "one thread: the layer's size is not known";
     if (sig.inputs[0].known()) {
       ConvGeometry g;
       if (auto e = resolve_conv(*sig.node, x, w, g); !e.empty()) return e;
+      if (single_thread_ && g.n * g.m * g.oh * g.ow > kSingleThreadMaxOutput)
+        return "one thread: more than " + std::to_string(kSingleThreadMaxOutput) + " output floats";
       if (sig.has_input(3) && sig.inputs[3].known() && sig.inputs[3].shape != Dims{g.n, blocks(g.m, b), g.oh, g.ow, b})
         return "the residual is not the output's blocked shape";
     }
@@ -161,8 +196,18 @@ class OnednnBlockedConv : public Tactic {
     resolve_conv(*sig.node, x, wdims, g);
     p->has_bias = sig.has_input(2);
     p->has_residual = sig.has_input(3);
+    if (single_thread_) p->thread_cap = 1;
+    // kiln_act: the primitive without the activation, which run() applies after it.
+    ir::Node epilogue = *sig.node;
+    if (kiln_act_) {
+      parse_activation(*sig.node, &p->kiln_act);
+      p->isa = backends::cpu::cpu_isa();
+      for (auto it = epilogue.attrs.begin(); it != epilogue.attrs.end();)
+        it = it->first.rfind("activation", 0) == 0 ? epilogue.attrs.erase(it) : std::next(it);
+    }
     const bool plain_src = sig.inputs[0].shape.size() == 4;
     Status st = guarded(name(), [&]() -> Status {
+      ThreadCapScope cap(p->thread_cap);  // oneDNN sizes its thread partition here
       auto& eng = cpu_engine();
       const tag bt = blocked_tag(p->block);
       p->x_md = memory::desc({g.n, g.c, g.h, g.w}, dt::f32, plain_src ? tag::nchw : bt);
@@ -176,7 +221,7 @@ class OnednnBlockedConv : public Tactic {
         dnnl::post_ops po;
         if (p->has_residual && by_sum) po.append_sum(1.f);
         if (p->has_residual && !by_sum) po.append_binary(dnnl::algorithm::binary_add, p->dst_md);
-        append_activation(*sig.node, po);
+        append_activation(epilogue, po);
         dnnl::primitive_attr attr;
         attr.set_post_ops(po);
         attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -227,7 +272,8 @@ class OnednnBlockedConv : public Tactic {
     *x = {s[0], c, s[2], s[3]};
     return "";
   }
-  bool winograd_;
+  static constexpr int64_t kSingleThreadMaxOutput = int64_t{1} << 16;
+  bool winograd_, single_thread_, kiln_act_;
 };
 
 // ---- kiln.ReorderToBlocked / kiln.ReorderFromBlocked ----
@@ -299,11 +345,19 @@ class OnednnReorder : public Tactic {
 }  // namespace
 
 const Tactic* conv2d_onednn_nchwc() {
-  static const OnednnBlockedConv t(false);
+  static const OnednnBlockedConv t(false, false);
   return &t;
 }
 const Tactic* conv2d_onednn_nchwc_winograd() {
-  static const OnednnBlockedConv t(true);
+  static const OnednnBlockedConv t(true, false);
+  return &t;
+}
+const Tactic* conv2d_onednn_nchwc_single_thread() {
+  static const OnednnBlockedConv t(false, true);
+  return &t;
+}
+const Tactic* conv2d_onednn_nchwc_kiln_act() {
+  static const OnednnBlockedConv t(false, false, true);
   return &t;
 }
 const Tactic* reorder_onednn_nchwc() {

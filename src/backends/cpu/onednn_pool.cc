@@ -9,6 +9,7 @@
 #include "backends/cpu/onednn_common.h"
 #include "backends/cpu/onednn_geometry.h"
 #include "backends/cpu/onednn_tactics.h"
+#include "core/parallel.h"
 #include "ops/conv_util.h"
 
 namespace kiln::backends::cpu::onednn {
@@ -92,6 +93,7 @@ class PreparedPool : public PreparedLayer {
   PoolGeometry g;
   int64_t block = 0;  // > 0: channel-blocked [N, C/block, H, W, block] in and out
   memory::desc src_md, dst_md, scratch_md;
+  int thread_cap = 1 << 20;  // 1: created and run on one thread
   dnnl::pooling_v2_forward::primitive_desc pd;
   dnnl::pooling_v2_forward prim;
 
@@ -130,6 +132,7 @@ class PreparedPool : public PreparedLayer {
   }
   Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
+      ThreadCapScope cap(thread_cap);
       auto& eng = cpu_engine();
       execute(prim, scratch_md,
               {{DNNL_ARG_SRC, memory(src_md, eng, const_cast<void*>(in[0]->raw()))},
@@ -142,12 +145,14 @@ class PreparedPool : public PreparedLayer {
 
 // Plain: the ONNX pooling ops over `rank` spatial dims. Blocked: kiln.BlockedPool on [N, Cb, H, W,
 // B] (B = 8 or 16), pooled over all Cb * B channels (the zero padding lanes pool to zero, as the op
-// requires).
+// requires). The blocked one also on one thread, for inputs of at most 256K floats (a
+// squeeze-excite block's global average pool at batch 1): timed against the threaded one.
 class OnednnPool : public Tactic {
  public:
-  OnednnPool(bool blocked, size_t rank) : blocked_(blocked), rank_(rank) {}
+  OnednnPool(bool blocked, size_t rank, bool single_thread = false)
+      : blocked_(blocked), single_thread_(single_thread), rank_(rank) {}
   std::string name() const override {
-    if (blocked_) return "pool2d_onednn_nchwc";
+    if (blocked_) return single_thread_ ? "pool2d_onednn_nchwc_single_thread" : "pool2d_onednn_nchwc";
     return rank_ == 1 ? "pool1d_onednn_ncw" : rank_ == 2 ? "pool2d_onednn_nchw" : "pool3d_onednn_ncdhw";
   }
   // 2: ceil_mode (as a longer right padding) and count_include_pad over no declared padding.
@@ -164,6 +169,13 @@ class OnednnPool : public Tactic {
     Dims x;
     if (auto e = plain_input(sig, &x); !e.empty()) return e;
     if (n.outputs.size() > 1 && !n.outputs[1].empty()) return "MaxPool's Indices output";
+    if (single_thread_) {
+      if (!sig.inputs[0].known()) return "one thread: the layer's size is not known";
+      int64_t size = 1;
+      for (int64_t d : sig.inputs[0].shape) size *= d;
+      if (size > kSingleThreadMaxInput)
+        return "one thread: more than " + std::to_string(kSingleThreadMaxInput) + " input floats";
+    }
     if (sig.inputs[0].known()) {
       PoolGeometry g;
       return resolve_pool(n, op_of(sig), opset_of(sig), x, g);
@@ -180,7 +192,9 @@ class OnednnPool : public Tactic {
     resolve_pool(*sig.node, op_of(sig), opset_of(sig), x, g);
     p->block = blocked_ ? sig.node->attr_int("block", 0) : 0;
     p->make_factors();
+    if (single_thread_) p->thread_cap = 1;
     Status st = guarded(name(), [&]() -> Status {
+      ThreadCapScope cap(p->thread_cap);  // oneDNN sizes its thread partition here
       using A = dnnl::algorithm;
       A alg = g.max ? A::pooling_max : g.include_pad ? A::pooling_avg_include_padding : A::pooling_avg_exclude_padding;
       tag t = !blocked_ ? plain_tag(rank_) : p->block == 16 ? tag::nChw16c : tag::nChw8c;
@@ -228,7 +242,8 @@ class OnednnPool : public Tactic {
     *x = {s[0], s[1] < 0 ? -1 : s[1] * b, s[2], s[3]};
     return "";
   }
-  bool blocked_;
+  static constexpr int64_t kSingleThreadMaxInput = int64_t{1} << 18;
+  bool blocked_, single_thread_;
   size_t rank_;  // spatial dims
 };
 
@@ -248,6 +263,10 @@ const Tactic* pool3d_onednn_ncdhw() {
 }
 const Tactic* pool2d_onednn_nchwc() {
   static const OnednnPool t(true, 2);
+  return &t;
+}
+const Tactic* pool2d_onednn_nchwc_single_thread() {
+  static const OnednnPool t(true, 2, true);
   return &t;
 }
 

@@ -22,7 +22,10 @@ const Tactic* pool3d_onednn_ncdhw();
 // Channel-blocked activations (kiln.BlockedConv / BlockedPool / ReorderToBlocked / ReorderFromBlocked).
 const Tactic* conv2d_onednn_nchwc_winograd();
 const Tactic* conv2d_onednn_nchwc();
+const Tactic* conv2d_onednn_nchwc_single_thread();  // small layers, timed against the threaded one
+const Tactic* conv2d_onednn_nchwc_kiln_act();       // SiLU / GELU / Tanh by kiln after oneDNN's conv
 const Tactic* pool2d_onednn_nchwc();
+const Tactic* pool2d_onednn_nchwc_single_thread();  // small inputs, timed against the threaded one
 const Tactic* reorder_onednn_nchwc();
 const Tactic* conv2d_onednn_nchwc_dw();  // kiln.BlockedConvDw
 

@@ -56,8 +56,13 @@ const std::vector<const Tactic*>& all_tactics() {
     // direct on resnet50's 3x3 layers at batch 1 and 8, one thread, run in network order.
     v.push_back(dnn::conv2d_onednn_nchwc_winograd());
     v.push_back(dnn::conv2d_onednn_nchwc());
+    // ... and on one thread for small layers (a parallel region can cost more than it splits)
+    v.push_back(dnn::conv2d_onednn_nchwc_single_thread());
+    // ... and with an expensive activation applied by kiln's vector code after it (timed as well)
+    v.push_back(dnn::conv2d_onednn_nchwc_kiln_act());
     // kiln.BlockedPool, kiln.ReorderToBlocked / ReorderFromBlocked
     v.push_back(dnn::pool2d_onednn_nchwc());
+    v.push_back(dnn::pool2d_onednn_nchwc_single_thread());
     v.push_back(dnn::reorder_onednn_nchwc());
     // kiln.BlockedConvDw (src/passes/layout_fuse_dw.cc): 1x1 conv with the depthwise conv as post-op
     v.push_back(dnn::conv2d_onednn_nchwc_dw());
@@ -68,6 +73,8 @@ const std::vector<const Tactic*>& all_tactics() {
     v.push_back(cpu::softmax_kiln());
     v.push_back(cpu::group_norm_kiln());
     v.push_back(cpu::attention_kiln_fused());
+    // Before the general elementwise kernel: the squeeze-excite channel scale on blocked values
+    v.push_back(cpu::scale_channels_blocked_kiln());
     v.push_back(cpu::fused_elementwise_kiln());
     v.push_back(cpu::gelu_kiln());
     v.push_back(cpu::concat_elementwise_blocked_kiln());

@@ -287,6 +287,42 @@ LayerCase blocked_concat_case(std::mt19937& rng, uint64_t seed) {
   return lc;
 }
 
+// The squeeze-excite pieces of the mobile CNNs: the channel scale on blocked values, Mul of a map
+// [N, Cb, H, W, B] and its scale [N, Cb, 1, 1, B] in either order; and kiln.FusedConv /
+// kiln.BlockedConv with a HardSigmoid epilogue (the gate of opset < 14 exports, made by
+// fuse_hard_activations), odd channel counts, batch 1 and more.
+LayerCase squeeze_excite_case(std::mt19937& rng, uint64_t seed) {
+  const int kind = static_cast<int>(rng() % 3);
+  LayerCase lc;
+  if (kind == 0) {
+    const int64_t n = pick(rng, 1, 3), cb = pick(rng, 1, 5), h = pick(rng, 1, 13), w = pick(rng, 1, 11);
+    const int64_t b = rng() % 2 ? 16 : 8;
+    lc.node = make_node("", "Mul", 2);
+    Tensor x = testing::random_tensor({n, cb, h, w, b}, seed), sc = testing::random_tensor({n, cb, 1, 1, b}, seed + 1);
+    lc.inputs = rng() % 2 ? std::vector<Tensor>{x, sc} : std::vector<Tensor>{sc, x};
+    lc.constant = {false, false};
+    return lc;
+  }
+  const int64_t n = pick(rng, 1, 2), c = pick(rng, 1, 40), m = pick(rng, 1, 40), h = pick(rng, 1, 9),
+                w = pick(rng, 1, 9);
+  const int64_t k = rng() % 2 ? 1 : 3;
+  const bool bias = rng() % 2, residual = rng() % 2;
+  lc.node = make_node("kiln", "FusedConv", residual ? 4 : (bias ? 3 : 2));
+  if (residual && !bias) lc.node.inputs[2] = "";
+  testing::GraphBuilder::set_ints(lc.node, "pads", {k / 2, k / 2, k / 2, k / 2});
+  set_string(lc.node, "activation", "HardSigmoid");
+  testing::set_float(lc.node, "activation_alpha", rng() % 2 ? 1.f / 6.f : 0.2f);
+  if (rng() % 2) testing::set_float(lc.node, "activation_beta", 0.4f);
+  testing::add_conv_inputs(lc, seed, {n, c, h, w}, {m, c, k, k}, bias, residual);
+  if (kind == 2) {
+    const int64_t block = rng() % 2 ? 16 : 8;
+    to_blocked_node(lc.node, "BlockedConv", block);
+    if (rng() % 4) lc.inputs[0] = blocked(lc.inputs[0], block);
+    if (residual) lc.inputs[3] = blocked(lc.inputs[3], block);
+  }
+  return lc;
+}
+
 // ---- convolution and pooling of every rank (each case in the range some tactic must take) ----
 
 // A Conv / kiln.FusedConv over 1, 2 or 3 spatial dims (a third of them 1-D with many channels,
@@ -929,6 +965,18 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
     if (::testing::Test::HasFatalFailure()) return;
     EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
   }
+  // Squeeze-excite pieces (their own stream as well); each must be taken by a tactic.
+  std::mt19937 rng_se(9876);
+  for (int iter = 0; iter < cases / 5; ++iter) {
+    uint64_t seed = 900000 + 10 * iter;
+    LayerCase lc = squeeze_excite_case(rng_se, seed);
+    std::vector<Tensor> want = testing::reference_outputs(lc);
+    ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
+    int took = 0;
+    check_tactics(lc, want, iter, isas, checked, &took);
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
+  }
   if (isa_env)
     setenv("KILN_ISA", saved_isa.c_str(), 1);
   else
@@ -1045,6 +1093,7 @@ TEST(Tactics, CeilModeAverageCountingPadsMatchesReference) {
   EXPECT_EQ(checked["pool2d_onednn_nchw"], 1);
   EXPECT_EQ(checked["pool3d_onednn_ncdhw"], 1);
   EXPECT_EQ(checked["pool2d_onednn_nchwc"], 1);
+  EXPECT_EQ(checked["pool2d_onednn_nchwc_single_thread"], 1);
 }
 
 // A Gather index out of range is the user's error: the run returns it (the reference kernel does too).

@@ -320,6 +320,62 @@ TEST(LayoutBlocked, PoolsFollowOnlyBlockedInputs) {
   EXPECT_EQ(max_abs_diff(before, after), 0.0);
 }
 
+// A squeeze-excite block (MobileNetV3, EfficientNet): conv (20 channels, odd for both blocks) ->
+// GlobalAveragePool -> 1x1 conv + Relu -> 1x1 conv + HardSigmoid / Sigmoid -> Mul with the feature
+// map -> 1x1 conv. The channel scale [N, C, 1, 1] broadcasts over the plane in the blocked layout
+// too, so the whole block stays blocked: the only reorder is the graph output's. A map of other
+// channels (1: a spatial gate) does not broadcast like that and stays plain.
+TEST(LayoutBlocked, SqueezeExciteStaysBlocked) {
+  for (bool scale_first : {true, false}) {
+    for (const char* gate : {"HardSigmoid", "Sigmoid"}) {
+      GraphBuilder b(13);
+      b.input("x", {2, 20, 7, 6}).output("y");
+      b.init("w0", random_tensor({20, 20, 3, 3}, 1))
+          .init("w1", random_tensor({6, 20, 1, 1}, 2, DataType::kFloat32, -2, 2));
+      b.init("b1", random_tensor({6}, 3)).init("w2", random_tensor({20, 6, 1, 1}, 4, DataType::kFloat32, -2, 2));
+      b.init("b2", random_tensor({20}, 5)).init("w3", random_tensor({12, 20, 1, 1}, 6));
+      conv(b, "x", "w0", "f", 1);
+      b.node("GlobalAveragePool", {"f"}, {"p"});
+      b.node("Conv", {"p", "w1", "b1"}, {"s1"});
+      b.node("Relu", {"s1"}, {"r1"});
+      b.node("Conv", {"r1", "w2", "b2"}, {"s2"});
+      b.node(gate, {"s2"}, {"s"});
+      b.node("Mul", scale_first ? std::vector<std::string>{"s", "f"} : std::vector<std::string>{"f", "s"}, {"m"});
+      conv(b, "m", "w3", "y", 0);
+      ir::Model before = b.finish();
+      int changed = 0;
+      ir::Model fused = apply_pass(before, passes::fuse_activation, &changed);
+      for (auto pass : {blocked16, blocked8}) {
+        ir::Model after = apply_pass(fused, pass, &changed);
+        const ir::Graph& g = *after.graph;
+        EXPECT_EQ(changed, 6);                              // 4 convs, the pool, the Mul
+        EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 1);  // y
+        EXPECT_EQ(count_kiln(g, "ReorderToBlocked"), 1);    // x
+        const ir::Node* mul = find_op(g, "Mul");
+        ASSERT_NE(mul, nullptr);
+        EXPECT_NE(mul->inputs[0].find(".blocked"), std::string::npos);
+        EXPECT_NE(mul->inputs[1].find(".blocked"), std::string::npos);
+        EXPECT_LT(max_abs_diff(before, after), 1e-5) << gate;
+      }
+    }
+  }
+  // Near miss: a 1-channel map [N, 1, H, W] times the 20-channel feature map.
+  GraphBuilder b(13);
+  b.input("x", {1, 20, 5, 5}).output("y");
+  b.init("w0", random_tensor({20, 20, 3, 3}, 1)).init("wg", random_tensor({1, 20, 1, 1}, 2));
+  conv(b, "x", "w0", "f", 1);
+  conv(b, "f", "wg", "gmap", 0);
+  b.node("Mul", {"f", "gmap"}, {"y"});
+  ir::Model before = b.finish();
+  int changed = 0;
+  ir::Model after = apply_pass(before, blocked16, &changed);
+  const ir::Node* mul = find_op(*after.graph, "Mul");
+  ASSERT_NE(mul, nullptr);
+  EXPECT_EQ(mul->inputs[0], "f");
+  EXPECT_EQ(mul->inputs[1], "gmap");
+  EXPECT_LT(max_abs_diff(before, after), 1e-6);
+}
+
 // SqueezeNet's fire module: squeeze conv -> two expand convs -> Concat of the channels -> MaxPool
 // with ceil_mode. The Concat stays blocked when every input but the last fills whole blocks (16 + 13
 // channels, block 8: the 13's padding lanes end the output), and the pool after it then too; the

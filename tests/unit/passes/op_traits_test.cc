@@ -117,8 +117,8 @@ TEST(OpTraits, CoverThePassesFormerOpListsExactly) {
                                           "kiln.FusedElementwise"};
   EXPECT_EQ(ops_with(trait::kInPlace), in_place);
   // fuse_activation's set_activation.
-  EXPECT_EQ(ops_with(trait::kEpilogue),
-            (std::set<std::string>{"Relu", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "Gelu", "kiln.Gelu", "Clip"}));
+  EXPECT_EQ(ops_with(trait::kEpilogue), (std::set<std::string>{"Relu", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid",
+                                                               "LeakyRelu", "Gelu", "kiln.Gelu", "Clip"}));
   // engine::is_shape_work's ops that move no element; remove_noop_ops' reshapes (and Identity).
   EXPECT_EQ(
       ops_with(trait::kView | trait::kShapeQuery),
