@@ -240,7 +240,8 @@ KILN_OP_TRAITS("", Elu, kUnaryInPlace | trait::kKeepsZero);
 KILN_OP_TRAITS("", Selu, kUnaryInPlace | trait::kKeepsZero);
 KILN_OP_TRAITS("", Celu, trait::kInPlace | trait::kKeepsZero);
 KILN_OP_TRAITS_ONEDNN("", Sigmoid, kUnaryInPlace | trait::kEpilogue, "eltwise_logistic");
-KILN_OP_TRAITS("", HardSigmoid, kUnaryInPlace | trait::kEpilogue);  // oneDNN: linear + clip post-ops
+// oneDNN 2.6 has no hardsigmoid: two post-ops, clip(alpha x + beta, 0, 1) (onednn_common.cc).
+KILN_OP_TRAITS_ONEDNN("", HardSigmoid, kUnaryInPlace | trait::kEpilogue, "eltwise_linear+eltwise_clip");
 KILN_OP_TRAITS_ONEDNN("", HardSwish, kUnaryInPlace | trait::kKeepsZero | trait::kEpilogue, "eltwise_hardswish");
 KILN_OP_TRAITS("", Softplus, kUnaryInPlace);
 KILN_OP_TRAITS("", Softsign, kUnaryInPlace | trait::kKeepsZero);

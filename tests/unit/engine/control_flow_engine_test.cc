@@ -532,112 +532,115 @@ TEST(EngineControlFlow, GrowingLoopStateIsPlannedBoundedAndStaysCorrect) {
   EXPECT_EQ(exec.body_memory().plans_made, static_cast<int64_t>(engine::LayerExecutor::kMaxBodyPlans));
   EXPECT_EQ(exec.body_memory().unplanned_runs, 12 - static_cast<int64_t>(engine::LayerExecutor::kMaxBodyPlans));
   expect_same(run_context(*e, in), testing::run(m, in), "growing loop, context");
+}
 
-  // The body timer (kiln bench's per-layer profile of bodies): every body layer that ran is reported
-  // once per run with its path through the enclosing layers, the kernel that ran it and its own time;
-  // the top-level If's time excludes them (last_body_ms).
-  TEST(EngineControlFlow, BodyLayersAreTimedOnTheirOwn) {
-    if (backends::all_tactics().empty()) GTEST_SKIP() << "built without oneDNN: no tactics";
-    ir::Model m = if_model();
-    auto e = Builder().build_from_memory(onnx_import::serialize_model(m).value());
-    const auto& impl = e->impl();
-    std::string top_if;
-    for (const auto& n : impl.model.graph->nodes)
-      if (n.op_type == "If" && n.outputs[0] == "y") top_if = n.name;
-    ASSERT_FALSE(top_if.empty());
-    for (bool c1 : {true, false}) {
-      engine::LayerExecutor ex(impl.model.graph, impl.tactic_runtime());
-      std::map<std::string, std::string> seen;  // path -> kernel
-      double body_ms = 0;
-      ex.body_timer = [&](const engine::LayerExecutor::BodyLayerTime& t) {
-        EXPECT_GE(t.self_ms, 0.0);
-        EXPECT_TRUE(seen.emplace(t.path, t.kernel).second) << t.path << " reported twice";
-        body_ms += t.self_ms;
-      };
-      double top_body_ms = 0;
-      ex.place_outputs = [&](const ir::Node& n, std::vector<ops::Value>&) {
-        if (n.name == top_if) top_body_ms = ex.last_body_ms();
-      };
-      auto r = ex.run(inputs_with(c1, true, 5));
-      ASSERT_TRUE(r.ok()) << r.status().to_string();
-      expect_same(r.value(), testing::run(m, inputs_with(c1, true, 5)), "timed run");
-      if (c1) {
-        ASSERT_TRUE(seen.count(top_if + "/then_branch/then_conv")) << "paths seen: " << seen.size();
-        EXPECT_NE(seen[top_if + "/then_branch/then_conv"], "reference");  // the body Conv's tactic
-        EXPECT_FALSE(seen.count(top_if + "/else_branch/inner_if"));
-      } else {
-        // The nested If is a body layer itself; its then-branch's layers are under its path.
-        EXPECT_TRUE(seen.count(top_if + "/else_branch/inner_if"));
-        EXPECT_TRUE(seen.count(top_if + "/else_branch/inner_if/then_branch/in_mul"));
-        EXPECT_TRUE(seen.count(top_if + "/else_branch/inner_if/then_branch/in_add"));
-        EXPECT_FALSE(seen.count(top_if + "/then_branch/then_conv"));
-      }
-      EXPECT_GT(top_body_ms, 0.0);
-      EXPECT_LE(top_body_ms, body_ms + 1e-9);  // the pass-through If's (empty) bodies add nothing
+// The body timer (kiln bench's per-layer profile of bodies): every body layer that ran is reported
+// once per run with its path through the enclosing layers, the kernel that ran it and its own time;
+// the top-level If's time excludes them (last_body_ms).
+TEST(EngineControlFlow, BodyLayersAreTimedOnTheirOwn) {
+  if (backends::all_tactics().empty()) GTEST_SKIP() << "built without oneDNN: no tactics";
+  ir::Model m = if_model();
+  auto e = Builder().build_from_memory(onnx_import::serialize_model(m).value());
+  const auto& impl = e->impl();
+  std::string top_if;
+  for (const auto& n : impl.model.graph->nodes)
+    if (n.op_type == "If" && n.outputs[0] == "y") top_if = n.name;
+  ASSERT_FALSE(top_if.empty());
+  for (bool c1 : {true, false}) {
+    engine::LayerExecutor ex(impl.model.graph, impl.tactic_runtime());
+    std::map<std::string, std::string> seen;  // path -> kernel
+    double body_ms = 0;
+    ex.body_timer = [&](const engine::LayerExecutor::BodyLayerTime& t) {
+      EXPECT_GE(t.self_ms, 0.0);
+      EXPECT_TRUE(seen.emplace(t.path, t.kernel).second) << t.path << " reported twice";
+      body_ms += t.self_ms;
+    };
+    double top_body_ms = 0;
+    ex.place_outputs = [&](const ir::Node& n, std::vector<ops::Value>&) {
+      if (n.name == top_if) top_body_ms = ex.last_body_ms();
+    };
+    auto r = ex.run(inputs_with(c1, true, 5));
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    expect_same(r.value(), testing::run(m, inputs_with(c1, true, 5)), "timed run");
+    if (c1) {
+      ASSERT_TRUE(seen.count(top_if + "/then_branch/then_conv")) << "paths seen: " << seen.size();
+      EXPECT_NE(seen[top_if + "/then_branch/then_conv"], "reference");  // the body Conv's tactic
+      EXPECT_FALSE(seen.count(top_if + "/else_branch/inner_if"));
+    } else {
+      // The nested If is a body layer itself; its then-branch's layers are under its path.
+      EXPECT_TRUE(seen.count(top_if + "/else_branch/inner_if"));
+      // (its Mul and Add, fused by the body passes into one elementwise layer)
+      size_t inner = 0;
+      for (const auto& [path, kernel] : seen)
+        inner += path.rfind(top_if + "/else_branch/inner_if/then_branch/", 0) == 0;
+      EXPECT_GE(inner, 1u);
+      EXPECT_FALSE(seen.count(top_if + "/then_branch/then_conv"));
     }
+    EXPECT_GT(top_body_ms, 0.0);
+    EXPECT_LE(top_body_ms, body_ms + 1e-9);  // the pass-through If's (empty) bodies add nothing
   }
+}
 
-  // Outputs whose shape depends on the data (NonZero; TopK with a computed K) come from tactics that
-  // allocate them (engine/executor.h), in the main graph and in an If body, empty ones included.
-  ir::Model data_shaped_model() {
-    GraphBuilder b(13);
-    b.input("x", {5, 7}).input("c", {}, DataType::kBool);
-    b.output("picked").output("top").output("from_body");
-    b.init("zero", Tensor::scalar<float>(DataType::kFloat32, 0.f));
-    b.init("one", Tensor::from_vector(DataType::kInt64, {1}, std::vector<int64_t>{1}));
-    b.node("Greater", {"x", "zero"}, {"pos"});
-    b.node("NonZero", {"pos"}, {"nz"});
-    ir::Node& tr = b.node("Transpose", {"nz"}, {"idx"});
-    GraphBuilder::set_ints(tr, "perm", {1, 0});
-    b.node("GatherND", {"x", "idx"}, {"picked"});
-    // K = the number of positive elements of row 0, at most 7: computed at run time.
-    ir::Node& row = b.node("Gather", {"pos", "one"}, {"row"});
-    GraphBuilder::set_int(row, "axis", 0);
-    b.node("Cast", {"row"}, {"row_i"}).attrs["to"] = ir::attr_int(static_cast<int64_t>(DataType::kInt64));
-    ir::Node& k = b.node("ReduceSum", {"row_i"}, {"k"});
-    GraphBuilder::set_int(k, "keepdims", 0);
-    b.node("Reshape", {"k", "one"}, {"k1"});
-    ir::Node& topk = b.node("TopK", {"x", "k1"}, {"top", "top_i"});
-    GraphBuilder::set_int(topk, "axis", 1);
-    auto then_g = body("nz_then", {make_node("b_nz", "NonZero", {"pos"}, {"b_out"})}, {"b_out"});
-    auto else_g = body("nz_else", {make_node("b_nz2", "NonZero", {"x"}, {"b_out2"})}, {"b_out2"});
-    ir::Node& cond = b.node("If", {"c"}, {"from_body"});
-    cond.attrs["then_branch"] = ir::attr_graph(then_g);
-    cond.attrs["else_branch"] = ir::attr_graph(else_g);
-    ir::Model model = b.finish();
-    for (auto& n : model.graph->nodes)
-      for (auto& [key, a] : n.attrs)
-        if (a.g) a.g->parent = model.graph.get();
-    return model;
-  }
+// Outputs whose shape depends on the data (NonZero; TopK with a computed K) come from tactics that
+// allocate them (engine/executor.h), in the main graph and in an If body, empty ones included.
+ir::Model data_shaped_model() {
+  GraphBuilder b(13);
+  b.input("x", {5, 7}).input("c", {}, DataType::kBool);
+  b.output("picked").output("top").output("from_body");
+  b.init("zero", Tensor::scalar<float>(DataType::kFloat32, 0.f));
+  b.init("one", Tensor::from_vector(DataType::kInt64, {1}, std::vector<int64_t>{1}));
+  b.node("Greater", {"x", "zero"}, {"pos"});
+  b.node("NonZero", {"pos"}, {"nz"});
+  ir::Node& tr = b.node("Transpose", {"nz"}, {"idx"});
+  GraphBuilder::set_ints(tr, "perm", {1, 0});
+  b.node("GatherND", {"x", "idx"}, {"picked"});
+  // K = the number of positive elements of row 0, at most 7: computed at run time.
+  ir::Node& row = b.node("Gather", {"pos", "one"}, {"row"});
+  GraphBuilder::set_int(row, "axis", 0);
+  b.node("Cast", {"row"}, {"row_i"}).attrs["to"] = ir::attr_int(static_cast<int64_t>(DataType::kInt64));
+  ir::Node& k = b.node("ReduceSum", {"row_i"}, {"k"});
+  GraphBuilder::set_int(k, "keepdims", 0);
+  b.node("Reshape", {"k", "one"}, {"k1"});
+  ir::Node& topk = b.node("TopK", {"x", "k1"}, {"top", "top_i"});
+  GraphBuilder::set_int(topk, "axis", 1);
+  auto then_g = body("nz_then", {make_node("b_nz", "NonZero", {"pos"}, {"b_out"})}, {"b_out"});
+  auto else_g = body("nz_else", {make_node("b_nz2", "NonZero", {"x"}, {"b_out2"})}, {"b_out2"});
+  ir::Node& cond = b.node("If", {"c"}, {"from_body"});
+  cond.attrs["then_branch"] = ir::attr_graph(then_g);
+  cond.attrs["else_branch"] = ir::attr_graph(else_g);
+  ir::Model model = b.finish();
+  for (auto& n : model.graph->nodes)
+    for (auto& [key, a] : n.attrs)
+      if (a.g) a.g->parent = model.graph.get();
+  return model;
+}
 
-  TEST(EngineControlFlow, TacticsAllocateOutputsWhoseShapeDependsOnTheData) {
-    if (backends::all_tactics().empty()) GTEST_SKIP() << "built without oneDNN: no tactics";
-    ir::Model m = data_shaped_model();
-    auto e = Builder().build_from_memory(onnx_import::serialize_model(m).value());
-    const auto& impl = e->impl();
-    for (const auto& l : impl.layers)
-      if (l.op_type == "NonZero" || l.op_type == "TopK" || l.op_type == "GatherND")
-        EXPECT_NE(l.kernel, "reference") << l.name << " (" << l.op_type << ")";
-    EXPECT_EQ(count_body_tactics(*impl.model.graph), 2);  // both branches' NonZero
-    for (uint64_t seed : {1u, 2u, 3u})
-      for (bool c : {true, false})
-        for (double shift : {0.0, -5.0}) {  // -5: nothing positive, every data-shaped output empty
-          Tensor x = random_tensor({5, 7}, seed);
-          for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] += static_cast<float>(shift);
-          std::map<std::string, ops::Value> in = {{"x", ops::Value(x)},
-                                                  {"c", ops::Value(Tensor::scalar<bool>(DataType::kBool, c))}};
-          auto want = testing::run(m, in);
-          std::string what =
-              "seed " + std::to_string(seed) + (c ? " then" : " else") + " shift " + std::to_string(shift);
-          expect_same(run_context(*e, in), want, what);
-          engine::LayerExecutor ex(impl.model.graph, impl.tactic_runtime());
-          auto r = ex.run(in);
-          ASSERT_TRUE(r.ok()) << r.status().to_string();
-          expect_same(r.value(), want, what + " (executor)");
-          EXPECT_GE(ex.tactic_runs(), 5u) << what;  // NonZero, GatherND, TopK, the body's NonZero, ...
-        }
-  }
+TEST(EngineControlFlow, TacticsAllocateOutputsWhoseShapeDependsOnTheData) {
+  if (backends::all_tactics().empty()) GTEST_SKIP() << "built without oneDNN: no tactics";
+  ir::Model m = data_shaped_model();
+  auto e = Builder().build_from_memory(onnx_import::serialize_model(m).value());
+  const auto& impl = e->impl();
+  for (const auto& l : impl.layers)
+    if (l.op_type == "NonZero" || l.op_type == "TopK" || l.op_type == "GatherND")
+      EXPECT_NE(l.kernel, "reference") << l.name << " (" << l.op_type << ")";
+  EXPECT_EQ(count_body_tactics(*impl.model.graph), 2);  // both branches' NonZero
+  for (uint64_t seed : {1u, 2u, 3u})
+    for (bool c : {true, false})
+      for (double shift : {0.0, -5.0}) {  // -5: nothing positive, every data-shaped output empty
+        Tensor x = random_tensor({5, 7}, seed);
+        for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] += static_cast<float>(shift);
+        std::map<std::string, ops::Value> in = {{"x", ops::Value(x)},
+                                                {"c", ops::Value(Tensor::scalar<bool>(DataType::kBool, c))}};
+        auto want = testing::run(m, in);
+        std::string what = "seed " + std::to_string(seed) + (c ? " then" : " else") + " shift " + std::to_string(shift);
+        expect_same(run_context(*e, in), want, what);
+        engine::LayerExecutor ex(impl.model.graph, impl.tactic_runtime());
+        auto r = ex.run(in);
+        ASSERT_TRUE(r.ok()) << r.status().to_string();
+        expect_same(r.value(), want, what + " (executor)");
+        EXPECT_GE(ex.tactic_runs(), 5u) << what;  // NonZero, GatherND, TopK, the body's NonZero, ...
+      }
+}
 
 }  // namespace
 }  // namespace kiln
