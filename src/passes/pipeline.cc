@@ -44,7 +44,8 @@ const std::vector<PassInfo>& pipeline() {
       // Last of the fusions: whatever elementwise chains the patterns above left.
       {"fuse_elementwise", fuse_elementwise, "chains of elementwise ops -> kiln.FusedElementwise"},
       // After every fusion: it converts the fused convs (activation and residual in place) and
-      // must see the final graph to know where blocked values escape to plain readers.
+      // must see the final graph to know where blocked values escape to plain readers. Its block is
+      // the target's (--layout-block; by default what the target's instruction set prefers).
       {"layout_blocked", layout_blocked,
        "keep conv/pool activations channel-blocked (nChw16c/nChw8c) between layers; reorders at the boundaries"},
       // On the blocked convs the layout pass made.
@@ -67,7 +68,7 @@ Status refresh(ir::Graph& g) {
 }
 }  // namespace
 
-Result<std::vector<PassStat>> optimize(ir::Model& model, const std::set<std::string>& disabled) {
+Result<std::vector<PassStat>> optimize(ir::Model& model, const std::set<std::string>& disabled, const Target& target) {
   for (const auto& d : disabled) {
     bool known = false;
     std::string names;
@@ -83,7 +84,7 @@ Result<std::vector<PassStat>> optimize(ir::Model& model, const std::set<std::str
     PassStat st{p.name, 0, 0};
     if (!disabled.count(p.name)) {
       auto t0 = std::chrono::steady_clock::now();
-      auto r = p.run(g);
+      auto r = p.run(g, target);
       if (!r.ok()) return r.status().with_context(std::string("pass ") + p.name + ": ");
       st.changed = r.value();
       if (st.changed) {

@@ -18,6 +18,7 @@ struct BuildOptions {
   std::vector<std::string> disabled_passes;
   std::vector<std::string> tactics;
   std::string timing_cache;
+  std::string isa = "native", layout_block = "auto";
   std::vector<std::string> profiles;  // --profile, repeatable
 };
 }  // namespace
@@ -119,6 +120,13 @@ void add_build_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--fp16", o->fp16, "FP16 precision (not implemented yet)");
   cmd->add_flag("--bf16", o->bf16, "BF16 precision (not implemented yet)");
   cmd->add_flag("--int8", o->int8, "INT8 precision (not implemented yet)");
+  cmd->add_option("--isa", o->isa,
+                  "instruction set kiln's own kernels may use: native (this machine's best, default), portable, "
+                  "avx2, avx512, avx512_vnni, avx512_bf16, amx (each includes the ones before it; at most what this "
+                  "machine has). Recorded in the engine and in the timing cache keys; oneDNN picks its own");
+  cmd->add_option("--layout-block", o->layout_block,
+                  "channels per block of the blocked conv layout: auto (default: 16 with AVX-512, 8 with AVX2, "
+                  "0 without either or without oneDNN), 0 (plain NCHW), 8 or 16. Recorded in the engine");
   cmd->add_option("--workspace", o->workspace_mb, "activation memory limit per context, MiB")
       ->check(bounded(0, 1 << 30));
   cmd->add_option("--disable-pass", o->disabled_passes, "skip a graph pass by name (repeatable)");
@@ -158,6 +166,16 @@ void add_build_command(CLI::App& app, int& exit_code) {
     cfg.disabled_passes = o->disabled_passes;
     cfg.tactics = o->tactics;
     cfg.timing_cache = o->timing_cache;
+    cfg.isa = o->isa;
+    if (o->layout_block == "auto") {
+      cfg.layout_block = -1;
+    } else if (o->layout_block == "0" || o->layout_block == "8" || o->layout_block == "16") {
+      cfg.layout_block = std::stoi(o->layout_block);
+    } else {
+      exit_code =
+          report_error(InvalidArgument("--layout-block ", o->layout_block, ": one of auto, 0 (plain NCHW), 8, 16"));
+      return;
+    }
     cfg.verbose = o->verbose;
     cfg.strict_tactics = o->strict_tactics;
     cfg.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };

@@ -240,6 +240,7 @@ class PreparedProgram : public PreparedLayer {
 
 class FusedElementwiseKiln : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "fused_elementwise_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     std::vector<std::pair<std::string, std::string>> v = {{"kiln", "FusedElementwise"}};
@@ -271,7 +272,7 @@ class FusedElementwiseKiln : public Tactic {
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     auto prep = std::make_unique<PreparedProgram>();
-    prep->k = &xf::kernels(cpu_isa());
+    prep->k = &xf::kernels(cpu_isa(sig.isa));
     prep->prog = compile(sig).prog;
     std::vector<Dims> shapes;
     for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
@@ -282,6 +283,7 @@ class FusedElementwiseKiln : public Tactic {
 
 class GeluKiln : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "gelu_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Gelu"}, {"kiln", "Gelu"}}; }
 
@@ -295,7 +297,7 @@ class GeluKiln : public Tactic {
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     auto prep = std::make_unique<PreparedProgram>();
-    prep->k = &xf::kernels(cpu_isa());
+    prep->k = &xf::kernels(cpu_isa(sig.isa));
     EltInstr in;
     unary_instr(*sig.node, &in);
     in.a = 0, in.dst = xf::kEltOut;

@@ -104,6 +104,8 @@ class PreparedBlockedConv : public PreparedLayer {
 class OnednnBlockedConv : public Tactic {
  public:
   explicit OnednnBlockedConv(bool winograd) : winograd_(winograd) {}
+  // oneDNN's f32 Winograd is AVX-512 only: a target without it declines the tactic up front.
+  TacticInfo info() const override { return TacticInfo::cpu_f32(winograd_ ? kIsaAvx512 : kIsaPortable); }
   std::string name() const override { return winograd_ ? "conv2d_onednn_nchwc_winograd" : "conv2d_onednn_nchwc"; }
   // 2: grouped convs whose groups are whole blocks.
   int revision() const override { return 2; }
@@ -253,6 +255,7 @@ class PreparedReorder : public PreparedLayer {
 
 class OnednnReorder : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "reorder_onednn_nchwc"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"kiln", "ReorderToBlocked"}, {"kiln", "ReorderFromBlocked"}};

@@ -150,6 +150,7 @@ class PreparedPool : public PreparedLayer {
 class OnednnPool : public Tactic {
  public:
   OnednnPool(bool blocked, size_t rank) : blocked_(blocked), rank_(rank) {}
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override {
     if (blocked_) return "pool2d_onednn_nchwc";
     return rank_ == 1 ? "pool1d_onednn_ncw" : rank_ == 2 ? "pool2d_onednn_nchw" : "pool3d_onednn_ncdhw";
