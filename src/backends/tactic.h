@@ -103,11 +103,14 @@ class Tactic {
  public:
   virtual ~Tactic() = default;
   virtual std::string name() const = 0;  // unique, stable (the engine file stores it)
+  // What it needs (device, instruction set, precision, dtypes), checked by the registry before
+  // why_unsupported() is asked (backends/registry.h: why_declined).
   virtual TacticInfo info() const = 0;
   // The (domain, op_type) pairs it implements, e.g. {"", "Conv"}, {"kiln", "FusedConv"}.
   virtual std::vector<std::pair<std::string, std::string>> ops() const = 0;
   // Cheap check on the signature (dims may be unknown). Empty: supported; else why not.
   virtual std::string why_unsupported(const LayerSignature& sig) const = 0;
+  // why_unsupported() alone; backends::why_declined checks info() first.
   bool supports(const LayerSignature& sig) const { return why_unsupported(sig).empty(); }
   // Binds concrete input shapes and the constant inputs (weights); the signature's shapes are all
   // known. May still fail (e.g. the library has no implementation for these shapes).

@@ -218,6 +218,16 @@ TEST_P(KilnKernels, GemmMatchesTheReferenceKernel) {
   EXPECT_GT(n, 60);
 }
 
+// Small cache blocks: every K, M and N block boundary of kiln's GEMM is crossed on these sizes.
+TEST_P(KilnKernels, GemmWithSmallCacheBlocksMatchesTheReferenceKernel) {
+  IsaScope isa(GetParam());
+  auto& hooks = backends::cpu::kernel_test_hooks();
+  hooks.gemm_kc = 7, hooks.gemm_mc = 32, hooks.gemm_nc = 32;
+  int n = check(backends::cpu::gemm_kiln_packed(), 60, 77, gemm_case);
+  hooks = {};
+  EXPECT_GT(n, 30);
+}
+
 TEST_P(KilnKernels, PointwiseConvMatchesTheReferenceKernel) {
   IsaScope isa(GetParam());
   int n = check(backends::cpu::conv2d_kiln_1x1(), 80, 22,
