@@ -5,11 +5,13 @@
 //   ninja -C build kiln_kernel_bench
 //   build/bench/kiln_kernel_bench --benchmark_filter='dw_' --benchmark_min_time=0.2
 //
-// Names: <layer>/<tactic>/threads:<n>. KILN_ISA=avx2|scalar forces kiln's kernels onto a path.
+// Names: <layer>/<tactic>/threads:<n>. KILN_ISA=avx2|portable (read by this benchmark only: it sets the
+// signatures' instruction set, as kiln build --isa does) forces kiln's kernels onto a path.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <random>
@@ -19,7 +21,7 @@
 #include "../tests/unit/backends/layer_case.h"
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/gemm_kernels.h"
-#include "backends/tactic.h"
+#include "backends/registry.h"
 #include "core/parallel.h"
 #include "ir/attribute_builders.h"
 
@@ -30,8 +32,31 @@ using kiln::Dims;
 using kiln::Tensor;
 namespace ir = kiln::ir;
 namespace be = kiln::backends;
-using kiln::testing::layer_signature;
 using kiln::testing::make_node;
+
+// The instruction set the benchmark's signatures offer: KILN_ISA (a level of kiln build --isa), else
+// this machine's.
+kiln::IsaSet bench_isa() {
+  static const kiln::IsaSet isa = [] {
+    kiln::IsaSet s = kiln::host_isa();
+    if (const char* e = std::getenv("KILN_ISA"); e && *e) {
+      std::string name = std::string(e) == "scalar" ? "portable" : e;
+      if (!kiln::parse_isa_level(name, &s)) {
+        std::fprintf(stderr, "KILN_ISA=%s: one of %s\n", e, kiln::isa_level_names());
+        std::exit(2);
+      }
+      s &= kiln::host_isa();
+    }
+    return s;
+  }();
+  return isa;
+}
+
+be::LayerSignature bench_signature(const kiln::testing::LayerCase& l) {
+  be::LayerSignature sig = kiln::testing::layer_signature(l);
+  sig.isa = bench_isa();
+  return sig;
+}
 
 Tensor random_tensor(const Dims& d, uint64_t seed) {
   Tensor t(DataType::kFloat32, d);
@@ -146,7 +171,7 @@ std::vector<Layer> layers() {
 
 void run_layer(benchmark::State& state, const Layer* l, const be::Tactic* t, int threads) {
   kiln::set_num_threads(threads);
-  auto prepared = t->prepare(layer_signature(*l));
+  auto prepared = t->prepare(bench_signature(*l));
   if (!prepared.ok()) {
     state.SkipWithError(prepared.status().to_string().c_str());
     return;
@@ -166,7 +191,7 @@ void run_activation(benchmark::State& state, kiln::backends::cpu::ActKind kind) 
   cpu::Activation act;
   act.kind = kind, act.alpha = 0.1f, act.lo = 0.f, act.hi = 6.f;
   Tensor x = random_tensor({128, 3072}, 7);
-  cpu::Isa isa = cpu::cpu_isa();
+  cpu::Isa isa = cpu::cpu_isa(bench_isa());
   for (auto _ : state) {
     cpu::activate_inplace(isa, x.data<float>(), x.numel(), act);
     benchmark::DoNotOptimize(x.raw());
@@ -190,7 +215,7 @@ int main(int argc, char** argv) {
   }
   static std::vector<Layer> all = layers();
   for (const Layer& l : all) {
-    be::LayerSignature sig = layer_signature(l);
+    be::LayerSignature sig = bench_signature(l);
     for (const be::Tactic* t : be::candidate_tactics(sig))
       for (int threads : {1, 2})
         benchmark::RegisterBenchmark((l.name + "/" + t->name() + "/threads:" + std::to_string(threads)).c_str(),

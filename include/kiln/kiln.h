@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/device.h"
+
 namespace kiln {
 
 /// Error categories; the CLI maps them to exit codes (see README).
@@ -48,13 +50,6 @@ class Error : public std::runtime_error {
 using DataTypeCode = int32_t;
 constexpr DataTypeCode kFloat32 = 1;
 constexpr DataTypeCode kInt64 = 7;
-
-/// Where a layer runs and how its memory is addressed. Only the CPU exists today; CUDA slots in here.
-enum class DeviceKind { kCPU, kCUDA };
-struct Device {
-  DeviceKind kind = DeviceKind::kCPU;
-  int index = 0;
-};
 
 /// Numerical precision a build may use. Only kFP32 is built today; others are rejected clearly.
 enum class Precision { kFP32, kFP16, kBF16, kINT8, kMixed };
@@ -92,12 +87,22 @@ struct Profile {
 
 struct BuilderConfig {
   Precision precision = Precision::kFP32;
+  /// The device to build for (a CUDA device is refused until the CUDA backend exists).
+  Device device;
+  /// The CPU instruction set kiln's own kernels may use: "" or "native" (this machine's), or a level
+  /// that caps it: "portable", "avx2", "avx512", "avx512_vnni", "avx512_bf16", "amx" (each includes the
+  /// ones before it; asking for more than this machine has is an error). oneDNN's kernels pick their
+  /// own. Recorded in the engine and in the timing cache's keys.
+  std::string isa;
+  /// Channels per block of the blocked conv layout (the layout_blocked pass): -1 (default) the vector
+  /// width of the instruction set (16 with AVX-512, 8 with AVX2; 0 without either or without oneDNN),
+  /// or 0 (plain NCHW), 8, 16. Recorded in the engine.
+  int layout_block = -1;
   std::vector<Profile> profiles;             ///< one per optimization profile (dynamic inputs)
   size_t workspace_bytes = size_t{1} << 30;  ///< cap on planned activation memory per context
   std::vector<std::string> disabled_passes;  ///< pass names to skip (see `kiln inspect --passes`)
   /// Tactics the builder may choose (names as `kiln inspect` shows them); empty: all;
-  /// {"reference"}: none, every layer runs its reference kernel. The environment variable
-  /// KILN_TACTICS (comma-separated) overrides it.
+  /// {"reference"}: none, every layer runs its reference kernel.
   std::vector<std::string> tactics;
   /// Timing cache file: the auto-tuner's timings of tactics (per layer shape, thread count, machine and
   /// kiln version), reused by later builds of any model and shared safely by concurrent builds. A

@@ -4,7 +4,10 @@
 // (weights reordered/packed), after which its PreparedLayer writes into caller-given outputs.
 //
 // Dtype, device and precision are in every signature even though only FP32 on the CPU exists:
-// the CUDA backend and reduced precision add tactics, not new interfaces.
+// the CUDA backend and reduced precision add tactics, not new interfaces. A tactic declares as data
+// (TacticInfo) the device, the instruction set and the dtypes it takes; the registry
+// (backends/registry.h) declines, with the reason, a tactic whose TacticInfo does not fit the layer's
+// signature before why_unsupported() is asked.
 #pragma once
 
 #include <memory>
@@ -12,19 +15,15 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/target.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
 
 namespace kiln::backends {
 
-enum class DeviceKind { kCPU, kCUDA };
-
-struct Device {
-  DeviceKind kind = DeviceKind::kCPU;
-  int index = 0;
-  bool operator==(const Device&) const = default;
-};
-std::string device_name(const Device& d);
+using kiln::Device;  // core/target.h
+using kiln::device_name;
+using kiln::DeviceKind;
 
 // One input or output of a layer as the builder/runtime knows it. Dims of -1 are not known yet
 // (dynamic dims at build time); at prepare time every dim is known.
@@ -40,14 +39,18 @@ struct TensorSig {
   }
 };
 
-// What a tactic is asked about: the node (op, domain, attributes), its inputs and outputs, the
-// device and the precision the layer runs in.
+// What a tactic is asked about: the node (op, domain, attributes), its inputs and outputs (dtypes,
+// shapes), the device and the precision the layer runs in, and the instruction set the target offers.
+// engine::signature_of fills them from the graph and the build's Target.
 struct LayerSignature {
   const ir::Node* node = nullptr;
   std::vector<TensorSig> inputs;
-  std::vector<TensorSig> outputs;  // shapes may be unknown (-1) even at prepare time
+  std::vector<TensorSig> outputs;  // dtypes as inferred; shapes may be unknown (-1) even at prepare time
   Device device;
   DataType compute = DataType::kFloat32;  // the precision the layer computes in
+  // The CPU features the target offers (Target::isa): kernels that pick their path at prepare time
+  // (cpu_isa) use no more than these and this machine have. Default: this machine's.
+  IsaSet isa = host_isa();
 
   const std::string& op() const { return node->op_type; }
   const std::string& domain() const { return node->domain; }
@@ -74,15 +77,40 @@ class PreparedLayer {
   virtual Status run(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs) const = 0;
 };
 
+// What a tactic needs, as data: the registry checks it against the signature (device, precision,
+// dtypes) and the target (instruction set) before why_unsupported() is asked, and says which part
+// does not fit ("needs avx512_bf16; the target has avx2").
+struct TacticInfo {
+  DeviceKind device = DeviceKind::kCPU;  // where its kernels run (the signature's device index is used)
+  // The CPU features its kernels need. Portable: none, also for kernels that pick an AVX2/AVX-512 path
+  // at prepare time within what the target offers (cpu_isa), and for oneDNN (which picks its own).
+  IsaSet isa = kIsaPortable;
+  // The precision it computes in; kUndefined: none (it moves, compares or converts data), any build.
+  DataType compute = DataType::kFloat32;
+  std::vector<DataType> inputs;   // dtypes its first (data) input may have; empty: any
+  std::vector<DataType> outputs;  // dtypes its first output may have; empty: any
+
+  // The usual CPU tactic: float32 in, float32 out, computing in float32, portable or `isa`.
+  static TacticInfo cpu_f32(IsaSet isa = kIsaPortable) {
+    return {DeviceKind::kCPU, isa, DataType::kFloat32, {DataType::kFloat32}, {DataType::kFloat32}};
+  }
+  // A CPU tactic that takes any dtype (why_unsupported says which) in any precision: data movement,
+  // comparisons, casts.
+  static TacticInfo cpu_any_dtype() { return {DeviceKind::kCPU, kIsaPortable, DataType::kUndefined, {}, {}}; }
+};
+
 class Tactic {
  public:
   virtual ~Tactic() = default;
   virtual std::string name() const = 0;  // unique, stable (the engine file stores it)
-  virtual Device device() const { return {}; }
+  // What it needs (device, instruction set, precision, dtypes), checked by the registry before
+  // why_unsupported() is asked (backends/registry.h: why_declined).
+  virtual TacticInfo info() const = 0;
   // The (domain, op_type) pairs it implements, e.g. {"", "Conv"}, {"kiln", "FusedConv"}.
   virtual std::vector<std::pair<std::string, std::string>> ops() const = 0;
   // Cheap check on the signature (dims may be unknown). Empty: supported; else why not.
   virtual std::string why_unsupported(const LayerSignature& sig) const = 0;
+  // why_unsupported() alone; backends::why_declined checks info() first.
   bool supports(const LayerSignature& sig) const { return why_unsupported(sig).empty(); }
   // Binds concrete input shapes and the constant inputs (weights); the signature's shapes are all
   // known. May still fail (e.g. the library has no implementation for these shapes).
@@ -94,14 +122,7 @@ class Tactic {
   virtual int revision() const { return 1; }
 };
 
-// Every tactic of every backend compiled in, in priority order (the auto-tuner, src/tune, times the
-// supporting ones; the order breaks ties). The list lives in src/backends/cpu/tactic_list.cc.
-const std::vector<const Tactic*>& all_tactics();
-const Tactic* find_tactic(const std::string& name);
-// The kernel libraries behind the tactics, with their run-time versions ("oneDNN 2.6.3"; "" with
-// none): part of the timing cache's identity, since a library upgrade changes the kernels' speed.
-std::string tactic_libraries();
-// The tactics implementing this layer's op, supporting its signature, in priority order.
-std::vector<const Tactic*> candidate_tactics(const LayerSignature& sig);
+// The registry of every backend's tactics (all_tactics, find_tactic, candidate_tactics) is
+// backends/registry.h.
 
 }  // namespace kiln::backends

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <sstream>
 
 #include "core/parallel.h"
 #include "engine/engine_impl.h"
@@ -85,7 +86,7 @@ std::shared_ptr<engine::TacticRuntime> EngineImpl::tactic_runtime() const {
   std::call_once(runtime_once_, [&] {
     std::vector<std::string> kernels;
     for (const auto& l : layers) kernels.push_back(l.kernel);
-    runtime_ = std::make_shared<engine::TacticRuntime>(model.graph, kernels);
+    runtime_ = std::make_shared<engine::TacticRuntime>(model.graph, kernels, built_for);
     if (!runtime_->any()) return;
     // Prepared ahead at the shapes the engine was tuned for: weights are reordered here, on all
     // threads, not in the first run().
@@ -157,7 +158,7 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
   double worst = 1;  // the largest median / fastest run among the disturbed timings
   for (size_t i = 0; i < e.layers.size() && i < typed->nodes.size(); ++i) {
     LayerInfo& l = e.layers[i];
-    engine::LayerChoice choice = engine::choose_tactic(*typed, typed->nodes[i], filter, tuner);
+    engine::LayerChoice choice = engine::choose_tactic(*typed, typed->nodes[i], e.built_for, filter, tuner);
     const tune::LayerTuning& t = choice.tuning;
     l.kernel = t.kernel;
     l.candidates = t.candidates;
@@ -181,7 +182,7 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
       log("[kiln build] layer '" + l.name + "' runs " + l.kernel + ";" + failures);
   }
   // If/Loop/Scan bodies: their layers get kernels the same way (recorded on the body nodes).
-  engine::BodyTuning bodies = engine::choose_body_tactics(*e.model.graph, *typed, filter, tuner);
+  engine::BodyTuning bodies = engine::choose_body_tactics(*e.model.graph, *typed, e.built_for, filter, tuner);
   record_body_reference(e, bodies);  // reported with the main graph's (engine/reference_layers.cc)
   if (bodies.layers) {
     std::string kinds;
@@ -282,8 +283,10 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
     return Unsupported(
         "only --fp32 engines can be built so far; reduced precision (FP16/BF16/INT8/mixed) is not "
         "implemented yet — build with --fp32");
+  KILN_ASSIGN_OR_RETURN(Target target, engine::target_for(cfg));
   KILN_RETURN_IF_ERROR(ops::check_supported(*model.graph));
   auto e = std::make_shared<EngineImpl>();
+  e->built_for = target;
   e->build["source"] = {{"producer", model.producer_name + " " + model.producer_version},
                         {"ir_version", model.ir_version},
                         {"opsets", model.opset_imports},
@@ -327,10 +330,16 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
     tuned_at = "profile 0 '" + profiles[0].name + "' opt shapes";
   }
   e->build["config"] = {
-      {"precision", "fp32"}, {"workspace_bytes", cfg.workspace_bytes}, {"disabled_passes", cfg.disabled_passes}};
+      {"precision", "fp32"},
+      {"workspace_bytes", cfg.workspace_bytes},
+      {"disabled_passes", cfg.disabled_passes},
+      {"device", device_name(cfg.device)},
+      {"isa", cfg.isa.empty() ? "native" : cfg.isa},
+      {"layout_block", cfg.layout_block < 0 ? nlohmann::json("auto") : nlohmann::json(cfg.layout_block)}};
+  log("[kiln build] target: " + target_description(target));
 
   std::set<std::string> disabled(cfg.disabled_passes.begin(), cfg.disabled_passes.end());
-  KILN_ASSIGN_OR_RETURN(auto stats, passes::optimize(model, disabled));
+  KILN_ASSIGN_OR_RETURN(auto stats, passes::optimize(model, disabled, target));
   nlohmann::json jpasses = nlohmann::json::array();
   for (const auto& s : stats) {
     jpasses.push_back({{"name", s.name}, {"changed", s.changed}, {"ms", s.ms}});
@@ -373,6 +382,16 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   e->model = std::move(model);
   e->describe_layers();
   KILN_RETURN_IF_ERROR(choose_kernels(*e, opt_shapes, tuned_at, cfg, log));
+  // The CPU features the chosen kernels need (TacticInfo::isa): a machine without them refuses to load it.
+  IsaSet needed = kIsaPortable;
+  for (const LayerInfo& l : e->layers)
+    if (const backends::Tactic* t = l.kernel == "reference" ? nullptr : backends::find_tactic(l.kernel))
+      needed |= t->info().isa;
+  e->required_isa.clear();
+  if (needed != kIsaPortable) {
+    std::stringstream names(isa_names(needed));
+    for (std::string n; names >> n;) e->required_isa.push_back(n);
+  }
   KILN_RETURN_IF_ERROR(report_reference_layers(e, cfg, engine::tactic_filter(cfg.tactics).none, log));
   e->build["build_seconds"] = elapsed();
   log("[kiln build] done in " + std::to_string(elapsed()) + " s");

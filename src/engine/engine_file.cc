@@ -28,8 +28,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <sstream>
 
-#include "backends/tactic.h"
+#include "backends/registry.h"
 #include "core/bounded_json.h"
 #include "core/checked_size.h"
 #include "core/checksum.h"
@@ -74,6 +75,33 @@ engine::TargetInfo target_from(const nlohmann::json& j) {
   t.cpu_model = j.at("cpu_model").get<std::string>();
   t.isa = j.at("isa").get<std::vector<std::string>>();
   t.cores = j.at("cores").get<int>();
+  return t;
+}
+
+// What the engine was built for (kiln::Target): device, instruction set, layout block, precision.
+nlohmann::json built_for_json(const Target& t) {
+  std::vector<std::string> isa;
+  if (t.isa != kIsaPortable) {
+    std::stringstream names(isa_names(t.isa));
+    for (std::string n; names >> n;) isa.push_back(n);
+  }
+  return {{"device", device_name(t.device)},
+          {"isa", isa},
+          {"layout_block", t.layout_block},
+          {"precision", dtype_name(t.precision)}};
+}
+Target built_for_from(const nlohmann::json& j) {
+  Target t;
+  std::string device = j.at("device").get<std::string>();
+  if (device != "cpu") throw std::runtime_error("build target device '" + device + "' is not one this kiln has");
+  for (const auto& n : j.at("isa").get<std::vector<std::string>>()) {
+    IsaSet feature;
+    if (!parse_isa_feature(n, &feature)) throw std::runtime_error("unknown instruction set '" + n + "'");
+    t.isa |= feature;
+  }
+  t.layout_block = j.at("layout_block").get<int64_t>();
+  std::string precision = j.at("precision").get<std::string>();
+  if (!dtype_from_name(precision, &t.precision)) throw std::runtime_error("unknown precision '" + precision + "'");
   return t;
 }
 
@@ -187,6 +215,7 @@ Result<Layout> lay_out(const EngineImpl& e) {
   h["kiln_version"] = KILN_VERSION;
   h["format_version"] = kEngineFormatVersion;
   h["target"] = target_json(e.target);
+  h["built_for"] = built_for_json(e.built_for);
   h["required_isa"] = e.required_isa;
   h["build"] = e.build;
   h["graph_offset"] = graph_offset;
@@ -413,6 +442,8 @@ Result<std::shared_ptr<EngineImpl>> deserialize_parts(const std::shared_ptr<uint
       return InvalidModel("engine was built by kiln ", built_by, "; this is kiln ", KILN_VERSION,
                           " (kernels and formats may differ)", kRebuild);
     e->target = target_from(h.at("target"));
+    // Engines written before the build target was recorded ran their kernels at this machine's best.
+    e->built_for = h.contains("built_for") ? built_for_from(h.at("built_for")) : engine::host_target();
     e->required_isa = h.at("required_isa").get<std::vector<std::string>>();
     e->build = h.at("build");
     graph_offset = h.at("graph_offset").get<size_t>();
@@ -530,6 +561,7 @@ nlohmann::json inspect(const EngineImpl& e) {
   nlohmann::json j;
   j["kiln_version"] = KILN_VERSION;
   j["target"] = target_json(e.target);
+  j["built_for"] = built_for_json(e.built_for);
   j["required_isa"] = e.required_isa;
   j["build"] = e.build;
   const ir::Graph& g = *e.model.graph;

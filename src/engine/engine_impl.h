@@ -47,6 +47,7 @@ struct EngineImpl {
   ir::Model model;                     // optimized graph; large weights alias `storage`
   std::shared_ptr<uint8_t[]> storage;  // the engine file's bytes when loaded
   std::vector<LayerInfo> layers;
+  Target built_for;                       // device, instruction set, layout block, precision (engine/target.h)
   engine::TargetInfo target;              // the machine it was built on
   std::vector<std::string> required_isa;  // CPU features its kernels need
   nlohmann::json build;                   // config, profiles, pass counts, source model facts

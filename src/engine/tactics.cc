@@ -22,13 +22,6 @@ bool TacticFilter::allows(const std::string& name) const {
 TacticFilter tactic_filter(const std::vector<std::string>& configured) {
   TacticFilter f;
   f.allowed = configured;
-  if (const char* env = std::getenv("KILN_TACTICS"); env && *env) {
-    f.allowed.clear();
-    std::stringstream ss(env);
-    std::string item;
-    while (std::getline(ss, item, ','))
-      if (!item.empty()) f.allowed.push_back(item);
-  }
   for (const auto& a : f.allowed) f.none |= a == "reference";
   f.none |= reference_kernels_forced();
   return f;
@@ -39,9 +32,22 @@ bool reference_kernels_forced() {
   return env && *env && std::strcmp(env, "0") != 0;
 }
 
-backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n) {
+namespace {
+// The type of value `name` as the innermost graph from `g` outwards that defines it knows it.
+const ir::TypeInfo* type_in_scope(const ir::Graph& g, const std::string& name) {
+  const ir::Graph* scope = &g;
+  while (scope->parent && !scope->defines(name)) scope = scope->parent;
+  auto it = scope->value_types.find(name);
+  return it == scope->value_types.end() ? nullptr : &it->second;
+}
+}  // namespace
+
+backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n, const Target& target) {
   backends::LayerSignature sig;
   sig.node = &n;
+  sig.device = target.device;
+  sig.isa = target.isa;
+  sig.compute = target.precision;
   for (const auto& name : n.inputs) {
     backends::TensorSig t;
     // A body node may read values of enclosing graphs: the innermost graph that defines the name.
@@ -64,22 +70,30 @@ backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n) {
     }
     sig.inputs.push_back(std::move(t));
   }
-  for (size_t i = 0; i < n.outputs.size(); ++i) sig.outputs.push_back({});
+  for (const auto& name : n.outputs) {
+    backends::TensorSig t;
+    const ir::TypeInfo* type = name.empty() ? nullptr : type_in_scope(g, name);
+    if (type && type->is_tensor()) {
+      t.present = true;
+      t.dtype = type->elem;
+      if (type->shape.rank_known)
+        for (const Dim& d : type->shape.dims) t.shape.push_back(d.known() ? d.value : -1);
+    }
+    sig.outputs.push_back(std::move(t));
+  }
   return sig;
 }
 
 Candidates candidates_for(const backends::LayerSignature& sig, const TacticFilter& filter) {
   Candidates c;
   if (filter.none) return c;
-  const auto op = std::make_pair(sig.domain(), sig.op());
   for (const backends::Tactic* t : backends::all_tactics()) {
-    auto ops = t->ops();
-    if (std::find(ops.begin(), ops.end(), op) == ops.end() || t->device() != sig.device) continue;
+    if (!backends::implements(*t, sig)) continue;
     if (!filter.allows(t->name())) {
-      c.declined.push_back({t->name(), "left out by --tactics / KILN_TACTICS"});
+      c.declined.push_back({t->name(), "left out by --tactics"});
       continue;
     }
-    std::string why = t->why_unsupported(sig);
+    std::string why = backends::why_declined(*t, sig);
     if (why.empty())
       c.allowed.push_back(t);
     else
@@ -93,9 +107,10 @@ std::vector<const backends::Tactic*> allowed_candidates(const backends::LayerSig
   return candidates_for(sig, filter).allowed;
 }
 
-LayerChoice choose_tactic(const ir::Graph& g, const ir::Node& n, const TacticFilter& filter, tune::Tuner& tuner) {
+LayerChoice choose_tactic(const ir::Graph& g, const ir::Node& n, const Target& target, const TacticFilter& filter,
+                          tune::Tuner& tuner) {
   if (filter.none) return {};
-  backends::LayerSignature sig = signature_of(g, n);
+  backends::LayerSignature sig = signature_of(g, n, target);
   Candidates c = candidates_for(sig, filter);
   return {tuner.tune(sig, c.allowed), std::move(c.declined)};
 }
@@ -103,7 +118,7 @@ LayerChoice choose_tactic(const ir::Graph& g, const ir::Node& n, const TacticFil
 std::vector<std::string> reference_reasons(const ir::Node& n, const LayerChoice& c, const TacticFilter& filter) {
   std::vector<std::string> out;
   if (filter.none) {
-    out.push_back("reference kernels requested (--tactics reference, KILN_TACTICS or KILN_REFERENCE_KERNELS)");
+    out.push_back("reference kernels requested (--tactics reference or KILN_REFERENCE_KERNELS)");
     return out;
   }
   for (const auto& d : c.declined) out.push_back(d.tactic + ": " + d.reason);
@@ -156,8 +171,8 @@ std::vector<std::pair<std::string, ir::Graph*>> bodies_of(const ir::Node& n) {
   return out;
 }
 
-void tune_bodies(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filter, tune::Tuner& tuner,
-                 const std::string& prefix, BodyTuning& out) {
+void tune_bodies(ir::Graph& g, const ir::Graph& typed, const Target& target, const TacticFilter& filter,
+                 tune::Tuner& tuner, const std::string& prefix, BodyTuning& out) {
   for (size_t i = 0; i < g.nodes.size() && i < typed.nodes.size(); ++i) {
     // kiln's fused ops keep their body private (the fused op's own kernel runs it).
     if (g.nodes[i].domain == "kiln") continue;
@@ -171,7 +186,7 @@ void tune_bodies(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filte
         ir::Node& n = body.nodes[j];
         n.attrs.erase(kBodyKernelAttr);
         ++out.layers;
-        LayerChoice c = choose_tactic(typed_body, typed_body.nodes[j], filter, tuner);
+        LayerChoice c = choose_tactic(typed_body, typed_body.nodes[j], target, filter, tuner);
         const tune::LayerTuning& t = c.tuning;
         if (t.kernel.empty() || t.kernel == "reference") {
           // Reported like a main-graph reference layer (engine/reference_layers.cc); control flow
@@ -188,20 +203,21 @@ void tune_bodies(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filte
         n.attrs[kBodyKernelAttr] = a;
         out.kernels[t.kernel]++;
       }
-      tune_bodies(body, typed_body, filter, tuner, path, out);
+      tune_bodies(body, typed_body, target, filter, tuner, path, out);
     }
   }
 }
 }  // namespace
 
-BodyTuning choose_body_tactics(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filter, tune::Tuner& tuner) {
+BodyTuning choose_body_tactics(ir::Graph& g, const ir::Graph& typed, const Target& target, const TacticFilter& filter,
+                               tune::Tuner& tuner) {
   BodyTuning out;
-  tune_bodies(g, typed, filter, tuner, "", out);
+  tune_bodies(g, typed, target, filter, tuner, "", out);
   return out;
 }
 
-TacticRuntime::TacticRuntime(std::shared_ptr<const ir::Graph> g, const std::vector<std::string>& kernels)
-    : graph_(std::move(g)) {
+TacticRuntime::TacticRuntime(std::shared_ptr<const ir::Graph> g, const std::vector<std::string>& kernels, Target target)
+    : graph_(std::move(g)), target_(target) {
   bool off = reference_kernels_forced();
   auto& top = layers_[graph_.get()];
   for (size_t i = 0; i < graph_->nodes.size(); ++i) {
@@ -280,7 +296,7 @@ std::shared_ptr<const backends::PreparedLayer> TacticRuntime::get(const ir::Grap
   auto it = l.by_shapes.find(key);
   if (it != l.by_shapes.end()) return it->second;
   const ir::Node& n = g.nodes[i];
-  backends::LayerSignature sig = signature_of(g, n);
+  backends::LayerSignature sig = signature_of(g, n, target_);
   for (size_t k = 0; k < types.size() && k < sig.inputs.size(); ++k) {
     if (!types[k].present) continue;
     sig.inputs[k].present = true;
@@ -288,7 +304,7 @@ std::shared_ptr<const backends::PreparedLayer> TacticRuntime::get(const ir::Grap
     sig.inputs[k].shape = types[k].shape;
   }
   std::shared_ptr<const backends::PreparedLayer> p;
-  std::string why = l.tactic->why_unsupported(sig);
+  std::string why = backends::why_declined(*l.tactic, sig);
   if (why.empty()) {
     ++prepares_;
     try {

@@ -22,17 +22,19 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backends/tactic.h"
+#include "backends/registry.h"
+#include "core/target.h"
 #include "ir/graph.h"
 #include "ops/value.h"
 #include "tune/tuner.h"
 
 namespace kiln::engine {
 
-// Which tactics may be used: from BuilderConfig::tactics and the environment.
-//   KILN_TACTICS=name,name   only these (build time)
-//   KILN_TACTICS=reference   none: every layer runs its reference kernel (build time)
-//   KILN_REFERENCE_KERNELS=1 ignore the engine's tactics at run time as well (tests, debugging)
+// Which tactics may be used: from BuilderConfig::tactics (kiln build --tactics), at build time:
+//   {name, name}  only these
+//   {"reference"} none: every layer runs its reference kernel
+// and at run time KILN_REFERENCE_KERNELS=1 ignores the engine's tactics (debugging: it changes no
+// engine and no timing, only which kernels a run uses).
 struct TacticFilter {
   bool none = false;
   std::vector<std::string> allowed;  // empty: all
@@ -41,13 +43,14 @@ struct TacticFilter {
 TacticFilter tactic_filter(const std::vector<std::string>& configured);
 bool reference_kernels_forced();
 
-// The signature of node `n` given its input types (shapes may be partly unknown) and constants. The
-// builder passes a copy of the graph inferred at the first profile's opt shapes (infer_at), so the
-// shapes of models with symbolic dims (batch, seq) are concrete there and tactics can be timed.
-backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n);
+// The signature of node `n` given its input and output types (shapes may be partly unknown) and
+// constants, on the target's device, instruction set and precision. The builder passes a copy of the
+// graph inferred at the first profile's opt shapes (infer_at), so the shapes of models with symbolic
+// dims (batch, seq) are concrete there and tactics can be timed.
+backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n, const Target& target);
 
 // A tactic of the layer's op that is not a candidate for it, and why ("1-D convolution not supported",
-// or that --tactics leaves it out).
+// "needs avx512_bf16; the target has avx2", or that --tactics leaves it out).
 struct Declined {
   std::string tactic, reason;
 };
@@ -66,7 +69,8 @@ struct LayerChoice {
   tune::LayerTuning tuning;
   std::vector<Declined> declined;
 };
-LayerChoice choose_tactic(const ir::Graph& g, const ir::Node& n, const TacticFilter& filter, tune::Tuner& tuner);
+LayerChoice choose_tactic(const ir::Graph& g, const ir::Node& n, const Target& target, const TacticFilter& filter,
+                          tune::Tuner& tuner);
 
 // Why a layer that runs its reference kernel does, one reason per line: "TACTIC: REASON" for every
 // tactic of its op that declined it or failed to prepare or run, or "no tactic implements OP".
@@ -99,7 +103,8 @@ struct BodyTuning {
   };
   std::vector<Reference> reference;
 };
-BodyTuning choose_body_tactics(ir::Graph& g, const ir::Graph& typed, const TacticFilter& filter, tune::Tuner& tuner);
+BodyTuning choose_body_tactics(ir::Graph& g, const ir::Graph& typed, const Target& target, const TacticFilter& filter,
+                               tune::Tuner& tuner);
 
 // Where a node of a subgraph body (If/Loop/Scan, nested too) records its kernel: body nodes are not
 // layers of the engine's layer list, and the engine file stores node attributes with the graph.
@@ -108,8 +113,9 @@ inline constexpr const char* kBodyKernelAttr = "kiln.kernel";
 class TacticRuntime {
  public:
   // kernels[i]: the kernel recorded for graph node i ("reference" or a tactic name); nodes of
-  // subgraph bodies carry theirs in kBodyKernelAttr (absent: reference).
-  TacticRuntime(std::shared_ptr<const ir::Graph> g, const std::vector<std::string>& kernels);
+  // subgraph bodies carry theirs in kBodyKernelAttr (absent: reference). Layers are prepared for
+  // `target` (the engine's: its instruction set caps the kernels' paths).
+  TacticRuntime(std::shared_ptr<const ir::Graph> g, const std::vector<std::string>& kernels, Target target);
   bool any() const { return any_; }
   // Whether node i of the main graph has a tactic (it may still decline some run-time shapes).
   bool has_tactic(size_t i) const {
@@ -159,6 +165,7 @@ class TacticRuntime {
                                                      const std::vector<InputType>& types);
   void add_bodies(const ir::Graph& g, bool off);
   std::shared_ptr<const ir::Graph> graph_;
+  Target target_;
   // Per graph (the main graph and every body), per node; fixed after construction.
   std::unordered_map<const ir::Graph*, std::vector<std::unique_ptr<Layer>>> layers_;
   bool any_ = false;

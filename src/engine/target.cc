@@ -3,6 +3,8 @@
 #include <fstream>
 #include <thread>
 
+#include "backends/cpu/tactic_list.h"
+
 namespace kiln::engine {
 
 TargetInfo detect_host() {
@@ -32,10 +34,58 @@ TargetInfo detect_host() {
   return t;
 }
 
+Result<Target> target_for(const BuilderConfig& cfg) {
+  Target t;
+  if (cfg.device.kind != DeviceKind::kCPU)
+    return Unsupported("device ", device_name(cfg.device), ": this kiln has no CUDA backend yet — build for the cpu");
+  t.device = cfg.device;
+  const IsaSet host = host_isa();
+  t.isa = host;
+  if (!cfg.isa.empty() && cfg.isa != "native") {
+    IsaSet want;
+    if (!parse_isa_level(cfg.isa, &want))
+      return InvalidArgument("unknown --isa '", cfg.isa, "' (one of: native, ", isa_level_names(), ")");
+    if (IsaSet missing = want & ~host)
+      return Unsupported("--isa ", cfg.isa, " asks for ", isa_names(missing), ", which this machine lacks (it has ",
+                         isa_names(host),
+                         "): kernels are timed on the machine that builds — build on a machine "
+                         "with those features, or ask for less");
+    t.isa = want;
+  }
+  if (cfg.layout_block < 0) {
+    t.layout_block = backends::cpu::preferred_layout_block(t.isa);
+  } else {
+    if (cfg.layout_block != 0 && cfg.layout_block != 8 && cfg.layout_block != 16)
+      return InvalidArgument("--layout-block ", cfg.layout_block,
+                             ": the blocked layout has 8 or 16 channels per "
+                             "block (0: plain NCHW; auto: the instruction set's vector width)");
+    if (cfg.layout_block != 0 && backends::cpu::preferred_layout_block(kIsaAll) == 0)
+      return Unsupported("--layout-block ", cfg.layout_block,
+                         ": this kiln has no blocked kernels (built without "
+                         "oneDNN) — leave the option out or use 0");
+    t.layout_block = cfg.layout_block;
+  }
+  switch (cfg.precision) {
+    case Precision::kFP32: t.precision = DataType::kFloat32; break;
+    case Precision::kFP16: t.precision = DataType::kFloat16; break;
+    case Precision::kBF16: t.precision = DataType::kBFloat16; break;
+    case Precision::kINT8: t.precision = DataType::kInt8; break;
+    // Mixed chooses per layer; the layers' default stays float32.
+    case Precision::kMixed: t.precision = DataType::kFloat32; break;
+  }
+  return t;
+}
+
+Target host_target() {
+  auto t = target_for(BuilderConfig{});
+  return t.ok() ? t.value() : Target{};
+}
+
 Status check_runnable(const std::vector<std::string>& required, const TargetInfo& built_on, const TargetInfo& host) {
   std::string missing;
+  const std::string host_levels = " " + isa_names(host_isa()) + " ";  // kiln's names (avx512_bf16, amx)
   for (const auto& r : required) {
-    bool have = false;
+    bool have = host_levels.find(" " + r + " ") != std::string::npos;
     for (const auto& h : host.isa) have |= h == r;
     if (!have) missing += (missing.empty() ? "" : ", ") + r;
   }

@@ -1,10 +1,13 @@
-// The build target: what an engine was built for, and whether this machine can run it.
+// The build target: what an engine was built for (kiln::Target, made from BuilderConfig and this
+// machine), the machine it was built on (TargetInfo), and whether this machine can run it.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "core/target.h"
+#include "kiln/kiln.h"
 
 namespace kiln::engine {
 
@@ -16,6 +19,14 @@ struct TargetInfo {
 };
 
 TargetInfo detect_host();
+
+// The target of a build: BuilderConfig's device ("cpu"; CUDA is refused until its backend exists),
+// instruction set (cfg.isa caps this machine's: asking for features it lacks is an error, since the
+// tuner times kernels here), layout block (-1: what the CPU backend prefers for that instruction set)
+// and precision. Errors name the option and the valid values.
+Result<Target> target_for(const BuilderConfig& cfg);
+// This machine's default target: what target_for(BuilderConfig{}) gives.
+Target host_target();
 
 // Ok when `host` can run kernels needing `required` features; the error lists what is missing.
 Status check_runnable(const std::vector<std::string>& required, const TargetInfo& built_on, const TargetInfo& host);

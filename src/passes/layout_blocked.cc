@@ -21,10 +21,9 @@
 // Leaves alone: other grouped convs, 1-D/3-D convs, non-constant weights, other dtypes, convs and
 // pools with a pad as large as their window (no blocked tactic takes them), and every other op.
 //
-// The block is the build machine's vector width in floats: 16 with AVX-512, 8 with AVX2; without
-// either, or without oneDNN (whose kernels are the point), the pass changes nothing.
-// KILN_LAYOUT_BLOCK=0|8|16 overrides it (tests, A/B runs).
-#include <cstdlib>
+// The block is the target's (Target::layout_block, kiln build --layout-block): by default the vector
+// width in floats of the target's instruction set, 16 with AVX-512, 8 with AVX2; 0 (the pass changes
+// nothing) without either or without oneDNN, whose kernels are the point (backends/cpu/tactic_list.h).
 #include <map>
 
 #include "ops/interpreter.h"
@@ -32,19 +31,6 @@
 #include "passes/fusion_util.h"
 
 namespace kiln::passes {
-
-int64_t default_layout_block() {
-  if (const char* env = std::getenv("KILN_LAYOUT_BLOCK"); env && *env) {
-    int64_t b = std::atoll(env);
-    return b == 8 || b == 16 ? b : 0;
-  }
-#if defined(KILN_HAVE_ONEDNN) && (defined(__x86_64__) || defined(__i386__))
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return 16;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 8;
-#endif
-  return 0;
-}
 
 namespace {
 
@@ -390,6 +376,8 @@ Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block) {
   return Rewriter(g, block).run();
 }
 
-Result<int> layout_blocked(ir::Graph& g) { return layout_blocked_with_block(g, default_layout_block()); }
+Result<int> layout_blocked(ir::Graph& g, const Target& target) {
+  return layout_blocked_with_block(g, target.device.kind == DeviceKind::kCPU ? target.layout_block : 0);
+}
 
 }  // namespace kiln::passes

@@ -1,6 +1,8 @@
 // Graph passes: each matches a pattern, rewrites the graph in place, and returns how many sites it
 // changed. A pass that cannot prove a rewrite exact (up to float rounding) leaves the graph alone.
-// The order lives in pipeline.cc.
+// The order lives in pipeline.cc. A pass whose rewrite depends on what the engine is built for (the
+// layout's block, later the precision or the device) takes the build's Target (core/target.h) and
+// reads nothing of the build machine or the environment.
 #pragma once
 
 #include <set>
@@ -8,16 +10,26 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/target.h"
 #include "ir/graph.h"
 
 namespace kiln::passes {
 
 using PassFn = Result<int> (*)(ir::Graph& g);
+using TargetPassFn = Result<int> (*)(ir::Graph& g, const Target& target);
 
 struct PassInfo {
-  const char* name;  // stable, used by --disable-pass and reports
-  PassFn run;
+  PassInfo(const char* name, PassFn run, const char* description) : name(name), description(description), plain_(run) {}
+  PassInfo(const char* name, TargetPassFn run, const char* description)
+      : name(name), description(description), targeted_(run) {}
+  Result<int> run(ir::Graph& g, const Target& target) const { return targeted_ ? targeted_(g, target) : plain_(g); }
+
+  const char* name;         // stable, used by --disable-pass and reports
   const char* description;  // one line for `kiln inspect --passes`
+
+ private:
+  PassFn plain_ = nullptr;
+  TargetPassFn targeted_ = nullptr;
 };
 
 struct PassStat {
@@ -29,10 +41,10 @@ struct PassStat {
 // The ordered pass list (see pipeline.cc for why each sits where it does).
 const std::vector<PassInfo>& pipeline();
 
-// Runs the pipeline on the model's main graph. After every pass that changed something the graph is
-// re-sorted and its types re-inferred (that is also the verifier: a broken rewrite fails here,
-// naming the pass). Unknown names in `disabled` are an error listing the valid ones.
-Result<std::vector<PassStat>> optimize(ir::Model& model, const std::set<std::string>& disabled);
+// Runs the pipeline on the model's main graph for `target`. After every pass that changed something
+// the graph is re-sorted and its types re-inferred (that is also the verifier: a broken rewrite fails
+// here, naming the pass). Unknown names in `disabled` are an error listing the valid ones.
+Result<std::vector<PassStat>> optimize(ir::Model& model, const std::set<std::string>& disabled, const Target& target);
 
 // Individual passes (one per file).
 Result<int> fold_constants(ir::Graph& g);
@@ -52,11 +64,10 @@ Result<int> fuse_matmul_bias(ir::Graph& g);
 Result<int> fuse_activation(ir::Graph& g);
 Result<int> fuse_horizontal_matmul(ir::Graph& g);
 Result<int> fuse_elementwise(ir::Graph& g);
-Result<int> layout_blocked(ir::Graph& g);
-// The layout pass with an explicit block (channels per block; <= 0: no change), and the block it
-// uses by default (the build machine's vector width in floats, or KILN_LAYOUT_BLOCK).
+// The layout pass at the target's block (Target::layout_block; 0 or a non-CPU target: no change),
+// and with an explicit block (channels per block; <= 0: no change).
+Result<int> layout_blocked(ir::Graph& g, const Target& target);
 Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block);
-int64_t default_layout_block();
 Result<int> layout_fuse_conv_dw(ir::Graph& g);
 Result<int> layout_fuse_concat_elementwise(ir::Graph& g);  // in layout_fuse_concat.cc
 

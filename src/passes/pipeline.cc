@@ -52,7 +52,8 @@ const std::vector<PassInfo>& pipeline() {
       // Last of the fusions: whatever elementwise chains the patterns above left.
       {"fuse_elementwise", fuse_elementwise, "chains of elementwise ops -> kiln.FusedElementwise"},
       // After every fusion: it converts the fused convs (activation and residual in place) and
-      // must see the final graph to know where blocked values escape to plain readers.
+      // must see the final graph to know where blocked values escape to plain readers. Its block is
+      // the target's (--layout-block; by default what the target's instruction set prefers).
       {"layout_blocked", layout_blocked,
        "keep conv/pool activations channel-blocked (nChw16c/nChw8c) between layers; reorders at the boundaries"},
       // On the blocked convs the layout pass made.
@@ -93,14 +94,14 @@ std::vector<ir::Graph*> bodies_of(ir::Graph& g) {
   return out;
 }
 
-Status run_pipeline(ir::Graph& g, const std::set<std::string>& disabled, std::vector<PassStat>& stats,
-                    const std::string& where) {
+Status run_pipeline(ir::Graph& g, const Target& target, const std::set<std::string>& disabled,
+                    std::vector<PassStat>& stats, const std::string& where) {
   const auto& passes = pipeline();
   for (size_t k = 0; k < passes.size(); ++k) {
     const PassInfo& p = passes[k];
     if (disabled.count(p.name)) continue;
     auto t0 = std::chrono::steady_clock::now();
-    auto r = p.run(g);
+    auto r = p.run(g, target);
     if (!r.ok()) return r.status().with_context(std::string("pass ") + p.name + where + ": ");
     stats[k].changed += r.value();
     if (r.value()) {
@@ -118,7 +119,8 @@ Status run_pipeline(ir::Graph& g, const std::set<std::string>& disabled, std::ve
 // and outputs by name, and only read outer values); outer constants it reads are copied into it first,
 // so folding and fusion see them (fold_batch_norm folds an outer weight into a new body initializer),
 // and the copies nothing rewrote are dropped again afterwards (the body reads the outer one, as before).
-Status optimize_bodies(ir::Graph& g, const std::set<std::string>& disabled, std::vector<PassStat>& stats) {
+Status optimize_bodies(ir::Graph& g, const Target& target, const std::set<std::string>& disabled,
+                       std::vector<PassStat>& stats) {
   for (ir::Graph* body : bodies_of(g)) {
     const auto types = body->value_types;
     const auto initializers = body->initializers;
@@ -137,7 +139,7 @@ Status optimize_bodies(ir::Graph& g, const std::set<std::string>& disabled, std:
       body->initializers = initializers;
       continue;
     }
-    KILN_RETURN_IF_ERROR(run_pipeline(*body, disabled, stats, where));
+    KILN_RETURN_IF_ERROR(run_pipeline(*body, target, disabled, stats, where));
     bool dropped = false;
     for (const auto& [name, t] : lifted) {
       auto it = body->initializers.find(name);
@@ -148,7 +150,7 @@ Status optimize_bodies(ir::Graph& g, const std::set<std::string>& disabled, std:
       }
     }
     if (dropped) KILN_RETURN_IF_ERROR(refresh(*body).with_context("subgraph '" + body->name + "' after the passes: "));
-    KILN_RETURN_IF_ERROR(optimize_bodies(*body, disabled, stats));
+    KILN_RETURN_IF_ERROR(optimize_bodies(*body, target, disabled, stats));
   }
   return Status::Ok();
 }
@@ -168,7 +170,7 @@ Result<int> remove_dead_in_all(ir::Graph& g) {
 bool has_bodies(ir::Graph& g) { return !bodies_of(g).empty(); }
 }  // namespace
 
-Result<std::vector<PassStat>> optimize(ir::Model& model, const std::set<std::string>& disabled) {
+Result<std::vector<PassStat>> optimize(ir::Model& model, const std::set<std::string>& disabled, const Target& target) {
   for (const auto& d : disabled) {
     bool known = false;
     std::string names;
@@ -181,10 +183,10 @@ Result<std::vector<PassStat>> optimize(ir::Model& model, const std::set<std::str
   std::vector<PassStat> stats;
   for (const auto& p : pipeline()) stats.push_back({p.name, 0, 0});
   ir::Graph& g = *model.graph;
-  KILN_RETURN_IF_ERROR(run_pipeline(g, disabled, stats, ""));
+  KILN_RETURN_IF_ERROR(run_pipeline(g, target, disabled, stats, ""));
   if (has_bodies(g)) {
     // The main graph first (its rewrites keep every value a body reads), then every body under it.
-    KILN_RETURN_IF_ERROR(optimize_bodies(g, disabled, stats));
+    KILN_RETURN_IF_ERROR(optimize_bodies(g, target, disabled, stats));
     if (!disabled.count("remove_dead_nodes")) {
       KILN_ASSIGN_OR_RETURN(int removed, remove_dead_in_all(g));
       for (auto& s : stats)

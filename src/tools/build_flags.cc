@@ -34,6 +34,13 @@ std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const ch
   flag("--fp16", f.fp16, "FP16 precision (not implemented yet)");
   flag("--bf16", f.bf16, "BF16 precision (not implemented yet)");
   flag("--int8", f.int8, "INT8 precision (not implemented yet)");
+  opt("--isa", f.isa,
+      "instruction set kiln's own kernels may use: native (this machine's best, default), portable, avx2, avx512, "
+      "avx512_vnni, avx512_bf16, amx (each includes the ones before it; at most what this machine has). Recorded in "
+      "the engine and in the timing cache keys; oneDNN picks its own");
+  opt("--layout-block", f.layout_block,
+      "channels per block of the blocked conv layout: auto (default: 16 with AVX-512, 8 with AVX2, 0 without either "
+      "or without oneDNN), 0 (plain NCHW), 8 or 16. Recorded in the engine");
   opt("--workspace", f.workspace_mb, "activation memory limit per context, MiB")->check(bounded(0, 1 << 30));
   opt("--disable-pass", f.disabled_passes, "skip a graph pass by name (repeatable; kiln inspect --passes lists them)");
   opt("--tactics", f.tactics,
@@ -76,6 +83,14 @@ Result<BuilderConfig> builder_config(const BuildFlags& f) {
   cfg.disabled_passes = f.disabled_passes;
   cfg.tactics = f.tactics;
   cfg.timing_cache = f.timing_cache;
+  cfg.isa = f.isa;
+  if (f.layout_block == "auto") {
+    cfg.layout_block = -1;
+  } else if (f.layout_block == "0" || f.layout_block == "8" || f.layout_block == "16") {
+    cfg.layout_block = std::stoi(f.layout_block);
+  } else {
+    return InvalidArgument("--layout-block ", f.layout_block, ": one of auto, 0 (plain NCHW), 8, 16");
+  }
   cfg.strict_tactics = f.strict_tactics;
   cfg.verbose = f.verbose;
   return cfg;

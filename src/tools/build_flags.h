@@ -22,15 +22,16 @@ struct BuildFlags {
   std::vector<std::string> disabled_passes;
   std::vector<std::string> tactics;
   std::string timing_cache;
+  std::string isa = "native", layout_block = "auto";
   bool strict_tactics = false, verbose = false;
 };
 // As kiln compare's repro bundles record them (bundle.json "options"; flat, beside compare's own).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BuildFlags, min_shapes, opt_shapes, max_shapes, build_shapes, profiles,
                                                 fp32, fp16, bf16, int8, workspace_mb, disabled_passes, tactics,
-                                                timing_cache, strict_tactics, verbose)
+                                                timing_cache, isa, layout_block, strict_tactics, verbose)
 
 // Registers the build flags on `cmd` in the option group "Engine build": --min-shapes, --opt-shapes,
-// --max-shapes, --profile, --fp32/--fp16/--bf16/--int8, --workspace, --disable-pass, --tactics,
+// --max-shapes, --profile, --fp32/--fp16/--bf16/--int8, --isa, --layout-block, --workspace, --disable-pass, --tactics,
 // --timing-cache, --strict-tactics, --verbose, and the fixed-shape flag under the name
 // `fixed_shapes_flag` ("--shapes" for kiln build, "--build-shapes" for compare; nullptr: none, the
 // command fills f.build_shapes itself, as bench does from its --shapes). Returns the options.

@@ -105,6 +105,7 @@ Status check_inferred(const ir::ValueInfo& decl, const ops::Value& got) {
 // load) and an ExecutionContext; outputs must match the reference interpreter and the expected data.
 struct EngineCheck {
   bool enabled = false;
+  std::vector<std::string> tactics;  // BuilderConfig::tactics (--tactics); empty: all
   Tolerance vs_reference{1e-4, 1e-5};
 };
 
@@ -133,6 +134,7 @@ Outcome run_test(const TestCase& tc, const Tolerance& tol, const EngineCheck& en
     auto m2 = onnx_import::load_model(tc.model);
     if (!m2.ok()) return classify(m2.status());
     BuilderConfig cfg;
+    cfg.tactics = engine_check.tactics;
     cfg.warn = [](const std::string&) {};  // reference layers are not what conformance checks
     auto built = detail::build_engine(std::move(m2).value(), cfg);
     if (!built.ok()) return classify(built.status().with_context("kiln build: "));
@@ -268,6 +270,7 @@ struct ConformanceOptions {
   int timeout_s = 120;
   bool quiet = false;
   bool engine = false;
+  std::vector<std::string> tactics;
 };
 
 int run_conformance(const ConformanceOptions& o) {
@@ -286,6 +289,7 @@ int run_conformance(const ConformanceOptions& o) {
   for (const auto& tc : tests) {
     EngineCheck ec;
     ec.enabled = o.engine;
+    ec.tactics = o.tactics;
     Outcome r = run_isolated(tc, tol, ec, o.timeout_s);
     int k = r.status == "pass" ? 0 : r.status == "fail" ? 1 : 2;
     ++counts[k];
@@ -368,6 +372,9 @@ void add_conformance_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--engine", o->engine,
                 "run each model through kiln build (all passes), the engine file and an ExecutionContext; outputs must "
                 "match the reference interpreter (rtol 1e-4, atol 1e-5) and the expected data");
+  cmd->add_option("--tactics", o->tactics,
+                  "with --engine: only these kernels (as kiln build --tactics; 'reference': reference kernels only)")
+      ->delimiter(',');
   cmd->callback([o, &exit_code]() { exit_code = run_conformance(*o); });
 }
 

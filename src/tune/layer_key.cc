@@ -1,5 +1,6 @@
 #include "tune/layer_key.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -158,7 +159,15 @@ std::string layer_key(const backends::LayerSignature& sig) {
     if (t.constant)
       out += t.constant->numel() <= kParameterElements ? "const#" + hex64(tensor_hash(*t.constant)) : "const";
   }
-  out += ")@" + backends::device_name(sig.device) + ":" + dtype_name(sig.compute);
+  out += ")@" + backends::device_name(sig.device);
+  // The instruction set the kernels may use (--isa) picks their code path: timings of one say
+  // nothing of another. Spaces would read as separators in the key: "avx2+avx512".
+  if (sig.device.kind == DeviceKind::kCPU) {
+    std::string isa = isa_names(sig.isa);
+    std::replace(isa.begin(), isa.end(), ' ', '+');
+    out += "[" + isa + "]";
+  }
+  out += ":" + std::string(dtype_name(sig.compute));
   return out;
 }
 

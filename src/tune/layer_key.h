@@ -3,8 +3,8 @@
 //
 //   domain, op type, opset; every attribute but "kiln.sources" (subgraph bodies and tensors by a
 //   content hash); per input: present or not, dtype, concrete dims, constant or not (small constants,
-//   which act as parameters — axes, shapes, pads, scalars — by a content hash as well); the device and
-//   the compute precision.
+//   which act as parameters — axes, shapes, pads, scalars — by a content hash as well); the device,
+//   the instruction set the target lets kernels use (--isa) and the compute precision.
 //
 // The thread count, the machine and the kiln version complete the key in the cache (timing_cache.h).
 #pragma once
@@ -19,7 +19,7 @@ namespace kiln::tune {
 
 // A stable, readable text, e.g.
 //   "Conv/13{group=1;kernel_shape=[3,3];pads=[1,1,1,1];strides=[1,1]}(float32[1,64,56,56],
-//    float32[64,64,3,3]const,float32[64]const)@cpu:float32"
+//    float32[64,64,3,3]const,float32[64]const)@cpu[avx2+avx512]:float32"
 std::string layer_key(const backends::LayerSignature& sig);
 
 // FNV-1a, 64 bits: content hashes inside keys (not cryptographic; a collision costs a wrong timing).

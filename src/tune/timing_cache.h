@@ -4,7 +4,7 @@
 // The file is JSON:
 //   {"format": "kiln-timing-cache", "format_version": 2, "kiln_version": "0.1.0",
 //    "kiln_build": "c50bcf3-dirty", "machine": "AMD EPYC 9R14 | sse4.2 avx avx2 fma avx512f ...",
-//    "layers": {"threads=2|Conv/13{...}(...)@cpu:float32": {
+//    "layers": {"threads=2|Conv/13{...}(...)@cpu[avx2+avx512]:float32": {
 //                  "conv2d_onednn_blocked": {"ms": 0.412, "min_ms": 0.398, "runs": 20, "rev": 1},
 //                  "conv2d_onednn_nchw": {"error": "oneDNN has no implementation ...", "rev": 1}}}}
 // keyed by layer (layer_key.h, prefixed by the thread count) and tactic. One entry per tactic says

@@ -1,7 +1,6 @@
 #include "tune/tuner.h"
 
 #include <algorithm>
-#include <chrono>
 #include <exception>
 #include <random>
 
@@ -11,10 +10,6 @@
 namespace kiln::tune {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 std::string what_of(const std::exception& e) { return std::string("exception: ") + e.what(); }
 
@@ -49,7 +44,17 @@ bool disturbed(const CandidateResult& c) {
 
 bool timings_unreliable(int disturbed, int timed) { return disturbed >= 2 && disturbed * 10 >= timed; }
 
-Tuner::Tuner(TimingCache& cache, TuneOptions opts) : cache_(cache), opts_(opts), threads_(kiln::max_threads()) {}
+Tuner::Tuner(TimingCache& cache, TuneOptions opts, std::vector<Timer*> timers)
+    : cache_(cache), opts_(opts), timers_(std::move(timers)), threads_(kiln::max_threads()) {
+  if (timers_.empty())
+    if (Timer* cpu = default_timer(DeviceKind::kCPU)) timers_.push_back(cpu);
+}
+
+Timer* Tuner::timer_for(DeviceKind device) const {
+  for (Timer* t : timers_)
+    if (t->device() == device) return t;
+  return nullptr;
+}
 
 std::string Tuner::key(const backends::LayerSignature& sig) const {
   return "threads=" + std::to_string(threads_) + "|" + layer_key(sig);
@@ -71,6 +76,7 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
   }
   const std::string k = key(sig);
   const bool timing = candidates.size() > 1;
+  Timer* timer = timing ? timer_for(sig.device.kind) : nullptr;
   std::vector<Tensor> inputs;  // made on first use, shared by the candidates
   std::vector<const Tensor*> in_ptrs;
   auto make_inputs = [&] {
@@ -152,11 +158,15 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
   // One run of a candidate; false (with its error set) when it failed.
   auto run_once = [&](Timing& tm, bool measured) {
     try {
-      auto t0 = Clock::now();
-      Status s = tm.prepared->run(in_ptrs, tm.out_ptrs);
-      double ms = ms_since(t0);
-      if (!s.ok()) tm.error = s.message();
-      if (measured && tm.error.empty()) tm.times.push_back(ms), tm.total_ms += ms;
+      if (!timer) {
+        tm.error = "no timer for device " + backends::device_name(sig.device);
+      } else {
+        Result<double> ms = timer->time_ms([&] { return tm.prepared->run(in_ptrs, tm.out_ptrs); });
+        if (!ms.ok())
+          tm.error = ms.status().message();
+        else if (measured)
+          tm.times.push_back(ms.value()), tm.total_ms += ms.value();
+      }
     } catch (const std::exception& e) {
       tm.error = what_of(e);
     }

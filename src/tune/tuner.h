@@ -9,7 +9,8 @@
 // Failures to prepare or run are recorded with their reason, in the result and in the cache.
 // The fastest viable candidate wins; the reference kernel only when none is viable.
 //
-// Timing happens at the current thread count (kiln::max_threads()), part of every cache key.
+// Timing happens at the current thread count (kiln::max_threads()), part of every cache key, with the
+// timer of the layer's device (tune/timer.h: the CPU's steady clock; a CUDA one will use events).
 #pragma once
 
 #include <random>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "backends/tactic.h"
+#include "tune/timer.h"
 #include "tune/timing_cache.h"
 
 namespace kiln::tune {
@@ -71,8 +73,10 @@ bool timings_unreliable(int disturbed, int timed);
 
 class Tuner {
  public:
-  // `cache` receives what is learned and answers what is known; it outlives the tuner.
-  Tuner(TimingCache& cache, TuneOptions opts = {});
+  // `cache` receives what is learned and answers what is known; it outlives the tuner. `timers`: one
+  // per device the layers may be on (tune/timer.h; they outlive the tuner); empty: this build's CPU
+  // timer. A layer on a device without a timer can only be prepared: timing its candidates fails.
+  Tuner(TimingCache& cache, TuneOptions opts = {}, std::vector<Timer*> timers = {});
 
   // Chooses among `candidates` (tactics supporting `sig`, in priority order). Shapes of `sig` may be
   // partly unknown (data-dependent): then nothing can run and the first candidate is taken unproven.
@@ -83,8 +87,10 @@ class Tuner {
   std::string key(const backends::LayerSignature& sig) const;
 
  private:
+  Timer* timer_for(DeviceKind device) const;
   TimingCache& cache_;
   TuneOptions opts_;
+  std::vector<Timer*> timers_;
   int threads_;
 };
 

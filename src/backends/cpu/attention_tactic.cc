@@ -153,6 +153,7 @@ class PreparedAttention : public PreparedLayer {
 
 class AttentionKiln : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "attention_kiln_fused"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"kiln", "Attention"}, {"kiln", "MultiHeadAttention"}};
@@ -175,7 +176,7 @@ class AttentionKiln : public Tactic {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     Geometry g = geometry(sig);
     auto prep = std::make_unique<PreparedAttention>();
-    prep->k = &xf::kernels(cpu_isa());
+    prep->k = &xf::kernels(cpu_isa(sig.isa));
     prep->out = g.out;
     xf::AttentionProblem& p = prep->p;
     p.sq = g.sq, p.sk = g.sk, p.d = g.d, p.dv = g.dv;

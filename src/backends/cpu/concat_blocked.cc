@@ -40,6 +40,7 @@ class PreparedConcat : public PreparedLayer {
 
 class BlockedConcat : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "concat_blocked_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Concat"}}; }
   std::string why_unsupported(const LayerSignature& sig) const override {

@@ -15,9 +15,16 @@
 #include "backends/cpu/conv_depthwise.h"
 #include "backends/cpu/gemm_kernels.h"
 #include "backends/cpu/kiln_tactics.h"
+#include "backends/cpu/test_hooks.h"
 #include "ops/conv_util.h"
 
 namespace kiln::backends::cpu {
+
+KernelTestHooks& kernel_test_hooks() {
+  static KernelTestHooks hooks;
+  return hooks;
+}
+
 namespace {
 
 struct ConvGeometry {
@@ -43,11 +50,11 @@ std::string resolve(const ir::Node& node, const Dims& x, const Dims& wt, ConvGeo
 
 enum class Kind { k1x1, kDepthwise };
 
-// Outputs above this size are written with non-temporal stores (half of a 32 MiB L3);
-// KILN_STREAM_BYTES overrides it (tests).
+// Outputs above this size are written with non-temporal stores (half of a 32 MiB L3); tests lower
+// it through kernel_test_hooks().
 int64_t stream_threshold() {
-  const char* e = std::getenv("KILN_STREAM_BYTES");
-  return e && *e ? std::atoll(e) : int64_t{16} << 20;
+  int64_t hook = kernel_test_hooks().stream_bytes;
+  return hook >= 0 ? hook : int64_t{16} << 20;
 }
 
 class PreparedConv : public PreparedLayer {
@@ -130,6 +137,7 @@ class PreparedConv : public PreparedLayer {
 class KilnConv : public Tactic {
  public:
   explicit KilnConv(Kind kind) : kind_(kind) {}
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return kind_ == Kind::k1x1 ? "conv2d_kiln_1x1" : "conv2d_kiln_depthwise"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "Conv"}, {"kiln", "FusedConv"}};
@@ -161,7 +169,7 @@ class KilnConv : public Tactic {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     auto p = std::make_unique<PreparedConv>();
     p->kind = kind_;
-    p->isa = cpu_isa();
+    p->isa = cpu_isa(sig.isa);
     resolve(*sig.node, sig.inputs[0].shape, sig.inputs[1].shape, p->g);
     parse_activation(*sig.node, &p->act);
     p->has_residual = sig.has_input(3);
@@ -178,7 +186,7 @@ class KilnConv : public Tactic {
       // The columns the tiles of the direct form compute, per useful one.
       const double waste = static_cast<double>((hw + nr - 1) / nr * nr) / static_cast<double>(hw);
       p->transposed = waste > 1.12 && p->g.m >= nr;
-      if (const char* e = std::getenv("KILN_CONV1X1_TRANSPOSED"); e && *e) p->transposed = *e == '1';
+      if (int hook = kernel_test_hooks().conv1x1_transposed; hook >= 0) p->transposed = hook == 1;
       if (p->transposed)
         p->packed_wt = pack_b(p->isa, w.data<float>(), p->g.c, p->g.m, 1, p->g.c, 1.f);
       else

@@ -1,14 +1,17 @@
-// The instruction set kiln's own CPU kernels run with, chosen at run time (the project is compiled
-// without -march flags). KILN_ISA=avx512|avx2|scalar caps it (tests force each path; asking for
-// more than the CPU has gives what the CPU has).
+// The instruction-set path kiln's own CPU kernels run (the project is compiled without -march
+// flags): the best of this CPU's within what the target offers (LayerSignature::isa, from --isa),
+// chosen when a layer is prepared. Tests prepare a kernel once per path by setting the signature's isa.
 #pragma once
+
+#include "core/target.h"
 
 namespace kiln::backends::cpu {
 
 enum class Isa { kScalar, kAvx2, kAvx512 };
 
-// The best ISA of this CPU, capped by KILN_ISA (read on every call: tests switch it between
-// prepare() calls; kernels read it once, when they are prepared).
-Isa cpu_isa();
+// The best path that both this CPU and `target` (a signature's isa) have.
+Isa cpu_isa(IsaSet target);
+// The isa of a signature that makes cpu_isa() pick `path` (capped by the CPU).
+IsaSet isa_set_of(Isa path);
 
 }  // namespace kiln::backends::cpu

@@ -279,6 +279,9 @@ class PreparedNms : public PreparedLayer {
 class NmsKiln : public Tactic {
  public:
   std::string name() const override { return "nms_kiln"; }
+  TacticInfo info() const override {
+    return {DeviceKind::kCPU, kIsaPortable, DataType::kFloat32, {DataType::kFloat32}, {DataType::kInt64}};
+  }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "NonMaxSuppression"}}; }
   std::string why_unsupported(const LayerSignature& sig) const override {
     if (auto e = cpu_check(sig); !e.empty()) return e;
@@ -306,7 +309,7 @@ class NmsKiln : public Tactic {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     auto p = std::make_unique<PreparedNms>();
     p->center = sig.node->attr_int("center_point_box", 0) == 1;
-    Isa isa = cpu_isa();
+    Isa isa = cpu_isa(sig.isa);
     if (isa == Isa::kAvx512)
       p->fn = suppressed_avx512, p->lanes = 8;
     else if (isa == Isa::kAvx2)
@@ -539,6 +542,7 @@ class PreparedRoiAlign : public PreparedLayer {
 class RoiAlignKiln : public Tactic {
  public:
   std::string name() const override { return "roi_align_kiln"; }
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "RoiAlign"}}; }
   std::string why_unsupported(const LayerSignature& sig) const override {
     if (auto e = cpu_check(sig); !e.empty()) return e;
@@ -578,7 +582,7 @@ class RoiAlignKiln : public Tactic {
                                   n.opset >= 16 ? "half_pixel" : "output_half_pixel") == "half_pixel";
     const Dims& x = sig.inputs[0].shape;
     p->out_shape = {sig.inputs[1].shape[0], x[1], p->oh, p->ow};
-    Isa isa = cpu_isa();
+    Isa isa = cpu_isa(sig.isa);
     p->pool = isa == Isa::kAvx512 ? pool_avx512 : isa == Isa::kAvx2 ? pool_avx2 : pool_scalar;
     return std::unique_ptr<PreparedLayer>(std::move(p));
   }

@@ -265,6 +265,7 @@ class PreparedProgram : public PreparedLayer {
 
 class FusedElementwiseKiln : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "fused_elementwise_kiln"; }
   int revision() const override { return 2; }  // 2: periodic operands (per-channel constants, blocked), a b + c
   std::vector<std::pair<std::string, std::string>> ops() const override {
@@ -297,7 +298,7 @@ class FusedElementwiseKiln : public Tactic {
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     auto prep = std::make_unique<PreparedProgram>();
-    prep->k = &xf::kernels(cpu_isa());
+    prep->k = &xf::kernels(cpu_isa(sig.isa));
     prep->prog = compile(sig).prog;
     std::vector<Dims> shapes;
     for (const auto& t : sig.inputs) shapes.push_back(t.present ? t.shape : Dims{});
@@ -308,6 +309,7 @@ class FusedElementwiseKiln : public Tactic {
 
 class GeluKiln : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "gelu_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Gelu"}, {"kiln", "Gelu"}}; }
 
@@ -321,7 +323,7 @@ class GeluKiln : public Tactic {
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     auto prep = std::make_unique<PreparedProgram>();
-    prep->k = &xf::kernels(cpu_isa());
+    prep->k = &xf::kernels(cpu_isa(sig.isa));
     EltInstr in;
     unary_instr(*sig.node, &in);
     in.a = 0, in.dst = xf::kEltOut;
@@ -383,6 +385,7 @@ class PreparedConcatProgram : public PreparedLayer {
 class BlockedConcatElementwiseKiln : public Tactic {
  public:
   std::string name() const override { return "concat_elementwise_blocked_kiln"; }
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"kiln", "BlockedConcatElementwise"}};
   }
@@ -420,7 +423,7 @@ class BlockedConcatElementwiseKiln : public Tactic {
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     auto prep = std::make_unique<PreparedConcatProgram>();
-    prep->k = &xf::kernels(cpu_isa());
+    prep->k = &xf::kernels(cpu_isa(sig.isa));
     const size_t k = static_cast<size_t>(sig.node->attr_int("pieces", 0));
     const Dims& a = sig.inputs[0].shape;
     for (size_t i = 0; i < k; ++i) prep->blocks += sig.inputs[i].shape[1];

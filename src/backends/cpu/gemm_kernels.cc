@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/cpu/simd_vec.h"
+#include "backends/cpu/test_hooks.h"
 #include "core/parallel.h"
 
 namespace kiln::backends::cpu {
@@ -153,18 +154,17 @@ struct IsaGemm {
   void (*activate)(float*, int64_t, const Activation&);
 };
 
-int64_t env_or(const char* name, int64_t v) {
-  const char* s = std::getenv(name);
-  return s && *s ? std::atoll(s) : v;
-}
+// A test hook's value when set (>= 0), else `v`.
+int64_t hook_or(int64_t hook, int64_t v) { return hook >= 0 ? hook : v; }
 
 // Cache blocks (measured on Zen 4: BERT's and the convolutions' shapes): KC = 1024, the B micro-panel
 // (KC x NR) streams from L2 and a long K block saves passes over C; MC rows of A per pass; NC columns
-// per K block. KILN_GEMM_KC / _MC / _NC override them (experiments).
+// per K block. Tests and experiments change them through kernel_test_hooks() (test_hooks.h).
 IsaGemm isa_gemm(Isa isa) {
-  static const int64_t kc = std::max<int64_t>(1, env_or("KILN_GEMM_KC", 1024)),
-                       mc = std::max<int64_t>(32, env_or("KILN_GEMM_MC", 192)),
-                       nc = std::max<int64_t>(32, env_or("KILN_GEMM_NC", 1024));
+  const KernelTestHooks& h = kernel_test_hooks();
+  const int64_t kc = std::max<int64_t>(1, hook_or(h.gemm_kc, 1024)),
+                mc = std::max<int64_t>(32, hook_or(h.gemm_mc, 192)),
+                nc = std::max<int64_t>(32, hook_or(h.gemm_nc, 1024));
   switch (isa) {
     case Isa::kAvx512: return {{8, 32}, kc, mc / 8 * 8, nc / 32 * 32, kAvx512Kernels, isa_avx512::activate_row};
     case Isa::kAvx2: return {{6, 16}, kc, mc / 6 * 6, nc / 16 * 16, kAvx2Kernels, isa_avx2::activate_row};

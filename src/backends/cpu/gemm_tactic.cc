@@ -136,6 +136,7 @@ class PreparedGemm : public PreparedLayer {
 
 class KilnGemm : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "gemm_kiln_packed"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "MatMul"}, {"", "Gemm"}, {"kiln", "FusedMatMul"}, {"kiln", "FusedGemm"}};
@@ -190,7 +191,7 @@ class KilnGemm : public Tactic {
         return Unsupported(name(), ": C does not broadcast to [M, N]");
       }
     }
-    p->isa = cpu_isa();
+    p->isa = cpu_isa(sig.isa);
     p->m = m, p->n = n, p->k = k, p->trans_a = g.trans_a;
     // B[p][j] = W[p][j], or W[j][p] when transposed.
     p->b = pack_b(p->isa, w.data<float>(), k, n, g.trans_b ? 1 : n, g.trans_b ? k : 1, g.alpha);

@@ -106,6 +106,7 @@ class PreparedTopK : public PreparedLayer {
 class TopKKiln : public Tactic {
  public:
   std::string name() const override { return "topk_kiln"; }
+  TacticInfo info() const override { return TacticInfo::cpu_any_dtype(); }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "TopK"}}; }
   std::string why_unsupported(const LayerSignature& sig) const override {
     if (sig.device.kind != DeviceKind::kCPU) return "not a CPU layer";
@@ -192,6 +193,7 @@ class PreparedGatherND : public PreparedLayer {
 class GatherNDKiln : public Tactic {
  public:
   std::string name() const override { return "gather_nd_kiln"; }
+  TacticInfo info() const override { return TacticInfo::cpu_any_dtype(); }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "GatherND"}}; }
   std::string why_unsupported(const LayerSignature& sig) const override {
     if (sig.device.kind != DeviceKind::kCPU) return "not a CPU layer";
@@ -276,6 +278,7 @@ class PreparedNonZero : public PreparedLayer {
 class NonZeroKiln : public Tactic {
  public:
   std::string name() const override { return "nonzero_kiln"; }
+  TacticInfo info() const override { return TacticInfo::cpu_any_dtype(); }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "NonZero"}}; }
   std::string why_unsupported(const LayerSignature& sig) const override {
     if (sig.device.kind != DeviceKind::kCPU) return "not a CPU layer";
@@ -433,6 +436,7 @@ class PreparedScatter : public PreparedLayer {
 class ScatterElementsKiln : public Tactic {
  public:
   std::string name() const override { return "scatter_elements_kiln"; }
+  TacticInfo info() const override { return TacticInfo::cpu_any_dtype(); }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "ScatterElements"}}; }
   std::string why_unsupported(const LayerSignature& sig) const override {
     if (sig.device.kind != DeviceKind::kCPU) return "not a CPU layer";
@@ -586,6 +590,7 @@ class PreparedExpand : public PreparedLayer {
 class FillKiln : public Tactic {
  public:
   std::string name() const override { return "fill_kiln"; }
+  TacticInfo info() const override { return TacticInfo::cpu_any_dtype(); }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "ConstantOfShape"}, {"", "Expand"}};
   }

@@ -200,6 +200,7 @@ class PreparedLogic : public PreparedLayer {
 
 class LogicKiln : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_any_dtype(); }
   std::string name() const override { return "logic_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     std::vector<std::pair<std::string, std::string>> v;
@@ -341,6 +342,7 @@ class PreparedCast : public PreparedLayer {
 
 class CastKiln : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_any_dtype(); }
   std::string name() const override { return "cast_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Cast"}, {"", "CastLike"}}; }
 

@@ -260,6 +260,7 @@ class PreparedMovement : public PreparedLayer {
 
 class MovementKiln : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_any_dtype(); }
   std::string name() const override { return "movement_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "Transpose"}, {"", "Slice"},  {"", "Split"},  {"", "Expand"},  {"", "Tile"},

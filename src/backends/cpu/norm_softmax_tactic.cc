@@ -81,6 +81,7 @@ class PreparedLayerNorm : public PreparedLayer {
 
 class LayerNormKiln : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "layer_norm_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "LayerNormalization"}, {"kiln", "LayerNormalization"}};
@@ -116,7 +117,7 @@ class LayerNormKiln : public Tactic {
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     auto p = std::make_unique<PreparedLayerNorm>();
-    p->k = &xf::kernels(cpu_isa());
+    p->k = &xf::kernels(cpu_isa(sig.isa));
     p->shape = sig.inputs[0].shape;
     int64_t rank = static_cast<int64_t>(p->shape.size());
     int64_t axis = sig.node->attr_int("axis", -1);
@@ -179,6 +180,7 @@ class PreparedSoftmax : public PreparedLayer {
 
 class SoftmaxKiln : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "softmax_kiln"; }
   int revision() const override { return 2; }  // 2: any axis (strided columns)
   std::vector<std::pair<std::string, std::string>> ops() const override {
@@ -220,14 +222,14 @@ class SoftmaxKiln : public Tactic {
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     auto p = std::make_unique<PreparedSoftmax>();
-    p->k = &xf::kernels(cpu_isa());
+    p->k = &xf::kernels(cpu_isa(sig.isa));
     p->shape = sig.inputs[0].shape;
     int64_t axis = 0;
     bool strided = false;
     split(sig, &axis, &strided);
     p->len = 1;
     if (strided) {
-      p->lk = &lt::kernels(cpu_isa());
+      p->lk = &lt::kernels(cpu_isa(sig.isa));
       p->len = p->shape[static_cast<size_t>(axis)];
       for (size_t d = static_cast<size_t>(axis) + 1; d < p->shape.size(); ++d) p->inner *= p->shape[d];
     } else {
@@ -267,6 +269,7 @@ class PreparedGroupNorm : public PreparedLayer {
 
 class GroupNormKiln : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "group_norm_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "GroupNormalization"}, {"", "InstanceNormalization"}};
@@ -292,7 +295,7 @@ class GroupNormKiln : public Tactic {
     const Dims& x = sig.inputs[0].shape;
     int64_t nparam = 0;
     geometry(sig, &p->groups, &nparam);
-    p->k = &lt::kernels(cpu_isa());
+    p->k = &lt::kernels(cpu_isa(sig.isa));
     p->shape = x;
     p->channels = x[1] / p->groups;
     p->spatial = 1;

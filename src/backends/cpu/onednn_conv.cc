@@ -155,6 +155,7 @@ class PreparedConv : public PreparedLayer {
 class OnednnConv : public Tactic {
  public:
   OnednnConv(bool blocked, size_t rank, bool transpose) : blocked_(blocked), rank_(rank), transpose_(transpose) {}
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override {
     if (transpose_) return blocked_ ? "convtranspose_onednn_blocked" : "convtranspose_onednn_plain";
     static const char* kPlain[] = {"", "conv1d_onednn_ncw", "conv2d_onednn_nchw", "conv3d_onednn_ncdhw"};

@@ -60,6 +60,7 @@ class PreparedMatmul : public PreparedLayer {
 class OnednnMatmul : public Tactic {
  public:
   explicit OnednnMatmul(bool packed) : packed_(packed) {}
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return packed_ ? "matmul_onednn_packed" : "matmul_onednn_batched"; }
   int revision() const override { return packed_ ? 1 : 2; }  // batched 2: broadcast batch dims, constant B
   std::vector<std::pair<std::string, std::string>> ops() const override {

@@ -126,6 +126,8 @@ class OnednnBlockedConv : public Tactic {
  public:
   OnednnBlockedConv(bool winograd, bool single_thread, bool kiln_act = false)
       : winograd_(winograd), single_thread_(single_thread), kiln_act_(kiln_act) {}
+  // oneDNN's f32 Winograd is AVX-512 only: a target without it declines the tactic up front.
+  TacticInfo info() const override { return TacticInfo::cpu_f32(winograd_ ? kIsaAvx512 : kIsaPortable); }
   std::string name() const override {
     if (kiln_act_) return "conv2d_onednn_nchwc_kiln_act";
     return winograd_ ? "conv2d_onednn_nchwc_winograd"
@@ -201,7 +203,7 @@ class OnednnBlockedConv : public Tactic {
     ir::Node epilogue = *sig.node;
     if (kiln_act_) {
       parse_activation(*sig.node, &p->kiln_act);
-      p->isa = backends::cpu::cpu_isa();
+      p->isa = backends::cpu::cpu_isa(sig.isa);
       for (auto it = epilogue.attrs.begin(); it != epilogue.attrs.end();)
         it = it->first.rfind("activation", 0) == 0 ? epilogue.attrs.erase(it) : std::next(it);
     }
@@ -299,6 +301,7 @@ class PreparedReorder : public PreparedLayer {
 
 class OnednnReorder : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "reorder_onednn_nchwc"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"kiln", "ReorderToBlocked"}, {"kiln", "ReorderFromBlocked"}};

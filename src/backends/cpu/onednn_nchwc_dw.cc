@@ -70,6 +70,7 @@ class PreparedConvDw : public PreparedLayer {
 
 class OnednnConvDw : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "conv2d_onednn_nchwc_dw"; }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "BlockedConvDw"}}; }
 

@@ -151,6 +151,7 @@ class OnednnPool : public Tactic {
  public:
   OnednnPool(bool blocked, size_t rank, bool single_thread = false)
       : blocked_(blocked), single_thread_(single_thread), rank_(rank) {}
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override {
     if (blocked_) return single_thread_ ? "pool2d_onednn_nchwc_single_thread" : "pool2d_onednn_nchwc";
     return rank_ == 1 ? "pool1d_onednn_ncw" : rank_ == 2 ? "pool2d_onednn_nchw" : "pool3d_onednn_ncdhw";

@@ -51,6 +51,7 @@ class PreparedPool : public PreparedLayer {
 
 class KilnPool : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "pool2d_kiln_nchw"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "MaxPool"}, {"", "AveragePool"}, {"", "GlobalAveragePool"}, {"", "GlobalMaxPool"}};
@@ -70,7 +71,7 @@ class KilnPool : public Tactic {
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     auto pp = std::make_unique<PreparedPool>();
-    pp->isa = cpu_isa();
+    pp->isa = cpu_isa(sig.isa);
     const Dims& x = sig.inputs[0].shape;
     resolve(*sig.node, x, pp->p);
     pp->out_shape = {x[0], x[1], pp->p.g.oh, pp->p.g.ow};

@@ -87,6 +87,7 @@ class PreparedReduce : public PreparedLayer {
 
 class ReduceKiln : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "reduce_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     std::vector<std::pair<std::string, std::string>> v;
@@ -118,7 +119,7 @@ class ReduceKiln : public Tactic {
     read_axes(sig, &axes, &noop);
     if (auto e = plan(sig, axes, p.get()); !e.empty()) return Unsupported(name(), ": ", e);
     op_info(sig.op(), &p->info);
-    p->k = &lt::kernels(cpu_isa());
+    p->k = &lt::kernels(cpu_isa(sig.isa));
     return std::unique_ptr<PreparedLayer>(std::move(p));
   }
 

@@ -146,6 +146,7 @@ class PreparedResize : public PreparedLayer {
 
 class ResizeKiln : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "resize_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Resize"}, {"", "Upsample"}}; }
 
@@ -192,7 +193,7 @@ class ResizeKiln : public Tactic {
     p->h = r >= 2 ? std::move(taps[r - 2]) : identity_taps(1);
     if (p->h.n > 64) return "more than 64 taps per output row (antialias at this scale)";
     p->w_first = p->h.out > p->h.in;
-    p->k = &lt::kernels(cpu_isa());
+    p->k = &lt::kernels(cpu_isa(sig.isa));
     *out = std::move(p);
     return "";
   }

@@ -61,6 +61,7 @@ class PreparedScale : public PreparedLayer {
 class ScaleChannelsBlocked : public Tactic {
  public:
   std::string name() const override { return "scale_channels_blocked_kiln"; }
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Mul"}}; }
 
   // Which input is the feature map, or why the layer is not one this takes.

@@ -1,26 +1,22 @@
 // The variant list: every CPU tactic, per op. The auto-tuner (src/tune) times every supporting
 // tactic of a layer and keeps the fastest (list order breaks ties and decides when shapes are unknown
 // at build time); the tactic unit tests check each listed tactic against the reference kernel;
-// bench/kiln_kernel_bench times them layer by layer. A new kernel is one line here.
-#include <algorithm>
+// bench/kiln_kernel_bench times them layer by layer. A new kernel is one line here; the registry
+// (backends/registry.cc) puts this list after no other.
+#include "backends/cpu/tactic_list.h"
 
 #include "backends/cpu/kiln_tactics.h"
 #include "backends/cpu/nchwc_tactics.h"
 #include "backends/cpu/xformer_tactics.h"
-#include "backends/tactic.h"
 #if defined(KILN_HAVE_ONEDNN)
 #include <oneapi/dnnl/dnnl.h>
 
 #include "backends/cpu/onednn_tactics.h"
 #endif
 
-namespace kiln::backends {
+namespace kiln::backends::cpu {
 
-std::string device_name(const Device& d) {
-  return d.kind == DeviceKind::kCPU ? "cpu" : "cuda:" + std::to_string(d.index);
-}
-
-std::string tactic_libraries() {
+std::string library_versions() {
 #if defined(KILN_HAVE_ONEDNN)
   const dnnl_version_t* v = dnnl_version();
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
@@ -29,11 +25,20 @@ std::string tactic_libraries() {
 #endif
 }
 
-const std::vector<const Tactic*>& all_tactics() {
+int64_t preferred_layout_block(IsaSet isa) {
+#if defined(KILN_HAVE_ONEDNN)
+  if (isa & kIsaAvx512) return 16;
+  if (isa & kIsaAvx2) return 8;
+#endif
+  (void)isa;
+  return 0;
+}
+
+const std::vector<const Tactic*>& tactic_list() {
   static const std::vector<const Tactic*> list = [] {
     std::vector<const Tactic*> v;
 #if defined(KILN_HAVE_ONEDNN)
-    namespace dnn = cpu::onednn;
+    namespace dnn = onednn;
     // Conv / kiln.FusedConv
     v.push_back(dnn::conv2d_onednn_blocked());
     v.push_back(dnn::conv2d_onednn_nchw());
@@ -69,58 +74,42 @@ const std::vector<const Tactic*>& all_tactics() {
 #endif
     // kiln's own transformer kernels: LayerNormalization, Softmax / LogSoftmax, kiln.Attention,
     // kiln.FusedElementwise, Gelu
-    v.push_back(cpu::layer_norm_kiln());
-    v.push_back(cpu::softmax_kiln());
-    v.push_back(cpu::group_norm_kiln());
-    v.push_back(cpu::attention_kiln_fused());
+    v.push_back(layer_norm_kiln());
+    v.push_back(softmax_kiln());
+    v.push_back(group_norm_kiln());
+    v.push_back(attention_kiln_fused());
     // Before the general elementwise kernel: the squeeze-excite channel scale on blocked values
-    v.push_back(cpu::scale_channels_blocked_kiln());
-    v.push_back(cpu::fused_elementwise_kiln());
-    v.push_back(cpu::gelu_kiln());
-    v.push_back(cpu::concat_elementwise_blocked_kiln());
+    v.push_back(scale_channels_blocked_kiln());
+    v.push_back(fused_elementwise_kiln());
+    v.push_back(gelu_kiln());
+    v.push_back(concat_elementwise_blocked_kiln());
     // kiln's own GEMM, 1x1 and depthwise convolution, pooling (the auto-tuner times them against oneDNN's)
-    v.push_back(cpu::gemm_kiln_packed());
-    v.push_back(cpu::conv2d_kiln_1x1());
-    v.push_back(cpu::conv2d_kiln_depthwise());
-    v.push_back(cpu::pool2d_kiln_nchw());
+    v.push_back(gemm_kiln_packed());
+    v.push_back(conv2d_kiln_1x1());
+    v.push_back(conv2d_kiln_depthwise());
+    v.push_back(pool2d_kiln_nchw());
     // Concat of channel-blocked values (the one layout_blocked keeps blocked)
-    v.push_back(cpu::concat_blocked_kiln());
+    v.push_back(concat_blocked_kiln());
     // kiln.BlockedConv: kiln's own Winograd F(4x4, 3x3) (timed against oneDNN's Winograd and direct)
-    v.push_back(cpu::conv2d_winograd_f4x3_nchw16c());
+    v.push_back(conv2d_winograd_f4x3_nchw16c());
     // The long tail: Resize, Where / comparisons / logical ops, Cast, data movement, reductions
-    v.push_back(cpu::resize_kiln());
-    v.push_back(cpu::logic_kiln());
-    v.push_back(cpu::cast_kiln());
-    v.push_back(cpu::movement_kiln());
-    v.push_back(cpu::reduce_kiln());
+    v.push_back(resize_kiln());
+    v.push_back(logic_kiln());
+    v.push_back(cast_kiln());
+    v.push_back(movement_kiln());
+    v.push_back(reduce_kiln());
     // Detection post-processing: NMS, RoiAlign, TopK, GatherND, NonZero, ScatterElements, and
     // ConstantOfShape / Expand of run-time shapes (after movement_kiln, which takes constant shapes)
-    v.push_back(cpu::nms_kiln());
-    v.push_back(cpu::roi_align_kiln());
-    v.push_back(cpu::topk_kiln());
-    v.push_back(cpu::gather_nd_kiln());
-    v.push_back(cpu::nonzero_kiln());
-    v.push_back(cpu::scatter_elements_kiln());
-    v.push_back(cpu::fill_kiln());
+    v.push_back(nms_kiln());
+    v.push_back(roi_align_kiln());
+    v.push_back(topk_kiln());
+    v.push_back(gather_nd_kiln());
+    v.push_back(nonzero_kiln());
+    v.push_back(scatter_elements_kiln());
+    v.push_back(fill_kiln());
     return v;
   }();
   return list;
 }
 
-const Tactic* find_tactic(const std::string& name) {
-  for (const Tactic* t : all_tactics())
-    if (t->name() == name) return t;
-  return nullptr;
-}
-
-std::vector<const Tactic*> candidate_tactics(const LayerSignature& sig) {
-  std::vector<const Tactic*> out;
-  for (const Tactic* t : all_tactics()) {
-    auto ops = t->ops();
-    bool implements = std::find(ops.begin(), ops.end(), std::make_pair(sig.domain(), sig.op())) != ops.end();
-    if (implements && t->device() == sig.device && t->supports(sig)) out.push_back(t);
-  }
-  return out;
-}
-
-}  // namespace kiln::backends
+}  // namespace kiln::backends::cpu

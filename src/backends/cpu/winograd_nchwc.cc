@@ -17,7 +17,7 @@
 //
 // Paths: AVX-512 (the one that pays: 6 tiles x 64 channels of accumulators), AVX2 and scalar (the
 // same code over simd_vec.h's vectors; on AVX2 machines the layout pass makes 8-channel blocks, which
-// this tactic does not take, so those paths serve tests and KILN_ISA runs). Epilogue: bias, residual,
+// this tactic does not take, so those paths serve tests and --isa builds). Epilogue: bias, residual,
 // every activation of kiln's fused layers.
 #include <algorithm>
 #include <cstring>
@@ -148,6 +148,7 @@ void transform_weights(const float* w, int64_t m, int64_t c, int64_t mb64, float
 
 class WinogradTactic : public Tactic {
  public:
+  TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "conv2d_winograd_f4x3_nchw16c"; }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "BlockedConv"}}; }
 
@@ -193,7 +194,7 @@ class WinogradTactic : public Tactic {
     Geometry& g = p->plan.g;
     resolve(n, sig.inputs[0].shape, w, &g);
     parse_activation(n, &p->plan.act);
-    p->isa = cpu_isa();
+    p->isa = cpu_isa(sig.isa);
     p->has_residual = sig.has_input(3);
     p->plan.mb64 = (g.m + kNr - 1) / kNr;
     p->tb_max = std::clamp<int64_t>(512 * 1024 / (36 * g.c * 4), 6, 18);

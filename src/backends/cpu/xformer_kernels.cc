@@ -1,5 +1,5 @@
 // Compiles xformer_kernels.inc three times: AVX-512 and AVX2 inside `#pragma GCC target` regions
-// (their code only runs once cpu_isa() reports the ISA), and portable C++. Every header is included
+// (their code only runs once cpu_isa(sig.isa) reports the ISA), and portable C++. Every header is included
 // above the regions so that library templates keep the default target (one definition each).
 #include "backends/cpu/xformer_kernels.h"
 

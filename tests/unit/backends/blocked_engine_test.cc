@@ -7,8 +7,9 @@
 
 #include "../engine_util.h"
 #include "../graph_builder.h"
-#include "backends/tactic.h"
+#include "backends/registry.h"
 #include "engine/engine_impl.h"
+#include "engine/target.h"
 #include "kiln/kiln.h"
 #include "onnx/exporter.h"
 #include "onnx/importer.h"
@@ -69,7 +70,7 @@ BuilderConfig config(int64_t batch, std::vector<std::string> tactics = {}, std::
 }
 
 TEST(BlockedEngine, MatchesReferenceKernelsAtSeveralBatches) {
-  if (backends::all_tactics().empty() || passes::default_layout_block() == 0)
+  if (backends::all_tactics().empty() || engine::host_target().layout_block == 0)
     GTEST_SKIP() << "no oneDNN or no blocked layout on this machine";
   std::string onnx = blocked_cnn_onnx();
   auto fast = Builder(config(2)).build_from_memory(onnx);

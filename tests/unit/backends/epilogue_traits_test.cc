@@ -3,6 +3,7 @@
 // mapping agree.
 #include <gtest/gtest.h>
 
+#include "backends/registry.h"
 #include "layer_case.h"
 #include "ops/op_traits.h"
 

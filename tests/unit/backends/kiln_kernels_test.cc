@@ -1,5 +1,5 @@
 // kiln's own CPU tactics (src/backends/cpu/kiln_tactics.h) against the reference kernels on every
-// instruction-set path (KILN_ISA=avx512|avx2|scalar, capped by the CPU), on random layers built to
+// instruction-set path (the signature's isa: avx512, avx2, portable, capped by the CPU), on random layers built to
 // hit their edges: sizes below, at and above the register tiles and vector widths, K past the cache
 // block, every epilogue, strides / pads / dilations / ceil_mode. Plus the vector activations
 // against the scalar ones on a sweep of inputs.
@@ -16,6 +16,7 @@
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/gemm_kernels.h"
 #include "backends/cpu/kiln_tactics.h"
+#include "backends/cpu/test_hooks.h"
 #include "layer_case.h"
 #include "ops/interpreter.h"
 
@@ -153,6 +154,9 @@ LayerCase pool_case(std::mt19937& rng, uint64_t seed) {
   return lc;
 }
 
+// The instruction set of the signatures check() makes (IsaScope sets it per test).
+IsaSet g_isa = host_isa();
+
 // Runs `tactic` on `cases` layers from `make`, against the reference kernel; returns how many it took.
 int check(const backends::Tactic* tactic, int cases, uint64_t seed,
           const std::function<LayerCase(std::mt19937&, uint64_t)>& make) {
@@ -161,6 +165,7 @@ int check(const backends::Tactic* tactic, int cases, uint64_t seed,
   for (int iter = 0; iter < cases; ++iter) {
     LayerCase lc = make(rng, seed + 10 * iter);
     backends::LayerSignature sig = testing::layer_signature(lc);
+    sig.isa = g_isa;
     if (!tactic->supports(sig)) continue;
     bool known = false;
     Tensor want = testing::reference_output(lc, &known);
@@ -196,11 +201,13 @@ int check(const backends::Tactic* tactic, int cases, uint64_t seed,
   return checked;
 }
 
-// Sets KILN_ISA for the scope.
+// Sets the signatures' instruction set for the scope: a kiln build --isa level ("scalar": portable).
 class IsaScope {
  public:
-  explicit IsaScope(const char* isa) { setenv("KILN_ISA", isa, 1); }
-  ~IsaScope() { unsetenv("KILN_ISA"); }
+  explicit IsaScope(const std::string& isa) {
+    EXPECT_TRUE(parse_isa_level(isa == "scalar" ? "portable" : isa, &g_isa)) << isa;
+  }
+  ~IsaScope() { g_isa = host_isa(); }
 };
 
 class KilnKernels : public ::testing::TestWithParam<const char*> {};
@@ -209,6 +216,16 @@ TEST_P(KilnKernels, GemmMatchesTheReferenceKernel) {
   IsaScope isa(GetParam());
   int n = check(backends::cpu::gemm_kiln_packed(), 120, 11, gemm_case);
   EXPECT_GT(n, 60);
+}
+
+// Small cache blocks: every K, M and N block boundary of kiln's GEMM is crossed on these sizes.
+TEST_P(KilnKernels, GemmWithSmallCacheBlocksMatchesTheReferenceKernel) {
+  IsaScope isa(GetParam());
+  auto& hooks = backends::cpu::kernel_test_hooks();
+  hooks.gemm_kc = 7, hooks.gemm_mc = 32, hooks.gemm_nc = 32;
+  int n = check(backends::cpu::gemm_kiln_packed(), 60, 77, gemm_case);
+  hooks = {};
+  EXPECT_GT(n, 30);
 }
 
 TEST_P(KilnKernels, PointwiseConvMatchesTheReferenceKernel) {
@@ -220,10 +237,10 @@ TEST_P(KilnKernels, PointwiseConvMatchesTheReferenceKernel) {
 
 TEST_P(KilnKernels, PointwiseConvWithStreamedStoresMatchesTheReferenceKernel) {
   IsaScope isa(GetParam());
-  setenv("KILN_STREAM_BYTES", "0", 1);  // every output is "large"
+  backends::cpu::kernel_test_hooks().stream_bytes = 0;  // every output is "large"
   int n = check(backends::cpu::conv2d_kiln_1x1(), 60, 55,
                 [](std::mt19937& rng, uint64_t seed) { return conv_case(rng, seed, false); });
-  unsetenv("KILN_STREAM_BYTES");
+  backends::cpu::kernel_test_hooks() = {};
   EXPECT_GT(n, 30);
 }
 
@@ -253,7 +270,7 @@ TEST_P(KilnKernels, VectorActivationsMatchScalar) {
     Activation a;
     a.kind = k, a.alpha = 0.1f, a.lo = -0.5f, a.hi = 0.7f;
     std::vector<float> got = xs;
-    activate_inplace(cpu_isa(), got.data(), static_cast<int64_t>(got.size()), a);
+    activate_inplace(cpu_isa(g_isa), got.data(), static_cast<int64_t>(got.size()), a);
     int bad = 0;
     for (size_t i = 0; i < xs.size(); ++i) {
       float want = activate_scalar(xs[i], a);

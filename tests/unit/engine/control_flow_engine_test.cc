@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "../graph_builder.h"
-#include "backends/tactic.h"
+#include "backends/registry.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
 #include "kiln/kiln.h"

@@ -7,7 +7,7 @@
 
 #include "../engine_util.h"
 #include "../graph_builder.h"
-#include "backends/tactic.h"
+#include "backends/registry.h"
 #include "engine/engine_impl.h"
 #include "kiln/kiln.h"
 #include "onnx/exporter.h"

@@ -179,7 +179,7 @@ TEST(Pipeline, RejectsUnknownPassNames) {
   b.input("x", {3}).output("y");
   b.node("Relu", {"x"}, {"y"});
   ir::Model m = b.finish();
-  auto r = passes::optimize(m, {"no_such_pass"});
+  auto r = passes::optimize(m, {"no_such_pass"}, Target{});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("fold_constants"), std::string::npos);
 }

@@ -1,5 +1,6 @@
 // fuse_hard_activations: HardSwish / HardSigmoid written with HardSigmoid + Mul or Add + Clip + Div
 // become the single op (and then, through fuse_activation, a conv's epilogue); near misses stay.
+#include "engine/target.h"
 #include "pass_test_util.h"
 
 namespace kiln {
@@ -173,7 +174,7 @@ TEST(FuseHardActivations, ConvEpilogueThroughThePipeline) {
   GraphBuilder::set_float(hs, "beta", 0.4f);
   ir::Model before = b.finish();
   ir::Model after = clone(before);
-  auto stats = passes::optimize(after, {"layout_blocked"});
+  auto stats = passes::optimize(after, {"layout_blocked"}, engine::host_target());
   ASSERT_TRUE(stats.ok()) << stats.status().to_string();
   const ir::Graph& g = *after.graph;
   ASSERT_EQ(g.nodes.size(), 2u);

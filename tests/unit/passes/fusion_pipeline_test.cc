@@ -1,5 +1,6 @@
 // The whole pipeline on a small BERT-style encoder layer written out as torch exports it at
 // opset 13: every fusion finds its pattern, and the result computes the same numbers.
+#include "engine/target.h"
 #include "pass_test_util.h"
 
 namespace kiln {
@@ -71,7 +72,7 @@ TEST(FusionPipeline, BertStyleEncoderLayer) {
   layer_norm(b, "res2", "y");
   ir::Model before = b.finish();
   ir::Model after = clone(before);
-  auto stats = passes::optimize(after, {});
+  auto stats = passes::optimize(after, {}, engine::host_target());
   ASSERT_TRUE(stats.ok()) << stats.status().to_string();
   const ir::Graph& g = *after.graph;
   EXPECT_EQ(count_kiln(g, "MultiHeadAttention"), 1);  // reads the heads from the merged Q/K/V projection

@@ -1,5 +1,8 @@
 // layout_blocked: convs and the pools after them become channel-blocked kiln ops, with one reorder
 // per boundary value; the rewritten graph computes what the original did (reference interpreter).
+#include <set>
+
+#include "engine/target.h"
 #include "pass_test_util.h"
 
 namespace kiln {
@@ -441,10 +444,11 @@ TEST(LayoutBlocked, InThePipelineAndSwitchable) {
   bool names_it = false;
   for (const auto& p : passes::pipeline()) names_it |= std::string(p.name) == "layout_blocked";
   EXPECT_TRUE(names_it);
-  if (passes::default_layout_block() == 0) GTEST_SKIP() << "no blocked layout on this machine/build";
+  const Target host = engine::host_target();
+  if (host.layout_block == 0) GTEST_SKIP() << "no blocked layout on this machine/build";
   ir::Model on = clone(small_resnet()), off = clone(small_resnet());
-  ASSERT_TRUE(passes::optimize(on, {}).ok());
-  ASSERT_TRUE(passes::optimize(off, {"layout_blocked"}).ok());
+  ASSERT_TRUE(passes::optimize(on, {}, host).ok());
+  ASSERT_TRUE(passes::optimize(off, {"layout_blocked"}, host).ok());
   EXPECT_EQ(count_kiln(*on.graph, "BlockedConv"), 3);
   EXPECT_EQ(count_kiln(*off.graph, "BlockedConv"), 0);
   EXPECT_EQ(max_abs_diff(on, off), 0.0);
@@ -507,6 +511,37 @@ TEST(LayoutFuseConvDw, LeavesSharedExpansionsAlone) {
   int changed = 0;
   apply_pass(inverted_residual(1, true), passes::layout_fuse_conv_dw, &changed);
   EXPECT_EQ(changed, 0);  // the expansion's output is also a graph output
+}
+
+// The pipeline takes its block from the target, not from the machine it runs on: an AVX2 target
+// (block 8) and an AVX-512 one (block 16) give their own layouts on any machine, a target with block 0
+// (or a CUDA one) the plain layout, and each equals the unblocked graph numerically.
+TEST(LayoutBlocked, FollowsTheTargetsBlock) {
+  Target avx2, avx512, plain, cuda;
+  avx2.isa = kIsaAvx2, avx2.layout_block = 8;
+  avx512.isa = kIsaAvx2 | kIsaAvx512, avx512.layout_block = 16;
+  plain.isa = kIsaAvx2 | kIsaAvx512, plain.layout_block = 0;
+  cuda.device.kind = DeviceKind::kCUDA, cuda.layout_block = 16;
+  auto blocks = [](const ir::Graph& g) {
+    std::set<int64_t> b;
+    for (const auto& n : g.nodes)
+      if (n.domain == "kiln" && n.op_type == "BlockedConv") b.insert(n.attr_int("block", 0));
+    return b;
+  };
+  ir::Model m8 = clone(small_resnet()), m16 = clone(small_resnet()), m0 = clone(small_resnet()),
+            mc = clone(small_resnet());
+  ASSERT_TRUE(passes::optimize(m8, {}, avx2).ok());
+  ASSERT_TRUE(passes::optimize(m16, {}, avx512).ok());
+  ASSERT_TRUE(passes::optimize(m0, {}, plain).ok());
+  ASSERT_TRUE(passes::optimize(mc, {}, cuda).ok());
+  EXPECT_EQ(blocks(*m8.graph), std::set<int64_t>{8});
+  EXPECT_EQ(blocks(*m16.graph), std::set<int64_t>{16});
+  EXPECT_EQ(count_kiln(*m8.graph, "BlockedConv"), 3);
+  EXPECT_EQ(count_kiln(*m16.graph, "BlockedConv"), 3);
+  EXPECT_EQ(count_kiln(*m0.graph, "BlockedConv"), 0);
+  EXPECT_EQ(count_kiln(*mc.graph, "BlockedConv"), 0);
+  EXPECT_EQ(max_abs_diff(m8, m0), 0.0);
+  EXPECT_EQ(max_abs_diff(m16, m0), 0.0);
 }
 
 }  // namespace

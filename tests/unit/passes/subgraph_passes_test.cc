@@ -2,6 +2,7 @@
 // read from the main graph) is folded and fused, each If branch's MatMul + bias + GELU (constants as
 // Constant nodes inside the branch) becomes one fused layer, the bodies keep their inputs, outputs and
 // outer reads by name and type, and the optimized model computes what the original does.
+#include "engine/target.h"
 #include "ir/attribute_builders.h"
 #include "pass_test_util.h"
 
@@ -116,7 +117,7 @@ TEST(SubgraphPasses, LoopBodyConvBatchNormReluIsFoldedAndFused) {
   ir::Model before = loop_conv_bn_relu();
   ir::Model after = clone(before);
   set_parents(*after.graph);
-  auto stats = passes::optimize(after, {});
+  auto stats = passes::optimize(after, {}, engine::host_target());
   ASSERT_TRUE(stats.ok()) << stats.status().to_string();
   const ir::Graph& lb = body_of(after, "Loop", "body");
   EXPECT_EQ(count_op(lb, "BatchNormalization"), 0);
@@ -180,7 +181,7 @@ TEST(SubgraphPasses, IfBranchesMatMulBiasGeluAreFused) {
   ir::Model before = if_matmul_gelu();
   ir::Model after = clone(before);
   set_parents(*after.graph);
-  ASSERT_TRUE(passes::optimize(after, {}).ok());
+  ASSERT_TRUE(passes::optimize(after, {}, engine::host_target()).ok());
   for (const char* branch : {"then_branch", "else_branch"}) {
     const ir::Graph& g = body_of(after, "If", branch);
     ASSERT_EQ(g.nodes.size(), 1u) << branch;
@@ -199,7 +200,7 @@ TEST(SubgraphPasses, DisabledPassesStayOffInBodies) {
   ir::Model after = if_matmul_gelu();
   after = clone(after);
   set_parents(*after.graph);
-  ASSERT_TRUE(passes::optimize(after, {"fuse_gelu", "fuse_elementwise"}).ok());
+  ASSERT_TRUE(passes::optimize(after, {"fuse_gelu", "fuse_elementwise"}, engine::host_target()).ok());
   EXPECT_EQ(count_op(body_of(after, "If", "then_branch"), "Erf"), 1);
 }
 
@@ -231,7 +232,7 @@ TEST(SubgraphPasses, NestedBodyFoldsOuterConstantsButNotOverridableInputs) {
   reinfer_with_parents(before);
   ir::Model after = clone(before);
   set_parents(*after.graph);
-  ASSERT_TRUE(passes::optimize(after, {}).ok());
+  ASSERT_TRUE(passes::optimize(after, {}, engine::host_target()).ok());
   const ir::Graph& lb = body_of(after, "Loop", "body");
   const ir::Graph& th = body_of(lb, "If", "then_branch");
   // k * 2 became a constant of the branch; kin * 2 is still computed (as a Mul or inside a fused chain).

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../graph_builder.h"
-#include "backends/tactic.h"
+#include "backends/registry.h"
 #include "engine/engine_impl.h"
 #include "kiln/kiln.h"
 #include "onnx/exporter.h"
@@ -90,6 +90,29 @@ TEST_F(EngineTuning, CandidatesTimedRecordedAndReusedFromTheCache) {
   auto other = Builder(cfg).build_from_memory(model_onnx());
   EXPECT_GE(tuning_of(*other)["timed"].get<int>(), 4);
   EXPECT_EQ(tuning_of(*other)["threads"].get<int>(), kiln::threads());
+}
+
+// The build options that change kernels change the timing cache's keys: --isa (in every layer key)
+// and --layout-block (the blocked layers differ); repeating a build with the same options times nothing.
+TEST_F(EngineTuning, InstructionSetAndLayoutBlockAreInTheKeys) {
+  if (!(host_isa() & kIsaAvx2)) GTEST_SKIP() << "no AVX2 on this machine";
+  std::string cache = temp_path("tc_target.json");
+  auto build = [&](const std::string& isa, int block) {
+    BuilderConfig cfg;
+    cfg.timing_cache = cache;
+    cfg.isa = isa;
+    cfg.layout_block = block;
+    return tuning_of(*Builder(cfg).build_from_memory(model_onnx()));
+  };
+  EXPECT_GE(build("avx2", 0)["timed"].get<int>(), 4);
+  nlohmann::json again = build("avx2", 0);
+  EXPECT_EQ(again["timed"].get<int>(), 0);
+  EXPECT_GT(again["cache_hits"].get<int>(), 0);
+  EXPECT_GE(build("portable", 0)["timed"].get<int>(), 4);  // the same graph, another instruction set
+  // Blocked convs: new layers (on AVX2 one candidate each, only prepared), then cached.
+  auto work = [](const nlohmann::json& t) { return t["timed"].get<int>() + t["prepared"].get<int>(); };
+  EXPECT_GE(work(build("avx2", 8)), 2);
+  EXPECT_EQ(work(build("avx2", 8)), 0);
 }
 
 TEST_F(EngineTuning, EngineFileKeepsTheCandidates) {

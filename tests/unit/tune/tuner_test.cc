@@ -24,6 +24,7 @@ class FakeTactic : public Tactic {
   FakeTactic(std::string name, double sleep_ms, bool prepares = true, bool runs = true)
       : name_(std::move(name)), sleep_ms_(sleep_ms), prepares_(prepares), runs_(runs) {}
   std::string name() const override { return name_; }
+  backends::TacticInfo info() const override { return backends::TacticInfo::cpu_f32(); }
   int revision() const override { return revision_; }
   int revision_ = 1;
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Relu"}}; }
@@ -246,7 +247,16 @@ TEST(LayerKey, IgnoresNamesAndProvenanceNotAttributesShapesOrConstness) {
   d.sig.inputs[0].constant = &w;
   EXPECT_NE(layer_key(a.sig), layer_key(d.sig));
   EXPECT_NE(layer_key(a.sig).find("float32[2,8]"), std::string::npos) << layer_key(a.sig);
-  EXPECT_NE(layer_key(a.sig).find("@cpu:float32"), std::string::npos) << layer_key(a.sig);
+  EXPECT_NE(layer_key(a.sig).find("@cpu["), std::string::npos) << layer_key(a.sig);
+  EXPECT_NE(layer_key(a.sig).find("]:float32"), std::string::npos) << layer_key(a.sig);
+
+  // The target's instruction set (kiln build --isa) is part of the key.
+  Layer avx2, avx512;
+  avx2.sig.isa = kIsaAvx2;
+  avx512.sig.isa = kIsaAvx2 | kIsaAvx512;
+  EXPECT_NE(layer_key(avx2.sig), layer_key(avx512.sig));
+  EXPECT_NE(layer_key(avx2.sig).find("@cpu[avx2]:float32"), std::string::npos) << layer_key(avx2.sig);
+  EXPECT_NE(layer_key(avx512.sig).find("@cpu[avx2+avx512]:float32"), std::string::npos) << layer_key(avx512.sig);
 
   // Small constants are parameters: their values count. Large ones are weights: they do not.
   Tensor small1 = Tensor::from_vector<int64_t>(DataType::kInt64, {2}, {1, 2});
@@ -281,6 +291,71 @@ TEST(Tuner, DisturbedTimingsAreFlagged) {
   EXPECT_FALSE(timings_unreliable(1, 5));  // a single outlier
   EXPECT_FALSE(timings_unreliable(2, 40));
   EXPECT_TRUE(timings_unreliable(5, 19));  // measured with two busy processes on the 2 cores
+}
+
+// The tuner measures with the timer of the layer's device: a fake timer's times decide (10 ms for a
+// run of `slow`, 1 ms for any other, whatever the clock says), and a layer on a device without a
+// timer can only fail to be timed, with the reason.
+class FakeTimer : public Timer {
+ public:
+  FakeTimer(DeviceKind device, const FakeTactic* slow) : device_(device), slow_(slow) {}
+  DeviceKind device() const override { return device_; }
+  Result<double> time_ms(const std::function<Status()>& run) override {
+    ++calls;
+    int before = slow_->ran.load();
+    KILN_RETURN_IF_ERROR(run());
+    return slow_->ran.load() != before ? 10.0 : 1.0;
+  }
+  int calls = 0;
+
+ private:
+  DeviceKind device_;
+  const FakeTactic* slow_;
+};
+
+TEST(Tuner, TimesWithTheTimerOfTheLayersDevice) {
+  FakeTactic a("a", 0), b("b", 0);
+  Layer l;
+  FakeTimer cpu(DeviceKind::kCPU, &b);
+  TimingCache cache(kHere);
+  Tuner t(cache, {}, {&cpu});
+  LayerTuning r = t.tune(l.sig, {&b, &a});
+  EXPECT_EQ(r.kernel, "a");
+  const CandidateResult* ra = find(r, "a");
+  const CandidateResult* rb = find(r, "b");
+  ASSERT_TRUE(ra && rb);
+  EXPECT_EQ(ra->ms, 1.0);
+  EXPECT_EQ(rb->ms, 10.0);
+  EXPECT_EQ(cpu.calls, ra->runs + rb->runs + 2);  // one warm-up each, then the measured runs
+
+  // Only a CUDA timer: a CPU layer's candidates cannot be timed.
+  FakeTimer cuda(DeviceKind::kCUDA, &b);
+  TimingCache fresh(kHere);
+  Tuner no_cpu(fresh, {}, {&cuda});
+  LayerTuning n = no_cpu.tune(l.sig, {&a, &b});
+  EXPECT_EQ(n.kernel, "reference");
+  ASSERT_EQ(n.candidates.size(), 2u);
+  for (const auto& c : n.candidates) {
+    EXPECT_EQ(c.state, CandidateResult::State::kFailed) << c.tactic;
+    EXPECT_NE(c.error.find("no timer for device cpu"), std::string::npos) << c.error;
+  }
+  EXPECT_EQ(cuda.calls, 0);
+}
+
+TEST(Tuner, SteadyClockTimerMeasuresAndPassesErrorsOn) {
+  SteadyClockTimer timer;
+  EXPECT_EQ(timer.device(), DeviceKind::kCPU);
+  auto ms = timer.time_ms([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return Status::Ok();
+  });
+  ASSERT_TRUE(ms.ok());
+  EXPECT_GE(ms.value(), 1.9);
+  auto bad = timer.time_ms([] { return Internal("kernel failed"); });
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("kernel failed"), std::string::npos);
+  EXPECT_EQ(default_timer(DeviceKind::kCPU)->device(), DeviceKind::kCPU);
+  EXPECT_EQ(default_timer(DeviceKind::kCUDA), nullptr);
 }
 
 }  // namespace
