@@ -1,5 +1,12 @@
 #include "engine/executor.h"
 
+#include <algorithm>
+#include <new>
+#include <tuple>
+
+#include "core/parallel.h"
+#include "ops/deadline.h"
+
 namespace kiln::engine {
 
 LayerExecutor::LayerExecutor(std::shared_ptr<const ir::Graph> graph, std::shared_ptr<TacticRuntime> tactics)
@@ -39,12 +46,161 @@ Result<std::vector<ops::Value>> LayerExecutor::run_layer(const ir::Graph& g, siz
     out_tensors[o] = t.defined() ? std::move(t) : Tensor(dtypes[o], shapes[o]);
     out_ptrs.push_back(&out_tensors[o]);
   }
-  Status st = prepared->run(in_tensors_, out_ptrs);
+  backends::RunContext rc;
+  rc.threads = std::max(1, kiln::max_threads());
+  std::tie(rc.workspace, rc.workspace_bytes) = workspace_for(i, top_level, prepared->workspace_bytes(rc.threads));
+  Status st = prepared->run(rc, in_tensors_, out_ptrs);
   if (!st.ok()) return st.with_context(n.where());
   ++tactic_runs_;
   std::vector<ops::Value> outs(n.outputs.size());
   for (size_t o = 0; o < shapes.size() && o < outs.size(); ++o) outs[o] = ops::Value(std::move(out_tensors[o]));
   return outs;
+}
+
+std::pair<void*, size_t> LayerExecutor::workspace_for(size_t i, bool top_level, size_t bytes) {
+  if (bytes == 0) return {nullptr, 0};
+  if (top_level && ws_plan_ && ws_arena_) {
+    auto off = ws_plan_->workspace_offsets.find(i);
+    if (off != ws_plan_->workspace_offsets.end() && ws_plan_->workspace_sizes.at(i) >= bytes)
+      return {ws_arena_ + off->second, ws_plan_->workspace_sizes.at(i)};
+  }
+  // Not planned (a body layer, shapes the plan did not see): the executor's own buffer, grown as
+  // needed. Layers run one at a time on this thread, so one buffer serves them all.
+  if (own_ws_bytes_ < bytes) {
+    own_ws_bytes_ = backends::workspace_piece(bytes);
+    own_ws_ = {static_cast<uint8_t*>(::operator new[](own_ws_bytes_, std::align_val_t(64))),
+               [](uint8_t* q) { ::operator delete[](q, std::align_val_t(64)); }};
+  }
+  return {own_ws_.get(), own_ws_bytes_};
+}
+
+std::string LayerExecutor::bind(const MemoryPlan& plan,
+                         const std::vector<std::shared_ptr<const backends::PreparedLayer>>& prepared, int threads,
+                         const std::shared_ptr<uint8_t[]>& arena, const std::map<std::string, ops::Value>& inputs) {
+  bound_ = false;
+  const ir::Graph& g = graph();
+  if (!tactics_) return "no layer has a tactic";
+  if (!plan.dynamic.empty()) return "value '" + *plan.dynamic.begin() + "' has a data-dependent size";
+  if (prepared.size() != g.nodes.size()) return "the layers were not prepared";
+  steps_.clear();
+  steps_.resize(g.nodes.size());  // never resized again: steps point at each other's outputs
+  bound_inputs_.clear();
+  bound_outputs_.clear();
+  std::map<std::string, std::pair<size_t, size_t>> produced;  // value -> (step, output)
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& n = g.nodes[i];
+    const std::string layer = "layer '" + n.name + "' (" + n.op_type + ")";
+    if (!prepared[i]) return layer + " runs its reference kernel";
+    for (const auto& [k, a] : n.attrs)
+      if (a.g || !a.graphs.empty()) return layer + " has a subgraph body";
+    Step& s = steps_[i];
+    s.node = &n;
+    s.layer = prepared[i];
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const std::string& name = n.inputs[k];
+      if (name.empty()) {
+        s.ins.push_back(nullptr);
+        continue;
+      }
+      if (auto p = produced.find(name); p != produced.end()) {
+        s.ins.push_back(&steps_[p->second.first].outs[p->second.second]);
+        continue;
+      }
+      if (auto in = inputs.find(name); in != inputs.end()) {
+        if (!in->second.is_tensor()) return layer + " reads a non-tensor input";
+        auto b = std::find_if(bound_inputs_.begin(), bound_inputs_.end(),
+                              [&](const BoundInput& x) { return x.name == name; });
+        if (b == bound_inputs_.end()) {
+          bound_inputs_.push_back({name, in->second.tensor.dtype(), in->second.tensor.shape(), {}});
+          b = bound_inputs_.end() - 1;
+        }
+        b->uses.emplace_back(i, k);
+        s.ins.push_back(nullptr);  // set at every run
+        continue;
+      }
+      auto init = g.initializers.find(name);
+      if (init == g.initializers.end()) return layer + ": input '" + name + "' has no value";
+      s.ins.push_back(&init->second);
+    }
+    const std::vector<Dims> shapes = s.layer->output_shapes();
+    const std::vector<DataType> dtypes = s.layer->output_dtypes();
+    if (shapes.size() < n.outputs.size()) return layer + " declares fewer outputs than it has";
+    s.outs.resize(shapes.size());
+    for (size_t o = 0; o < shapes.size(); ++o) {
+      if (o >= n.outputs.size() || n.outputs[o].empty()) return layer + " has an unnamed output";
+      auto off = plan.offsets.find(n.outputs[o]);
+      size_t bytes = static_cast<size_t>(dims_numel(shapes[o])) * dtype_size(dtypes[o]);
+      if (off == plan.offsets.end() || dtypes[o] == DataType::kString || bytes > plan.sizes.at(n.outputs[o]))
+        return layer + ": output '" + n.outputs[o] + "' has no planned slot of its size";
+      s.outs[o] = Tensor::alias(dtypes[o], shapes[o], arena, off->second);
+      produced[n.outputs[o]] = {i, o};
+    }
+    for (Tensor& t : s.outs) s.out_ptrs.push_back(&t);
+    s.ctx.threads = threads;
+    if (size_t need = s.layer->workspace_bytes(threads)) {
+      auto off = plan.workspace_offsets.find(i);
+      if (off == plan.workspace_offsets.end() || plan.workspace_sizes.at(i) < need)
+        return layer + ": its workspace is not planned";
+      s.ctx.workspace = arena.get() + off->second;
+      s.ctx.workspace_bytes = plan.workspace_sizes.at(i);
+    }
+  }
+  for (const auto& o : g.outputs) {
+    BoundOutput b;
+    if (auto p = produced.find(o.name); p != produced.end()) {
+      b.step = p->second.first, b.index = p->second.second;
+    } else if (inputs.count(o.name)) {
+      b.input = o.name;
+    } else if (auto init = g.initializers.find(o.name); init != g.initializers.end()) {
+      b.constant = &init->second;
+    } else {
+      return "graph output '" + o.name + "' has no value";
+    }
+    bound_outputs_.push_back(std::move(b));
+  }
+  bound_threads_ = threads;
+  bound_input_count_ = inputs.size();
+  bound_ = true;
+  return "";
+}
+
+bool LayerExecutor::bound_accepts(const std::map<std::string, ops::Value>& inputs) const {
+  if (!bound_ || inputs.size() != bound_input_count_ || std::max(1, kiln::max_threads()) != bound_threads_)
+    return false;
+  for (const BoundInput& b : bound_inputs_) {
+    auto it = inputs.find(b.name);
+    if (it == inputs.end() || !it->second.is_tensor() || it->second.tensor.dtype() != b.dtype ||
+        it->second.tensor.shape() != b.shape)
+      return false;
+  }
+  return true;
+}
+
+Status LayerExecutor::run_bound(const std::map<std::string, ops::Value>& inputs, std::vector<ops::Value>& outputs,
+                                const std::function<void(size_t, const ir::Node&)>& after_layer) {
+  for (const BoundInput& b : bound_inputs_) {
+    const Tensor* t = &inputs.find(b.name)->second.tensor;
+    for (const auto& [step, slot] : b.uses) steps_[step].ins[slot] = t;
+  }
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    Step& s = steps_[i];
+    KILN_RETURN_IF_ERROR(ops::check_deadline(*s.node));
+    Status st = s.layer->run(s.ctx, s.ins, s.out_ptrs);
+    if (!st.ok()) return st.with_context(s.node->where());
+    ++tactic_runs_;
+    if (after_layer) after_layer(i, *s.node);
+  }
+  outputs.resize(bound_outputs_.size());
+  for (size_t o = 0; o < bound_outputs_.size(); ++o) {
+    const BoundOutput& b = bound_outputs_[o];
+    const Tensor& t = b.step != SIZE_MAX ? steps_[b.step].outs[b.index]
+                      : b.constant      ? *b.constant
+                                        : inputs.find(b.input)->second.tensor;
+    // Copy-assigned over the previous run's Value: its shape vector keeps its capacity.
+    outputs[o].kind = ops::Value::Kind::kTensor;
+    outputs[o].tensor = t;
+  }
+  return Status::Ok();
 }
 
 }  // namespace kiln::engine

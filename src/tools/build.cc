@@ -13,7 +13,7 @@ struct BuildOptions {
   std::string model, output;
   std::string min_shapes, opt_shapes, max_shapes, shapes;
   bool fp32 = false, fp16 = false, bf16 = false, int8 = false;
-  double workspace_mb = 1024;
+  std::string workspace = "1G", activation_memory = "1G";
   bool verbose = false, strict_tactics = false;
   std::vector<std::string> disabled_passes;
   std::vector<std::string> tactics;
@@ -119,8 +119,13 @@ void add_build_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--fp16", o->fp16, "FP16 precision (not implemented yet)");
   cmd->add_flag("--bf16", o->bf16, "BF16 precision (not implemented yet)");
   cmd->add_flag("--int8", o->int8, "INT8 precision (not implemented yet)");
-  cmd->add_option("--workspace", o->workspace_mb, "activation memory limit per context, MiB")
-      ->check(bounded(0, 1 << 30));
+  cmd->add_option("--workspace", o->workspace,
+                  "the most workspace (tactic scratch) one layer may use at any profile's max shapes, like "
+                  "trtexec's --memPoolSize=workspace: SIZE as 64M, 512K, 2G or MiB (default 1G). A layer whose "
+                  "kernel needs more fails the build, naming it, the bytes it needs and the limit");
+  cmd->add_option("--activation-memory", o->activation_memory,
+                  "the most planned activation memory per context at any profile's max shapes: SIZE as for "
+                  "--workspace (default 1G)");
   cmd->add_option("--disable-pass", o->disabled_passes, "skip a graph pass by name (repeatable)");
   cmd->add_option("--tactics", o->tactics,
                   "only these kernels (names as kiln inspect shows them, comma-separated); 'reference': "
@@ -154,7 +159,15 @@ void add_build_command(CLI::App& app, int& exit_code) {
                     : o->int8 ? Precision::kINT8
                               : Precision::kFP32;
     cfg.profiles = profiles.value();
-    cfg.workspace_bytes = static_cast<size_t>(o->workspace_mb * 1024 * 1024);
+    auto workspace = parse_size(o->workspace, "--workspace");
+    auto activations = parse_size(o->activation_memory, "--activation-memory");
+    for (const Status& s : {workspace.status(), activations.status()})
+      if (!s.ok()) {
+        exit_code = report_error(s);
+        return;
+      }
+    cfg.workspace_bytes = workspace.value();
+    cfg.activation_bytes = activations.value();
     cfg.disabled_passes = o->disabled_passes;
     cfg.tactics = o->tactics;
     cfg.timing_cache = o->timing_cache;

@@ -97,6 +97,8 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
     std::shared_ptr<const backends::PreparedLayer> prepared;
     std::vector<Tensor> outs;
     std::vector<Tensor*> out_ptrs;
+    Tensor workspace;  // workspace_bytes() of the candidate, made once: timed runs allocate nothing
+    backends::RunContext ctx;
     std::vector<double> times;
     double total_ms = 0;
     bool done = false;
@@ -153,7 +155,7 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
   auto run_once = [&](Timing& tm, bool measured) {
     try {
       auto t0 = Clock::now();
-      Status s = tm.prepared->run(in_ptrs, tm.out_ptrs);
+      Status s = tm.prepared->run(tm.ctx, in_ptrs, tm.out_ptrs);
       double ms = ms_since(t0);
       if (!s.ok()) tm.error = s.message();
       if (measured && tm.error.empty()) tm.times.push_back(ms), tm.total_ms += ms;
@@ -169,6 +171,13 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
       for (size_t o = 0; o < shapes.size(); ++o)
         tm.outs.emplace_back(o < dtypes.size() ? dtypes[o] : DataType::kFloat32, shapes[o]);
       for (auto& o : tm.outs) tm.out_ptrs.push_back(&o);
+      tm.ctx.threads = std::max(1, kiln::max_threads());
+      if (size_t ws = tm.prepared->workspace_bytes(tm.ctx.threads)) {
+        tm.workspace = Tensor::uninitialized(DataType::kUInt8, {static_cast<int64_t>(ws)});
+        backends::poison_workspace(tm.workspace.raw(), ws);
+        tm.ctx.workspace = tm.workspace.raw();
+        tm.ctx.workspace_bytes = ws;
+      }
     } catch (const std::exception& e) {
       tm.error = what_of(e);
       tm.done = true;
