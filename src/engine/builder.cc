@@ -267,6 +267,7 @@ Result<LayerPlan> plan_layers_at(const ir::Graph& g, const std::map<std::string,
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> typed, infer_at(g, input_shapes));
   auto sizes = sizes_in(typed);
   LayerPlan out;
+  out.typed = typed;
   out.threads = std::max(1, kiln::max_threads());
   if (tactics && tactics->any()) out.prepared = tactics->prepare_all(*typed);
   out.prepared.resize(g.nodes.size());

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "core/mapped_file.h"
 #include "core/parallel.h"
@@ -40,7 +41,9 @@ struct ContextImpl {
   // the next runs at that shape while the forced profile stays what it was at binding.
   bool may_bind() const;
   int bound_forced = -1;
-  std::string unbound_reason;  // why the last shape runs through the interpreter loop ("": it does not)
+  std::string unbound_reason;
+  std::string bound_sig;             // the signature the bound path is for
+  std::set<std::string> never_bind;  // signatures whose bound run met a shape-inference mismatch  // why the last shape runs through the interpreter loop ("": it does not)
   std::function<void(size_t, const ir::Node&)> bound_timer;  // layer_timer over run_bound's hook
   std::chrono::steady_clock::time_point layer_begin;
 };
@@ -117,9 +120,13 @@ Status ContextImpl::run() {
   if (shape_state.forced == bound_forced && interp->bound_accepts(inputs) && may_bind()) {
     ops::DeadlineScope scope(deadline);
     layer_begin = std::chrono::steady_clock::now();
-    KILN_RETURN_IF_ERROR(interp->run_bound(inputs, outputs, layer_timer ? bound_timer : nullptr));
-    shape_state.ran_with_current = true;
-    return Status::Ok();
+    Status s = interp->run_bound(inputs, outputs, layer_timer ? bound_timer : nullptr);
+    if (s.ok()) {
+      shape_state.ran_with_current = true;
+      return Status::Ok();
+    }
+    if (!interp->bound_mismatch()) return s;
+    never_bind.insert(bound_sig);  // a reference kernel disagreed with shape inference: interpreter loop
   }
   interp->unbind();
   // Tensors know where their memory lives: this engine's layers read host memory.
@@ -158,17 +165,27 @@ Status ContextImpl::run() {
   interp->set_workspaces(&p, arena.get());
   if (!may_bind())
     unbound_reason = "an observer or test hook is installed";
+  else if (never_bind.count(sig))
+    unbound_reason = "a reference kernel's output differed from shape inference at these shapes";
   else if (lp.threads != std::max(1, kiln::max_threads()))
     unbound_reason = "the thread count changed since the plan was made";
   else
-    unbound_reason = interp->bind(p, lp.prepared, lp.threads, arena, inputs);
+    unbound_reason = interp->bind(p, lp.prepared, *lp.typed, lp.threads, arena, inputs);
   if (unbound_reason.empty()) {
     bound_forced = shape_state.forced;
+    bound_sig = sig;
     ops::DeadlineScope scope(deadline);
     layer_begin = std::chrono::steady_clock::now();
-    KILN_RETURN_IF_ERROR(interp->run_bound(inputs, outputs, layer_timer ? bound_timer : nullptr));
-    shape_state.ran_with_current = true;
-    return Status::Ok();
+    Status s = interp->run_bound(inputs, outputs, layer_timer ? bound_timer : nullptr);
+    if (s.ok()) {
+      shape_state.ran_with_current = true;
+      return Status::Ok();
+    }
+    if (!interp->bound_mismatch()) return s;
+    // Layers compute from their inputs only: the run starts again through the interpreter loop.
+    never_bind.insert(sig);
+    interp->unbind();
+    unbound_reason = s.message();
   }
   size_t layer_index = 0;
   auto layer_begin = std::chrono::steady_clock::now();

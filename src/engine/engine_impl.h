@@ -105,6 +105,7 @@ Result<engine::MemoryPlan> plan_at(const ir::Graph& g, const std::map<std::strin
 // threads (kiln::max_threads() at planning).
 struct LayerPlan {
   engine::MemoryPlan plan;
+  std::shared_ptr<const ir::Graph> typed;  // the graph inferred at these shapes
   std::vector<std::shared_ptr<const backends::PreparedLayer>> prepared;
   int threads = 1;
 };

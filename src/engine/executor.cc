@@ -1,6 +1,7 @@
 #include "engine/executor.h"
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 #include <tuple>
 
@@ -75,11 +76,11 @@ std::pair<void*, size_t> LayerExecutor::workspace_for(size_t i, bool top_level, 
 }
 
 std::string LayerExecutor::bind(const MemoryPlan& plan,
-                         const std::vector<std::shared_ptr<const backends::PreparedLayer>>& prepared, int threads,
-                         const std::shared_ptr<uint8_t[]>& arena, const std::map<std::string, ops::Value>& inputs) {
+                                const std::vector<std::shared_ptr<const backends::PreparedLayer>>& prepared,
+                                const ir::Graph& typed, int threads, const std::shared_ptr<uint8_t[]>& arena,
+                                const std::map<std::string, ops::Value>& inputs) {
   bound_ = false;
   const ir::Graph& g = graph();
-  if (!tactics_) return "no layer has a tactic";
   if (!plan.dynamic.empty()) return "value '" + *plan.dynamic.begin() + "' has a data-dependent size";
   if (prepared.size() != g.nodes.size()) return "the layers were not prepared";
   steps_.clear();
@@ -87,15 +88,23 @@ std::string LayerExecutor::bind(const MemoryPlan& plan,
   bound_inputs_.clear();
   bound_outputs_.clear();
   std::map<std::string, std::pair<size_t, size_t>> produced;  // value -> (step, output)
+  const ops::OpRegistry& registry = ops::OpRegistry::get();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& n = g.nodes[i];
     const std::string layer = "layer '" + n.name + "' (" + n.op_type + ")";
-    if (!prepared[i]) return layer + " runs its reference kernel";
+    // A body (If/Loop/Scan) needs the interpreter's frames; kiln's fused ops keep theirs private, run
+    // by their tactic.
     for (const auto& [k, a] : n.attrs)
-      if (a.g || !a.graphs.empty()) return layer + " has a subgraph body";
+      if ((a.g || !a.graphs.empty()) && !prepared[i]) return layer + " has a subgraph body";
     Step& s = steps_[i];
     s.node = &n;
     s.layer = prepared[i];
+    if (!s.layer) {
+      s.kind = is_view(n) ? Step::Kind::kView : Step::Kind::kReference;
+      s.schema = registry.find(n.domain, n.op_type, n.opset);
+      s.declined = tactics_ && tactics_->has_tactic(i);
+      if (!s.schema) return layer + " has no reference kernel";
+    }
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const std::string& name = n.inputs[k];
       if (name.empty()) {
@@ -122,9 +131,23 @@ std::string LayerExecutor::bind(const MemoryPlan& plan,
       if (init == g.initializers.end()) return layer + ": input '" + name + "' has no value";
       s.ins.push_back(&init->second);
     }
-    const std::vector<Dims> shapes = s.layer->output_shapes();
-    const std::vector<DataType> dtypes = s.layer->output_dtypes();
-    if (shapes.size() < n.outputs.size()) return layer + " declares fewer outputs than it has";
+    std::vector<Dims> shapes;
+    std::vector<DataType> dtypes;
+    if (s.layer) {
+      shapes = s.layer->output_shapes();
+      dtypes = s.layer->output_dtypes();
+      if (shapes.size() < n.outputs.size()) return layer + " declares fewer outputs than it has";
+    } else {
+      for (const auto& o : n.outputs) {
+        auto t = typed.value_types.find(o);
+        if (o.empty() || t == typed.value_types.end() || !t->second.is_tensor() || !t->second.shape.fully_known())
+          return layer + ": output '" + o + "' has no known tensor type";
+        shapes.push_back(t->second.shape.concrete());
+        dtypes.push_back(t->second.elem);
+      }
+      if (s.kind == Step::Kind::kView && (s.ins.empty() || n.outputs.size() != 1))
+        return layer + " is not a one-output view";
+    }
     s.outs.resize(shapes.size());
     for (size_t o = 0; o < shapes.size(); ++o) {
       if (o >= n.outputs.size() || n.outputs[o].empty()) return layer + " has an unnamed output";
@@ -136,8 +159,13 @@ std::string LayerExecutor::bind(const MemoryPlan& plan,
       produced[n.outputs[o]] = {i, o};
     }
     for (Tensor& t : s.outs) s.out_ptrs.push_back(&t);
+    if (s.kind == Step::Kind::kReference) {
+      s.in_values.resize(s.ins.size());
+      for (size_t k = 0; k < s.ins.size(); ++k)
+        s.in_value_ptrs.push_back(n.inputs[k].empty() ? nullptr : &s.in_values[k]);
+    }
     s.ctx.threads = threads;
-    if (size_t need = s.layer->workspace_bytes(threads)) {
+    if (size_t need = s.layer ? s.layer->workspace_bytes(threads) : 0) {
       auto off = plan.workspace_offsets.find(i);
       if (off == plan.workspace_offsets.end() || plan.workspace_sizes.at(i) < need)
         return layer + ": its workspace is not planned";
@@ -164,6 +192,34 @@ std::string LayerExecutor::bind(const MemoryPlan& plan,
   return "";
 }
 
+bool LayerExecutor::is_view(const ir::Node& n) {
+  static const char* const kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
+  if (!n.domain.empty()) return false;
+  for (const char* v : kViews)
+    if (n.op_type == v) return true;
+  return false;
+}
+
+Status LayerExecutor::run_reference_step(Step& s) {
+  for (size_t k = 0; k < s.ins.size(); ++k)
+    if (s.ins[k]) {
+      s.in_values[k].kind = ops::Value::Kind::kTensor;
+      s.in_values[k].tensor = *s.ins[k];
+    }
+  KILN_ASSIGN_OR_RETURN(std::vector<ops::Value> outs, ops::run_node(*s.node, *s.schema, s.in_value_ptrs, nullptr));
+  for (size_t o = 0; o < s.outs.size(); ++o) {
+    Tensor& slot = s.outs[o];
+    if (o >= outs.size() || !outs[o].is_tensor() || outs[o].tensor.dtype() != slot.dtype() ||
+        outs[o].tensor.shape() != slot.shape()) {
+      bound_mismatch_ = true;
+      return Internal(s.node->where(), "output '", s.node->outputs[o], "' is not the ", slot.describe(),
+                      " shape inference gave it at these input shapes");
+    }
+    if (slot.nbytes()) std::memcpy(slot.raw(), outs[o].tensor.raw(), slot.nbytes());
+  }
+  return Status::Ok();
+}
+
 bool LayerExecutor::bound_accepts(const std::map<std::string, ops::Value>& inputs) const {
   if (!bound_ || inputs.size() != bound_input_count_ || std::max(1, kiln::max_threads()) != bound_threads_)
     return false;
@@ -185,9 +241,18 @@ Status LayerExecutor::run_bound(const std::map<std::string, ops::Value>& inputs,
   for (size_t i = 0; i < steps_.size(); ++i) {
     Step& s = steps_[i];
     KILN_RETURN_IF_ERROR(ops::check_deadline(*s.node));
-    Status st = s.layer->run(s.ctx, s.ins, s.out_ptrs);
-    if (!st.ok()) return st.with_context(s.node->where());
-    ++tactic_runs_;
+    if (s.declined) ++declined_runs_[i];
+    if (s.kind == Step::Kind::kTactic) {
+      Status st = s.layer->run(s.ctx, s.ins, s.out_ptrs);
+      if (!st.ok()) return st.with_context(s.node->where());
+      ++tactic_runs_;
+    } else if (s.kind == Step::Kind::kView) {
+      // In place when the planner gave the output its input's bytes; else a copy into its slot.
+      Tensor& y = s.outs[0];
+      if (y.raw() != s.ins[0]->raw() && y.nbytes()) std::memcpy(y.raw(), s.ins[0]->raw(), y.nbytes());
+    } else {
+      KILN_RETURN_IF_ERROR(run_reference_step(s));
+    }
     if (after_layer) after_layer(i, *s.node);
   }
   outputs.resize(bound_outputs_.size());

@@ -13,13 +13,16 @@
 // the interpreter's release lists and the memory planner both count Graph::outer_references()
 // (transitively through nested bodies) as reads by that node.
 //
-// The steady-state path (bind / run_bound): when every main-graph layer runs a prepared tactic at the
-// context's shapes, all values are planned (none data-dependent) and no layer has a body, the
-// executor binds once per shape: per layer its prepared tactic, its input tensors (graph inputs,
-// weights, earlier layers' arena slots), its output slots and its RunContext (workspace in the
-// arena). A run then walks that list and allocates nothing (tests/noalloc). Anything else (a
-// reference layer, control flow, data-dependent shapes, an observer) runs the interpreter's loop,
-// which allocates its frames and the reference kernels' outputs.
+// The steady-state path (bind / run_bound): when every value is planned at the context's shapes
+// (none data-dependent) and no layer has a body, the executor binds once per shape: per layer its
+// step, its input tensors (graph inputs, weights, earlier layers' arena slots), its output slots and,
+// for a tactic, its RunContext (workspace in the arena). A step runs the prepared tactic; or, for a
+// reference layer that only reshapes (Reshape, Flatten, Squeeze, Unsqueeze, Identity), nothing when the
+// planner gave the output its input's bytes (in place), else a copy into its slot; or, for any other
+// reference layer, its reference kernel, whose fresh outputs are copied into their slots (that step
+// allocates: the bound path is allocation-free when every layer is a tactic or a view). A run walks
+// the list (tests/noalloc). Control flow, data-dependent shapes and observers run the interpreter's
+// loop, which allocates its frames and the reference kernels' outputs.
 #pragma once
 
 #include <functional>
@@ -58,9 +61,14 @@ class LayerExecutor : public ops::Interpreter {
   // Binds the steady-state path for `plan` (its arena `arena`) with prepared[i] the prepared layer of
   // main-graph node i at these shapes and the given input values (their dtypes and shapes are what a
   // bound run accepts). Empty when bound; else why not (see the top of the file), and unbound.
+  // `typed` is the graph inferred at these shapes (the reference steps' output types).
   std::string bind(const MemoryPlan& plan, const std::vector<std::shared_ptr<const backends::PreparedLayer>>& prepared,
-            int threads, const std::shared_ptr<uint8_t[]>& arena, const std::map<std::string, ops::Value>& inputs);
-  void unbind() { bound_ = false; }
+                   const ir::Graph& typed, int threads, const std::shared_ptr<uint8_t[]>& arena,
+                   const std::map<std::string, ops::Value>& inputs);
+  void unbind() { bound_ = false, bound_mismatch_ = false; }
+  // Whether the last run_bound failed because a reference step's output was not the shape inference
+  // gave it (the caller reruns through the interpreter loop, which takes any shape).
+  bool bound_mismatch() const { return bound_mismatch_; }
   bool bound() const { return bound_; }
   // Whether a bound run can take these inputs: same names, dtypes and shapes as at bind, and the
   // thread count the workspaces were sized for. Allocates nothing.
@@ -75,6 +83,9 @@ class LayerExecutor : public ops::Interpreter {
                                             const std::vector<const ops::Value*>& inputs, bool top_level) override;
 
  private:
+  struct Step;
+  static bool is_view(const ir::Node& n);
+  Status run_reference_step(Step& s);
   // The workspace of node i for a prepared layer needing `bytes` (top level: the plan's slot).
   std::pair<void*, size_t> workspace_for(size_t i, bool top_level, size_t bytes);
 
@@ -86,8 +97,13 @@ class LayerExecutor : public ops::Interpreter {
   size_t own_ws_bytes_ = 0;
 
   struct Step {
+    enum class Kind { kTactic, kView, kReference } kind = Kind::kTactic;
     const ir::Node* node = nullptr;
     std::shared_ptr<const backends::PreparedLayer> layer;
+    const ops::OpSchema* schema = nullptr;  // kReference
+    bool declined = false;                  // not a tactic: the layer's tactic declined these shapes
+    std::vector<ops::Value> in_values;      // kReference: the inputs as values (refreshed per run)
+    std::vector<const ops::Value*> in_value_ptrs;
     std::vector<const Tensor*> ins;
     std::vector<Tensor> outs;
     std::vector<Tensor*> out_ptrs;
@@ -104,7 +120,7 @@ class LayerExecutor : public ops::Interpreter {
     std::string input;  // a graph input passed through
     const Tensor* constant = nullptr;
   };
-  bool bound_ = false;
+  bool bound_ = false, bound_mismatch_ = false;
   int bound_threads_ = 0;
   size_t bound_input_count_ = 0;
   std::vector<Step> steps_;
