@@ -425,11 +425,10 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
     for (const auto& [name, r] : profiles[0].inputs) opt_shapes[name] = r.opt;
     tuned_at = "profile 0 '" + profiles[0].name + "' opt shapes";
   }
-  e->build["config"] = {
-      {"precision", "fp32"},
-      {"workspace_bytes", cfg.workspace_bytes},
-      {"activation_bytes", cfg.activation_bytes},
-      {"disabled_passes", cfg.disabled_passes}};
+  e->build["config"] = {{"precision", "fp32"},
+                        {"workspace_bytes", cfg.workspace_bytes},
+                        {"activation_bytes", cfg.activation_bytes},
+                        {"disabled_passes", cfg.disabled_passes}};
 
   std::set<std::string> disabled(cfg.disabled_passes.begin(), cfg.disabled_passes.end());
   KILN_ASSIGN_OR_RETURN(auto stats, passes::optimize(model, disabled));

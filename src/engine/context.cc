@@ -43,7 +43,8 @@ struct ContextImpl {
   int bound_forced = -1;
   std::string unbound_reason;
   std::string bound_sig;             // the signature the bound path is for
-  std::set<std::string> never_bind;  // signatures whose bound run met a shape-inference mismatch  // why the last shape runs through the interpreter loop ("": it does not)
+  std::set<std::string> never_bind;  // signatures whose bound run met a shape-inference mismatch  // why the last shape
+                                     // runs through the interpreter loop ("": it does not)
   std::function<void(size_t, const ir::Node&)> bound_timer;  // layer_timer over run_bound's hook
   std::chrono::steady_clock::time_point layer_begin;
 };

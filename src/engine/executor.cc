@@ -259,8 +259,8 @@ Status LayerExecutor::run_bound(const std::map<std::string, ops::Value>& inputs,
   for (size_t o = 0; o < bound_outputs_.size(); ++o) {
     const BoundOutput& b = bound_outputs_[o];
     const Tensor& t = b.step != SIZE_MAX ? steps_[b.step].outs[b.index]
-                      : b.constant      ? *b.constant
-                                        : inputs.find(b.input)->second.tensor;
+                      : b.constant       ? *b.constant
+                                         : inputs.find(b.input)->second.tensor;
     // Copy-assigned over the previous run's Value: its shape vector keeps its capacity.
     outputs[o].kind = ops::Value::Kind::kTensor;
     outputs[o].tensor = t;

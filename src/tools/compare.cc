@@ -1031,7 +1031,8 @@ void add_compare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-shapes", o->max_shapes, "build option (as kiln build)");
   cmd->add_option("--build-shapes", o->build_shapes, "build option: fixed shapes (kiln build --shapes)");
   cmd->add_option("--disable-pass", o->disabled_passes, "build option: skip a graph pass (repeatable)");
-  cmd->add_option("--workspace", o->workspace_mb, "build option: the most workspace one layer may use, MiB (kiln build --workspace)")
+  cmd->add_option("--workspace", o->workspace_mb,
+                  "build option: the most workspace one layer may use, MiB (kiln build --workspace)")
       ->check(bounded(0, 1 << 30));
   cmd->add_option("--inputs", o->inputs, "inputs: FILE.npz or a directory of NAME.npy / NAME.pb / input_<i>.pb");
   cmd->add_option("--input", o->input_files, "NAME=FILE (.npy or .pb), repeatable");

@@ -150,16 +150,18 @@ void print_text(const nlohmann::json& j, bool passes_only) {
                     d(in["max"]).c_str());
     }
   const auto& m = j["memory"];
-  std::printf("memory   planned arena peak %s (activations and layer workspaces) vs naive activation sum %s (%d in "
-              "place); weights %s\n",
-              mib(m["arena_bytes"].get<double>()).c_str(), mib(m["naive_bytes"].get<double>()).c_str(),
-              m["in_place"].get<int>(), mib(j["weights_bytes"].get<double>()).c_str());
+  std::printf(
+      "memory   planned arena peak %s (activations and layer workspaces) vs naive activation sum %s (%d in "
+      "place); weights %s\n",
+      mib(m["arena_bytes"].get<double>()).c_str(), mib(m["naive_bytes"].get<double>()).c_str(),
+      m["in_place"].get<int>(), mib(j["weights_bytes"].get<double>()).c_str());
   if (m.contains("workspace") && m["workspace"].is_object()) {
     const auto& w = m["workspace"];
-    std::printf("workspace %zu layer(s) with one: largest %s, sum %s, limit %s (kiln build --workspace); planned in "
-                "the arena over dead activations\n",
-                w["layers"].size(), mib(w["largest_bytes"].get<double>()).c_str(),
-                mib(w["sum_bytes"].get<double>()).c_str(), mib(w["limit_bytes"].get<double>()).c_str());
+    std::printf(
+        "workspace %zu layer(s) with one: largest %s, sum %s, limit %s (kiln build --workspace); planned in "
+        "the arena over dead activations\n",
+        w["layers"].size(), mib(w["largest_bytes"].get<double>()).c_str(), mib(w["sum_bytes"].get<double>()).c_str(),
+        mib(w["limit_bytes"].get<double>()).c_str());
   }
 }
 }  // namespace

@@ -235,7 +235,8 @@ ir::Model mlp_attention() {
   b.init("w2", random_tensor({64, d}, 3)).init("b2", random_tensor({d}, 4));
   b.init("ln_s", random_tensor({d}, 5)).init("ln_b", random_tensor({d}, 6));
   for (const char* p : {"q", "k", "v", "o"})
-    b.init(std::string("w") + p, random_tensor({d, d}, 10 + p[0])).init(std::string("b") + p, random_tensor({d}, 20 + p[0]));
+    b.init(std::string("w") + p, random_tensor({d, d}, 10 + p[0]))
+        .init(std::string("b") + p, random_tensor({d}, 20 + p[0]));
   b.init("heads", Tensor::from_vector<int64_t>(DataType::kInt64, {4}, {1, s, h, dh}));
   b.init("merged", Tensor::from_vector<int64_t>(DataType::kInt64, {3}, {1, s, d}));
   b.init("scale", Tensor::scalar<float>(DataType::kFloat32, 1.0f / std::sqrt(static_cast<float>(dh))));

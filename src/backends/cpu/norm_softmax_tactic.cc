@@ -65,7 +65,8 @@ class PreparedLayerNorm : public PreparedLayer {
     return (has_scale && scale.empty() ? row : 0) + (has_bias && bias.empty() ? row : 0);
   }
 
-  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     WorkspaceSlicer ws(ctx);
     auto param = [&](size_t i, const std::vector<float>& prepared) -> const float* {
       if (!prepared.empty()) return prepared.data();
@@ -163,7 +164,8 @@ class PreparedSoftmax : public PreparedLayer {
 
   std::vector<Dims> output_shapes() const override { return {shape}; }
 
-  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     const float* x = in[0]->data<float>();
     float* y = out[0]->data<float>();
     if (inner > 1) {
@@ -257,7 +259,8 @@ class PreparedGroupNorm : public PreparedLayer {
 
   std::vector<Dims> output_shapes() const override { return {shape}; }
 
-  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     const float* x = in[0]->data<float>();
     float* y = out[0]->data<float>();
     const int64_t len = channels * spatial;

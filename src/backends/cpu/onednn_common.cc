@@ -69,7 +69,8 @@ bool append_activation(const ir::Node& n, dnnl::post_ops& po) {
 
 void execute(const dnnl::primitive& p, const dnnl::memory::desc& scratchpad_md, void* scratchpad,
              std::unordered_map<int, dnnl::memory> args) {
-  if (scratchpad_md.get_size()) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_md, cpu_engine(), scratchpad));
+  if (scratchpad_md.get_size())
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_md, cpu_engine(), scratchpad));
   p.execute(thread_stream(), args);
   thread_stream().wait();
 }

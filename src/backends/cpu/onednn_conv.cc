@@ -172,7 +172,8 @@ class PreparedConv : public PreparedLayer {
            workspace_piece(dst_md != user_dst ? dst_md.get_size() : 0) + workspace_piece(scratch_md.get_size());
   }
 
-  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       auto& eng = cpu_engine();
       WorkspaceSlicer ws(ctx);

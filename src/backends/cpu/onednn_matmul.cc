@@ -34,7 +34,8 @@ class PreparedMatmul : public PreparedLayer {
   std::vector<Dims> output_shapes() const override { return {out_shape}; }
   size_t workspace_bytes(int) const override { return workspace_piece(pd.scratchpad_desc().get_size()); }
 
-  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       auto& eng = cpu_engine();
       float* dst = out[0]->data<float>();

@@ -73,7 +73,8 @@ class PreparedBlockedConv : public PreparedLayer {
     return workspace_piece(reorder_src ? src_bytes : 0) + workspace_piece(scratch_md.get_size());
   }
 
-  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       auto& eng = cpu_engine();
       WorkspaceSlicer ws(ctx);
@@ -247,7 +248,8 @@ class PreparedReorder : public PreparedLayer {
   dnnl::reorder prim;
 
   std::vector<Dims> output_shapes() const override { return {tensor_dims(to, out_block)}; }
-  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       auto& eng = cpu_engine();
       memory a(from, eng, const_cast<void*>(in[0]->raw())), b(to, eng, out[0]->raw());

@@ -51,7 +51,8 @@ class PreparedConvDw : public PreparedLayer {
            workspace_piece(fused ? 0 : scratch2.get_size());
   }
 
-  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       auto& eng = cpu_engine();
       memory x(x_md, eng, const_cast<void*>(in[0]->raw())), y(y_md, eng, out[0]->raw());
@@ -70,8 +71,10 @@ class PreparedConvDw : public PreparedLayer {
         return Status::Ok();
       }
       memory mid(mid_md, eng, mid_buf);
-      execute(prim1, scratch1, s1, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w1}, {DNNL_ARG_BIAS, b1}, {DNNL_ARG_DST, mid}});
-      execute(prim2, scratch2, s2, {{DNNL_ARG_SRC, mid}, {DNNL_ARG_WEIGHTS, w2}, {DNNL_ARG_BIAS, b2}, {DNNL_ARG_DST, y}});
+      execute(prim1, scratch1, s1,
+              {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w1}, {DNNL_ARG_BIAS, b1}, {DNNL_ARG_DST, mid}});
+      execute(prim2, scratch2, s2,
+              {{DNNL_ARG_SRC, mid}, {DNNL_ARG_WEIGHTS, w2}, {DNNL_ARG_BIAS, b2}, {DNNL_ARG_DST, y}});
       return Status::Ok();
     });
   }

@@ -133,7 +133,8 @@ class PreparedPool : public PreparedLayer {
     return {y};
   }
   size_t workspace_bytes(int) const override { return workspace_piece(scratch_md.get_size()); }
-  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       auto& eng = cpu_engine();
       WorkspaceSlicer ws(ctx);

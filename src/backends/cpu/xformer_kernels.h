@@ -46,7 +46,7 @@ struct AttentionProblem {
   bool mask_rows_vary = true;  // false: one mask value per row (broadcast along the keys)
   float scale = 1.f;
   SharedOffsets q_off, k_off, v_off, mask_off, y_off;  // per problem
-  int64_t row_block = 0;                                      // query rows per work item (a multiple of micro_rows)
+  int64_t row_block = 0;                               // query rows per work item (a multiple of micro_rows)
   int64_t problems() const { return static_cast<int64_t>(q_off.size()); }
   int64_t row_blocks() const { return row_block ? (sq + row_block - 1) / row_block : 0; }
 };
