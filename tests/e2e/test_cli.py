@@ -136,7 +136,7 @@ if has_tactics:
     check(rc == 0 and re.search(r"workspace \d+ layer\(s\) with one: largest .* limit 1024.00 MiB", text) is not None,
           "inspect shows the layers' workspace: largest, sum, limit")
     # Plain-layout convolutions (no blocked layout pass): oneDNN reorders X and Y through the workspace.
-    plain = ("--disable-pass", "layout_blocked")
+    plain = ("--disable-pass", "layout_blocked", "--tactics", "conv2d_onednn_blocked")
     rc, log = kiln("build", conv, "-o", engine, "--shapes", "img:2x16x16x16", "--threads", "1", *plain, "--workspace", "64B")
     check(rc == 3 and "need more workspace than the limit of 64 bytes (--workspace)" in log and "layer 'conv" in log
           and "Raise --workspace" in log and "exclude the tactic" in log,

@@ -81,6 +81,9 @@ TEST(Workspace, BuildFailsClearlyBelowWhatALayerNeeds) {
   // Plain-layout convolutions: oneDNN computes them in a blocked layout, reordering X and Y through
   // the workspace (the blocked layout pass would make those reorders layers of their own).
   cfg.disabled_passes = {"layout_blocked"};
+  // One tactic, so that every build chooses the same kernels (and so needs the same workspaces).
+  if (!backends::find_tactic("conv2d_onednn_blocked")) GTEST_SKIP() << "no conv2d_onednn_blocked";
+  cfg.tactics = {"conv2d_onednn_blocked"};
   auto e = Builder(cfg).build_from_memory(conv_model());
   auto j = nlohmann::json::parse(e->inspect_json());
   std::string layer, kernel;
