@@ -264,6 +264,7 @@ Status LayerExecutor::run_bound(const std::map<std::string, ops::Value>& inputs,
     // Copy-assigned over the previous run's Value: its shape vector keeps its capacity.
     outputs[o].kind = ops::Value::Kind::kTensor;
     outputs[o].tensor = t;
+    outputs[o].sequence.clear();  // an interpreter-loop run before may have left a sequence
   }
   return Status::Ok();
 }
