@@ -98,9 +98,13 @@ struct BuilderConfig {
   /// width of the instruction set (16 with AVX-512, 8 with AVX2; 0 without either or without oneDNN),
   /// or 0 (plain NCHW), 8, 16. Recorded in the engine.
   int layout_block = -1;
-  std::vector<Profile> profiles;             ///< one per optimization profile (dynamic inputs)
-  size_t workspace_bytes = size_t{1} << 30;  ///< cap on planned activation memory per context
-  std::vector<std::string> disabled_passes;  ///< pass names to skip (see `kiln inspect --passes`)
+  std::vector<Profile> profiles;  ///< one per optimization profile (dynamic inputs)
+  /// Cap on one layer's workspace (its tactic's scratch, PreparedLayer::workspace_bytes) at every
+  /// profile's max shapes, like TensorRT's workspace pool: a layer needing more fails the build with an
+  /// error naming it (`kiln build --workspace`).
+  size_t workspace_bytes = size_t{1} << 30;
+  size_t activation_bytes = size_t{1} << 30;  ///< cap on planned activation memory per context
+  std::vector<std::string> disabled_passes;   ///< pass names to skip (see `kiln inspect --passes`)
   /// Tactics the builder may choose (names as `kiln inspect` shows them); empty: all;
   /// {"reference"}: none, every layer runs its reference kernel.
   std::vector<std::string> tactics;

@@ -62,8 +62,21 @@ struct LayerSignature {
   }
 };
 
+// What a layer's run is given besides its tensors: where it runs, on what stream, with how many
+// threads, and its workspace. The execution context makes one per layer; the workspace is a slice of
+// the context's memory-planned arena (one region shared by the layers, which run one at a time), so
+// a steady-state run allocates nothing (tests/unit/engine/no_alloc_test.cc).
+struct RunContext {
+  Device device;
+  void* stream = nullptr;  // opaque: null on the CPU; the CUDA backend's cudaStream_t
+  int threads = 1;         // the thread budget of the run (kiln::max_threads() on the CPU)
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;  // at least the layer's workspace_bytes(); 64-byte aligned
+};
+
 // A tactic bound to concrete shapes and weights. run() is const and may be called from several
-// threads at once (each execution context runs on its own thread).
+// threads at once (each execution context runs on its own thread): all mutable state of a run lives
+// in its outputs and its workspace.
 class PreparedLayer {
  public:
   virtual ~PreparedLayer() = default;
@@ -72,9 +85,22 @@ class PreparedLayer {
   virtual std::vector<DataType> output_dtypes() const {
     return std::vector<DataType>(output_shapes().size(), DataType::kFloat32);
   }
+  // Scratch bytes run() needs for the prepared shapes at `threads` threads (per-thread scratch counts
+  // `threads` times): the memory planner reserves them and run() gets them as ctx.workspace. Its
+  // contents are undefined at every run (not zeroed, not kept between runs).
+  virtual size_t workspace_bytes(int threads) const {
+    (void)threads;
+    return 0;
+  }
   // Computes the outputs into `outputs` (allocated by the caller with output_shapes(), dtype of the
-  // signature). `inputs` has one entry per node input, nullptr for missing optional ones.
-  virtual Status run(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs) const = 0;
+  // signature) using only ctx.workspace as scratch: no heap allocation. `inputs` has one entry per
+  // node input, nullptr for missing optional ones; all live on ctx.device.
+  virtual Status run(const RunContext& ctx, const std::vector<const Tensor*>& inputs,
+                     const std::vector<Tensor*>& outputs) const = 0;
+  // run() outside an execution context (tests, the auto-tuner's timing): allocates a workspace of
+  // workspace_bytes(kiln::max_threads()) filled with a NaN pattern (a tactic that reads scratch it did
+  // not write shows up in the results), then runs on the host.
+  Status run_standalone(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs) const;
 };
 
 // What a tactic needs, as data: the registry checks it against the signature (device, precision,
@@ -98,6 +124,32 @@ struct TacticInfo {
   // comparisons, casts.
   static TacticInfo cpu_any_dtype() { return {DeviceKind::kCPU, kIsaPortable, DataType::kUndefined, {}, {}}; }
 };
+
+// Workspace pieces are 64-byte aligned: workspace_bytes() sums workspace_piece(n) of each piece and
+// run() takes them back in the same order with a WorkspaceSlicer.
+constexpr size_t workspace_piece(size_t bytes) { return (bytes + 63) / 64 * 64; }
+class WorkspaceSlicer {
+ public:
+  explicit WorkspaceSlicer(const RunContext& ctx)
+      : next_(static_cast<uint8_t*>(ctx.workspace)), left_(ctx.workspace ? ctx.workspace_bytes : 0) {}
+  // The next `bytes` (nullptr for 0). The runtime gives every layer at least its workspace_bytes(),
+  // so running out is a bug of the tactic's workspace_bytes(): checked.
+  void* take(size_t bytes) {
+    if (bytes == 0) return nullptr;
+    size_t n = workspace_piece(bytes);
+    KILN_CHECK(n <= left_);
+    void* p = next_;
+    next_ += n, left_ -= n;
+    return p;
+  }
+
+ private:
+  uint8_t* next_;
+  size_t left_;
+};
+
+// Fills `bytes` of workspace with the pattern run_standalone uses (0xFF bytes: float NaN).
+void poison_workspace(void* p, size_t bytes);
 
 class Tactic {
  public:

@@ -97,7 +97,8 @@ Tensor::Tensor(DataType dtype, Dims shape, bool zero) : dtype_(dtype), shape_(st
 
 Tensor Tensor::uninitialized(DataType dtype, Dims shape) { return Tensor(dtype, std::move(shape), /*zero=*/false); }
 
-Tensor Tensor::alias(DataType dtype, Dims shape, std::shared_ptr<uint8_t[]> buffer, size_t offset) {
+Tensor Tensor::alias(DataType dtype, Dims shape, std::shared_ptr<uint8_t[]> buffer, size_t offset,
+                     MemoryLocation location) {
   KILN_CHECK(dtype != DataType::kString);
   Tensor t;
   t.dtype_ = dtype;
@@ -106,6 +107,7 @@ Tensor Tensor::alias(DataType dtype, Dims shape, std::shared_ptr<uint8_t[]> buff
   checked_nbytes(dtype, t.shape_);
   t.buffer_ = std::move(buffer);
   t.offset_ = offset;
+  t.location_ = location;
   return t;
 }
 

@@ -14,6 +14,18 @@
 
 namespace kiln {
 
+// Where a tensor's bytes live. Host memory for everything today; the CUDA backend's device buffers
+// will say kCuda, and the runtime checks that a tensor given to an engine lives where its layers
+// read (a device tensor given to a CPU engine is an error naming the input, not a crash).
+struct MemoryLocation {
+  enum class Kind : uint8_t { kHost, kCuda };
+  Kind kind = Kind::kHost;
+  int device = 0;  // the device index for kCuda
+  bool host() const { return kind == Kind::kHost; }
+  std::string str() const { return host() ? "host" : "cuda:" + std::to_string(device); }
+  bool operator==(const MemoryLocation&) const = default;
+};
+
 class Tensor {
  public:
   Tensor() = default;
@@ -39,7 +51,11 @@ class Tensor {
 
   // A tensor over existing storage (no copy): `buffer` owns the memory, data starts at `offset`
   // bytes (64-byte aligned for fast kernels). Used for engine weights and memory-planned arenas.
-  static Tensor alias(DataType dtype, Dims shape, std::shared_ptr<uint8_t[]> buffer, size_t offset);
+  static Tensor alias(DataType dtype, Dims shape, std::shared_ptr<uint8_t[]> buffer, size_t offset,
+                      MemoryLocation location = {});
+
+  // Where the bytes live (host unless alias() said otherwise).
+  const MemoryLocation& location() const { return location_; }
 
   bool defined() const { return dtype_ != DataType::kUndefined; }
   DataType dtype() const { return dtype_; }
@@ -85,6 +101,7 @@ class Tensor {
   Dims shape_;
   std::shared_ptr<uint8_t[]> buffer_;
   size_t offset_ = 0;
+  MemoryLocation location_;
   std::shared_ptr<std::vector<std::string>> strings_;
 };
 

@@ -241,9 +241,8 @@ Result<std::shared_ptr<ir::Graph>> infer_at(const ir::Graph& g, const std::map<s
   return copy;
 }
 
-Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph& g,
-                                                                 const std::map<std::string, Dims>& input_shapes) {
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> copy, infer_at(g, input_shapes));
+namespace {
+std::map<std::string, std::optional<size_t>> sizes_in(const std::shared_ptr<ir::Graph>& copy) {
   std::map<std::string, std::optional<size_t>> sizes;
   for (const auto& n : copy->nodes)
     for (const auto& o : n.outputs) {
@@ -257,6 +256,35 @@ Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph
     }
   return sizes;
 }
+}  // namespace
+
+Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph& g,
+                                                                 const std::map<std::string, Dims>& input_shapes) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> copy, infer_at(g, input_shapes));
+  return sizes_in(copy);
+}
+
+Result<LayerPlan> plan_layers_at(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes,
+                                 engine::TacticRuntime* tactics) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> typed, infer_at(g, input_shapes));
+  auto sizes = sizes_in(typed);
+  LayerPlan out;
+  out.typed = typed;
+  out.threads = std::max(1, kiln::max_threads());
+  if (tactics && tactics->any()) out.prepared = tactics->prepare_all(*typed);
+  out.prepared.resize(g.nodes.size());
+  engine::LayerNeeds needs;
+  needs.workspace = [&](size_t i) { return out.prepared[i] ? out.prepared[i]->workspace_bytes(out.threads) : 0; };
+  needs.in_place_ok = [&](size_t i) { return out.prepared[i] == nullptr; };
+  out.plan = engine::plan_memory(
+      g,
+      [&](const std::string& v) -> std::optional<size_t> {
+        auto it = sizes.find(v);
+        return it == sizes.end() ? std::nullopt : it->second;
+      },
+      needs);
+  return out;
+}
 
 Result<engine::MemoryPlan> plan_at(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes) {
   KILN_ASSIGN_OR_RETURN(auto sizes, value_sizes(g, input_shapes));
@@ -269,6 +297,78 @@ Result<engine::MemoryPlan> plan_at(const ir::Graph& g, const std::map<std::strin
 namespace {
 
 int count_nodes(const ir::Graph& g) { return static_cast<int>(g.nodes.size()); }
+
+std::string bytes_str(size_t b) {
+  char buf[64];
+  if (b >= (size_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%zu bytes (%.1f MiB)", b, static_cast<double>(b) / (1 << 20));
+  else
+    std::snprintf(buf, sizeof buf, "%zu bytes", b);
+  return buf;
+}
+
+// The layers' workspaces (PreparedLayer::workspace_bytes: tactic scratch), at the opt shapes and at
+// every profile's max shapes: recorded in build["workspace"] (kiln inspect), e.plan re-planned with
+// them at the opt shapes, and capped by cfg.workspace_bytes (kiln build --workspace): a layer whose
+// kernel needs more at some profile's max shapes fails the build, naming it. Shapes other than the
+// opt ones are prepared by a runtime of their own, dropped after the check: the engine keeps only its
+// opt-shape preparation.
+Status record_workspaces(EngineImpl& e, const BuilderConfig& cfg, const std::function<void(const std::string&)>& log) {
+  const ir::Graph& g = *e.model.graph;
+  auto runtime = e.tactic_runtime();
+  std::vector<std::string> kernels;
+  for (const auto& l : e.layers) kernels.push_back(l.kernel);
+  std::vector<std::pair<std::string, std::map<std::string, Dims>>> at;
+  auto typical = e.typical_shapes();
+  if (typical.ok()) at.emplace_back("the opt shapes", typical.value());
+  for (size_t i = 0; i < e.profiles.size(); ++i) {
+    std::map<std::string, Dims> mx;
+    for (const auto& [name, r] : e.profiles[i].inputs) mx[name] = r.max;
+    if (typical.ok() && i == 0 && mx == typical.value()) continue;
+    at.emplace_back("profile " + std::to_string(i) + " '" + e.profiles[i].name + "' max shapes", mx);
+  }
+  std::vector<size_t> need(g.nodes.size(), 0);
+  std::vector<std::string> where(g.nodes.size());
+  for (size_t k = 0; k < at.size(); ++k) {
+    std::shared_ptr<engine::TacticRuntime> rt =
+        k == 0 && typical.ok() ? runtime : std::make_shared<engine::TacticRuntime>(e.model.graph, kernels, e.built_for);
+    KILN_ASSIGN_OR_RETURN(LayerPlan lp, plan_layers_at(g, at[k].second, rt.get()));
+    if (k == 0 && typical.ok()) e.plan = lp.plan;
+    for (const auto& [i, bytes] : lp.plan.workspace_sizes)
+      if (bytes > need[i]) need[i] = bytes, where[i] = at[k].first;
+  }
+  nlohmann::json layers = nlohmann::json::object();
+  size_t largest = 0, sum = 0;
+  std::vector<size_t> over;
+  for (size_t i = 0; i < need.size(); ++i) {
+    if (!need[i]) continue;
+    layers[g.nodes[i].name] = need[i];
+    largest = std::max(largest, need[i]), sum += need[i];
+    if (need[i] > cfg.workspace_bytes) over.push_back(i);
+  }
+  e.build["workspace"] = {{"limit_bytes", cfg.workspace_bytes},
+                          {"largest_bytes", largest},
+                          {"sum_bytes", sum},
+                          {"opt_arena_bytes", e.plan.arena_bytes},
+                          {"layers", layers}};
+  if (!over.empty()) {
+    std::string msg = std::to_string(over.size()) + " layer(s) need more workspace than the limit of " +
+                      bytes_str(cfg.workspace_bytes) + " (--workspace):";
+    for (size_t i : over) {
+      const ir::Node& n = g.nodes[i];
+      msg += "\n  - layer '" + n.name + "' (" + (n.domain.empty() ? n.op_type : n.domain + "." + n.op_type) +
+             ", kernel " + kernels[i] + ") needs " + bytes_str(need[i]) + " at " + where[i];
+    }
+    msg += "\nRaise --workspace to at least " + std::to_string((largest + (1 << 20) - 1) >> 20) +
+           "M, or exclude the tactic (--tactics with the others, or KILN_TACTICS) so that the layer takes one "
+           "that needs less";
+    return OutOfRange(msg);
+  }
+  if (largest)
+    log("[kiln build] layer workspaces: largest " + bytes_str(largest) + " (limit " + bytes_str(cfg.workspace_bytes) +
+        "), planned in the activation arena: " + bytes_str(e.plan.arena_bytes) + " at the opt shapes");
+  return Status::Ok();
+}
 
 Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderConfig& cfg) {
   auto log = [&](const std::string& line) {
@@ -332,6 +432,7 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   e->build["config"] = {
       {"precision", "fp32"},
       {"workspace_bytes", cfg.workspace_bytes},
+      {"activation_bytes", cfg.activation_bytes},
       {"disabled_passes", cfg.disabled_passes},
       {"device", device_name(cfg.device)},
       {"isa", cfg.isa.empty() ? "native" : cfg.isa},
@@ -351,10 +452,10 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   log("[kiln build] optimized: " + std::to_string(count_nodes(*model.graph)) + " layers");
 
   KILN_ASSIGN_OR_RETURN(e->plan, plan_at(*model.graph, opt_shapes));
-  if (e->plan.arena_bytes > cfg.workspace_bytes)
+  if (e->plan.arena_bytes > cfg.activation_bytes)
     return OutOfRange("the activation memory plan needs ", e->plan.arena_bytes,
-                      " bytes at the opt shapes, over the workspace limit of ", cfg.workspace_bytes,
-                      " — raise --workspace or lower the opt/max shapes");
+                      " bytes at the opt shapes, over the activation memory limit of ", cfg.activation_bytes,
+                      " — raise --activation-memory or lower the opt/max shapes");
   for (size_t i = 0; i < profiles.size(); ++i) {
     Profile& p = profiles[i];
     std::map<std::string, Dims> mn, op, mx;
@@ -363,10 +464,10 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
     KILN_ASSIGN_OR_RETURN(auto popt, plan_at(*model.graph, op));
     KILN_ASSIGN_OR_RETURN(auto pmax, plan_at(*model.graph, mx));
     p.memory_min = pmin.arena_bytes, p.memory_opt = popt.arena_bytes, p.memory_max = pmax.arena_bytes;
-    if (p.memory_max > cfg.workspace_bytes)
+    if (p.memory_max > cfg.activation_bytes)
       return OutOfRange("profile ", i, " '", p.name, "' needs ", p.memory_max,
-                        " bytes of activation memory at its max shapes, over the workspace limit of ",
-                        cfg.workspace_bytes, " — raise --workspace or lower the max shapes");
+                        " bytes of activation memory at its max shapes, over the activation memory limit of ",
+                        cfg.activation_bytes, " — raise --activation-memory or lower the max shapes");
     std::string ranges;
     for (const auto& [name, r] : p.inputs)
       ranges += " " + name + " " + input_signature(*model.graph, name) + " " + dims_str(r.min) + ".." + dims_str(r.max);
@@ -392,6 +493,7 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
     std::stringstream names(isa_names(needed));
     for (std::string n; names >> n;) e->required_isa.push_back(n);
   }
+  KILN_RETURN_IF_ERROR(record_workspaces(*e, cfg, log));
   KILN_RETURN_IF_ERROR(report_reference_layers(e, cfg, engine::tactic_filter(cfg.tactics).none, log));
   e->build["build_seconds"] = elapsed();
   log("[kiln build] done in " + std::to_string(elapsed()) + " s");

@@ -1,8 +1,11 @@
 // Engine (public) and ExecutionContext: running an engine with memory-planned activations.
+#include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "core/checked_size.h"
 #include "core/mapped_file.h"
+#include "core/parallel.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
 #include "engine/profiles.h"
@@ -17,9 +20,10 @@ struct ContextImpl {
   std::unique_ptr<engine::LayerExecutor> interp;  // tactics, else reference kernels
   std::map<std::string, ops::Value> inputs;
   std::vector<ops::Value> outputs;
-  // Memory plans per input-shape signature: activation memory follows the actual shapes.
-  std::map<std::string, std::shared_ptr<engine::MemoryPlan>> plans;
-  std::shared_ptr<engine::MemoryPlan> plan;
+  // Memory plans (activations and layer workspaces, with the layers prepared at those shapes) per
+  // input-shape signature: memory follows the actual shapes.
+  std::map<std::string, std::shared_ptr<LayerPlan>> plans;
+  std::shared_ptr<const engine::MemoryPlan> plan;
   std::shared_ptr<uint8_t[]> arena;
   size_t arena_capacity = 0;
   ShapeState shape_state;  // declared shapes and profile choice (profiles.cc)
@@ -30,14 +34,27 @@ struct ContextImpl {
   // The memory plan and arena for the engine's typical shapes, made when the context is: a first
   // run() at those shapes then plans and allocates nothing (the arena's pages are touched here too).
   void plan_ahead();
-  std::pair<std::string, std::shared_ptr<engine::MemoryPlan>> ahead;  // its signature and plan
+  std::pair<std::string, std::shared_ptr<LayerPlan>> ahead;  // its signature and plan
+  Result<std::shared_ptr<LayerPlan>> plan_for(const std::map<std::string, Dims>& shapes) const;
+
+  // The steady-state path (engine/executor.h): bound at the first run of each input shape, taken by
+  // the next runs at that shape while the forced profile stays what it was at binding.
+  bool may_bind() const;
+  int bound_forced = -1;
+  std::string unbound_reason;
+  std::string bound_sig;             // the signature the bound path is for
+  std::set<std::string> never_bind;  // signatures whose bound run met a shape-inference mismatch  // why the last shape
+                                     // runs through the interpreter loop ("": it does not)
+  std::function<void(size_t, const ir::Node&)> bound_timer;  // layer_timer over run_bound's hook
+  std::chrono::steady_clock::time_point layer_begin;
 };
 
 namespace {
+// The input shapes and the thread count (the layers' workspaces are sized for it).
 std::string signature(const std::map<std::string, ops::Value>& inputs) {
   std::string s;
   for (const auto& [k, v] : inputs) s += k + (v.is_tensor() ? dims_str(v.tensor.shape()) : "seq") + ";";
-  return s;
+  return s + "@" + std::to_string(std::max(1, kiln::max_threads()));
 }
 
 std::shared_ptr<uint8_t[]> alloc_arena(size_t n) {
@@ -47,22 +64,48 @@ std::shared_ptr<uint8_t[]> alloc_arena(size_t n) {
 }
 }  // namespace
 
+Result<std::shared_ptr<LayerPlan>> ContextImpl::plan_for(const std::map<std::string, Dims>& shapes) const {
+  auto tactics = interp->tactics();
+  KILN_ASSIGN_OR_RETURN(LayerPlan planned, plan_layers_at(*engine->model.graph, shapes, tactics.get()));
+  return std::make_shared<LayerPlan>(std::move(planned));
+}
+
+bool ContextImpl::may_bind() const { return !interp->on_node; }
+
 void ContextImpl::plan_ahead() {
   auto shapes = engine->typical_shapes();
   if (!shapes.ok()) return;
   std::string sig;  // as signature() writes it for inputs of these shapes
   for (const auto& [k, d] : shapes.value()) sig += k + dims_str(d) + ";";
-  auto planned = plan_at(*engine->model.graph, shapes.value());
+  sig += "@" + std::to_string(std::max(1, kiln::max_threads()));
+  auto planned = plan_for(shapes.value());
   if (!planned.ok()) return;
-  auto p = std::make_shared<engine::MemoryPlan>(std::move(planned).value());
-  ahead = {sig, p};
-  arena = alloc_arena(p->arena_bytes);
-  arena_capacity = p->arena_bytes;
+  ahead = {sig, planned.value()};
+  arena = alloc_arena(ahead.second->plan.arena_bytes);
+  arena_capacity = ahead.second->plan.arena_bytes;
   std::memset(arena.get(), 0, arena_capacity);
 }
 
 Status ContextImpl::run() {
   const ir::Graph& g = *engine->model.graph;
+  // Steady state: the shapes of the last run, bound. Nothing below allocates (tests/noalloc).
+  if (shape_state.forced == bound_forced && interp->bound_accepts(inputs) && may_bind()) {
+    ops::DeadlineScope scope(deadline);
+    layer_begin = std::chrono::steady_clock::now();
+    Status s = interp->run_bound(inputs, outputs, layer_timer ? bound_timer : nullptr);
+    if (s.ok()) {
+      shape_state.ran_with_current = true;
+      return Status::Ok();
+    }
+    if (!interp->bound_mismatch()) return s;
+    never_bind.insert(bound_sig);  // a reference kernel disagreed with shape inference: interpreter loop
+  }
+  interp->unbind();
+  // Tensors know where their memory lives: this engine's layers read host memory.
+  for (const auto& [name, v] : inputs)
+    if (v.is_tensor() && !v.tensor.location().host())
+      return InvalidArgument("input '", name, "' (", v.tensor.describe(), ") lives in ", v.tensor.location().str(),
+                             " memory, but this engine runs on the CPU — copy it to host memory first");
   KILN_RETURN_IF_ERROR(choose_profile(*engine, inputs, shape_state));
   std::string sig = signature(inputs);
   auto it = plans.find(sig);
@@ -75,22 +118,47 @@ Status ContextImpl::run() {
       }
       KILN_RETURN_IF_ERROR(ops::check_input_value(decl, in->second));
     }
-    std::shared_ptr<engine::MemoryPlan> plan_ptr = sig == ahead.first ? ahead.second : nullptr;
+    std::shared_ptr<LayerPlan> plan_ptr = sig == ahead.first ? ahead.second : nullptr;
     if (!plan_ptr) {
       std::map<std::string, Dims> shapes;
       for (const auto& [k, v] : inputs)
         if (v.is_tensor()) shapes[k] = v.tensor.shape();
-      KILN_ASSIGN_OR_RETURN(engine::MemoryPlan planned, plan_at(g, shapes));
-      plan_ptr = std::make_shared<engine::MemoryPlan>(std::move(planned));
+      KILN_ASSIGN_OR_RETURN(plan_ptr, plan_for(shapes));
     }
     it = plans.emplace(sig, plan_ptr).first;
   }
-  plan = it->second;
+  const LayerPlan& lp = *it->second;
+  plan = std::shared_ptr<const engine::MemoryPlan>(it->second, &lp.plan);
   if (arena_capacity < plan->arena_bytes) {
     arena = alloc_arena(plan->arena_bytes);
     arena_capacity = plan->arena_bytes;
   }
   const engine::MemoryPlan& p = *plan;
+  interp->set_workspaces(&p, arena.get());
+  if (!may_bind())
+    unbound_reason = "an observer or test hook is installed";
+  else if (never_bind.count(sig))
+    unbound_reason = "a reference kernel's output differed from shape inference at these shapes";
+  else if (lp.threads != std::max(1, kiln::max_threads()))
+    unbound_reason = "the thread count changed since the plan was made";
+  else
+    unbound_reason = interp->bind(p, lp.prepared, *lp.typed, lp.threads, arena, inputs);
+  if (unbound_reason.empty()) {
+    bound_forced = shape_state.forced;
+    bound_sig = sig;
+    ops::DeadlineScope scope(deadline);
+    layer_begin = std::chrono::steady_clock::now();
+    Status s = interp->run_bound(inputs, outputs, layer_timer ? bound_timer : nullptr);
+    if (s.ok()) {
+      shape_state.ran_with_current = true;
+      return Status::Ok();
+    }
+    if (!interp->bound_mismatch()) return s;
+    // Layers compute from their inputs only: the run starts again through the interpreter loop.
+    never_bind.insert(sig);
+    interp->unbind();
+    unbound_reason = s.message();
+  }
   size_t layer_index = 0;
   auto layer_begin = std::chrono::steady_clock::now();
   interp->place_outputs = [&](const ir::Node& n, std::vector<ops::Value>& outs) {
@@ -136,11 +204,20 @@ Status ContextImpl::run() {
   return Status::Ok();
 }
 
-void set_layer_timer(ContextImpl& ctx, LayerTimer timer) { ctx.layer_timer = std::move(timer); }
+void set_layer_timer(ContextImpl& ctx, LayerTimer timer) {
+  ctx.layer_timer = std::move(timer);
+  ctx.bound_timer = [c = &ctx](size_t i, const ir::Node& n) {
+    auto now = std::chrono::steady_clock::now();
+    c->layer_timer(i, n, c->layer_begin, now);
+    c->layer_begin = now;
+  };
+}
 
 void set_body_layer_timer(ContextImpl& ctx, BodyLayerTimer timer) { ctx.interp->body_timer = std::move(timer); }
 
 std::vector<int64_t> declined_runs(const ContextImpl& ctx) { return ctx.interp->declined_runs(); }
+
+std::string steady_state_blocker(const ContextImpl& ctx) { return ctx.unbound_reason; }
 
 Result<std::vector<ops::Value>> run_engine(
     const EngineImpl& e, const std::map<std::string, ops::Value>& inputs, int profile, RunInfo* info,

@@ -229,8 +229,10 @@ Result<Layout> lay_out(const EngineImpl& e) {
     layers.push_back(std::move(jl));
   }
   h["layers"] = layers;
-  h["memory"] = {
-      {"arena_bytes", e.plan.arena_bytes}, {"naive_bytes", e.plan.naive_bytes}, {"in_place", e.plan.in_place}};
+  h["memory"] = {{"arena_bytes", e.plan.arena_bytes},
+                 {"naive_bytes", e.plan.naive_bytes},
+                 {"in_place", e.plan.in_place},
+                 {"workspace_bytes", e.plan.workspace_bytes}};
   L.header = h.dump();
   L.body_length = L.weights_offset + L.weights_length;
   L.body_start = align64(kFixedHeader + L.header.size());
@@ -453,6 +455,7 @@ Result<std::shared_ptr<EngineImpl>> deserialize_parts(const std::shared_ptr<uint
     e->plan.arena_bytes = h.at("memory").at("arena_bytes").get<size_t>();
     e->plan.naive_bytes = h.at("memory").at("naive_bytes").get<size_t>();
     e->plan.in_place = h.at("memory").at("in_place").get<int>();
+    e->plan.workspace_bytes = h.at("memory").value("workspace_bytes", size_t{0});  // older engines: none
   } catch (const std::exception& ex) {
     return InvalidModel("engine header is malformed (", ex.what(), ")", kRebuild);
   }
@@ -599,6 +602,15 @@ nlohmann::json inspect(const EngineImpl& e) {
       reference.push_back(std::move(r));
     }
   j["reference_layers"] = reference;
+  // Each layer's workspace: the most its kernel needs at the opt shapes or any profile's max shapes
+  // (build["workspace"], engine/builder.cc); 0 for none and for engines of older builds.
+  const nlohmann::json no_workspace = nlohmann::json::object();
+  const nlohmann::json& ws_layers = e.build.contains("workspace") && e.build["workspace"].contains("layers")
+                                        ? e.build["workspace"]["layers"]
+                                        : no_workspace;
+  auto workspace_of = [&](const std::string& name) -> size_t {
+    return ws_layers.contains(name) ? ws_layers[name].get<size_t>() : 0;
+  };
   for (size_t li = 0; li < e.layers.size(); ++li) {
     const LayerInfo& l = e.layers[li];
     nlohmann::json ins = nlohmann::json::array(), outs = nlohmann::json::array();
@@ -613,7 +625,8 @@ nlohmann::json inspect(const EngineImpl& e) {
                       {"reference", l.reference.recorded ? reference_json(l.reference) : nlohmann::json()},
                       {"sources", l.sources},
                       {"inputs", ins},
-                      {"outputs", outs}});
+                      {"outputs", outs},
+                      {"workspace_bytes", workspace_of(l.name)}});
     if (li < g.nodes.size())
       if (nlohmann::json bodies = bodies_json(g.nodes[li]); !bodies.empty()) layers.back()["bodies"] = bodies;
   }
@@ -624,7 +637,8 @@ nlohmann::json inspect(const EngineImpl& e) {
   j["memory"] = {{"arena_bytes", e.plan.arena_bytes},
                  {"naive_bytes", e.plan.naive_bytes},
                  {"in_place", e.plan.in_place},
-                 {"dynamic_values", e.plan.dynamic.size()}};
+                 {"dynamic_values", e.plan.dynamic.size()},
+                 {"workspace", e.build.contains("workspace") ? e.build["workspace"] : nlohmann::json()}};
   nlohmann::json ins = nlohmann::json::array(), outs = nlohmann::json::array();
   for (const auto& i : g.inputs) ins.push_back({{"name", i.name}, {"type", i.type.str()}});
   for (const auto& o : g.outputs) outs.push_back({{"name", o.name}, {"type", o.type.str()}});

@@ -98,8 +98,21 @@ Result<std::shared_ptr<ir::Graph>> infer_at(const ir::Graph& g, const std::map<s
 Result<std::map<std::string, std::optional<size_t>>> value_sizes(const ir::Graph& g,
                                                                  const std::map<std::string, Dims>& input_shapes);
 
-// The memory plan of `g` when its inputs have these concrete shapes.
+// The memory plan of `g` when its inputs have these concrete shapes (activations only).
 Result<engine::MemoryPlan> plan_at(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes);
+
+// The plan an execution context runs with: activations and the layers' workspaces at these input
+// shapes, with `tactics` (may be null: reference kernels only) prepared there. prepared[i] is node
+// i's prepared tactic (nullptr: its reference kernel runs); the workspaces are sized for `threads`
+// threads (kiln::max_threads() at planning).
+struct LayerPlan {
+  engine::MemoryPlan plan;
+  std::shared_ptr<const ir::Graph> typed;  // the graph inferred at these shapes
+  std::vector<std::shared_ptr<const backends::PreparedLayer>> prepared;
+  int threads = 1;
+};
+Result<LayerPlan> plan_layers_at(const ir::Graph& g, const std::map<std::string, Dims>& input_shapes,
+                                 engine::TacticRuntime* tactics);
 
 // The engine file (format in engine_file.cc).
 Result<std::string> serialize_engine(const EngineImpl& e);
@@ -149,6 +162,9 @@ void set_body_layer_timer(ContextImpl& ctx, BodyLayerTimer timer);
 // Per layer of the context's runs so far: how many times its tactic declined the run-time shapes and
 // the layer ran its reference kernel instead (engine::LayerExecutor::declined_runs).
 std::vector<int64_t> declined_runs(const ContextImpl& ctx);
+// Why the context's last run went through the interpreter loop rather than the allocation-free bound
+// path (engine/executor.h): "layer 'Flatten_3' (Flatten) runs its reference kernel"; "" when it did not.
+std::string steady_state_blocker(const ContextImpl& ctx);
 // Where the builder's warnings go: cfg.warn, else "kiln: warning: ..." on stderr.
 std::function<void(const std::string&)> warner(const BuilderConfig& cfg);
 // Records the body layers left on reference kernels (engine::BodyTuning::reference) in

@@ -10,7 +10,8 @@ namespace kiln::engine {
 
 bool op_allows_in_place(const ir::Node& n) { return ops::has_trait(n, ops::trait::kInPlace); }
 
-MemoryPlan plan_memory(const ir::Graph& g, const std::function<std::optional<size_t>(const std::string&)>& bytes_of) {
+MemoryPlan plan_memory(const ir::Graph& g, const std::function<std::optional<size_t>(const std::string&)>& bytes_of,
+                       const LayerNeeds& needs) {
   MemoryPlan plan;
   std::set<std::string> external;
   for (const auto& in : g.inputs) external.insert(in.name);
@@ -52,6 +53,7 @@ MemoryPlan plan_memory(const ir::Graph& g, const std::function<std::optional<siz
   for (int i = 0; i < end; ++i) {
     const ir::Node& n = g.nodes[static_cast<size_t>(i)];
     if (!op_allows_in_place(n) || n.inputs.empty() || n.outputs.empty()) continue;
+    if (needs.in_place_ok && !needs.in_place_ok(static_cast<size_t>(i))) continue;
     const std::string& in = n.inputs[0];
     const std::string& out = n.outputs[0];
     if (!life.count(in) || !life.count(out) || life[in].last != i || life[in].bytes != life[out].bytes) continue;
@@ -68,6 +70,16 @@ MemoryPlan plan_memory(const ir::Graph& g, const std::function<std::optional<siz
   std::vector<std::string> roots;
   for (const auto& v : order)
     if (!shares.count(v)) roots.push_back(v);
+  // Workspaces: pseudo-values alive during their layer only ("\x01" + index cannot name a value).
+  std::map<std::string, size_t> workspace_of;
+  if (needs.workspace)
+    for (int i = 0; i < end; ++i)
+      if (size_t b = needs.workspace(static_cast<size_t>(i))) {
+        std::string key = "\x01" + std::to_string(i);
+        life[key] = {i, i, (b + 63) / 64 * 64};
+        roots.push_back(key);
+        workspace_of[key] = static_cast<size_t>(i);
+      }
   std::stable_sort(roots.begin(), roots.end(),
                    [&](const std::string& a, const std::string& b) { return life[a].bytes > life[b].bytes; });
   struct Placed {
@@ -87,8 +99,14 @@ MemoryPlan plan_memory(const ir::Graph& g, const std::function<std::optional<siz
       offset = std::max(offset, b1);
     }
     placed.push_back({offset, l.bytes, l.first, l.last});
-    plan.offsets[v] = offset;
     plan.arena_bytes = std::max(plan.arena_bytes, offset + l.bytes);
+    if (auto w = workspace_of.find(v); w != workspace_of.end()) {
+      plan.workspace_offsets[w->second] = offset;
+      plan.workspace_sizes[w->second] = l.bytes;
+      plan.workspace_bytes = std::max(plan.workspace_bytes, l.bytes);
+      continue;
+    }
+    plan.offsets[v] = offset;
   }
   for (const auto& v : order) {
     std::string root = v;

@@ -332,6 +332,12 @@ std::shared_ptr<const backends::PreparedLayer> TacticRuntime::get(const ir::Grap
 }
 
 int TacticRuntime::prepare_ahead(const ir::Graph& typed) {
+  int done = 0;
+  for (const auto& p : prepare_all(typed)) done += p != nullptr;
+  return done;
+}
+
+std::vector<std::shared_ptr<const backends::PreparedLayer>> TacticRuntime::prepare_all(const ir::Graph& typed) {
   // The layers whose every input type is known in `typed`, with those types.
   std::vector<std::pair<size_t, std::vector<InputType>>> todo;
   const auto& top = layers_.at(graph_.get());
@@ -354,16 +360,16 @@ int TacticRuntime::prepare_ahead(const ir::Graph& typed) {
     if (known) todo.emplace_back(i, std::move(types));
   }
   // Layers differ in cost by orders of magnitude: each thread takes the next layer as it finishes one.
+  std::vector<std::shared_ptr<const backends::PreparedLayer>> out(top.size());
   std::atomic<size_t> next{0};
-  std::atomic<int> done{0};
   int threads = std::max(1, kiln::max_threads());
   kiln::parallel_for(threads, 1, [&](int64_t, int64_t) {
     for (size_t t; (t = next++) < todo.size();) {
       auto& [i, types] = todo[t];
-      done += get(*graph_, i, key_of(types), types) != nullptr;
+      out[i] = get(*graph_, i, key_of(types), types);
     }
   });
-  return done.load();
+  return out;
 }
 
 }  // namespace kiln::engine

@@ -138,6 +138,9 @@ class TacticRuntime {
   // inferred at some concrete input shapes), on all threads. Layers whose input shapes are not known
   // there (and body layers) are left to run time. Returns how many layers it prepared.
   int prepare_ahead(const ir::Graph& typed);
+  // The same, returning every main-graph node's prepared layer at `typed`'s shapes (nullptr: none, or
+  // its input shapes are not known there): the context plans their workspaces and binds them.
+  std::vector<std::shared_ptr<const backends::PreparedLayer>> prepare_all(const ir::Graph& typed);
   // How many times a tactic was prepared (ahead or at run time): tests check run() prepares nothing.
   int prepares() const { return prepares_.load(); }
 

@@ -48,6 +48,7 @@ class Interpreter : public SubgraphRunner {
   Result<std::vector<Value>> run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs) override;
 
  protected:
+  const ir::Graph& graph() const { return *graph_; }
   // Runs node i of `g` (the main graph when `top_level`, else a subgraph body) on its inputs: its
   // reference kernel here. The engine's executor (engine/executor.h) overrides it to run a prepared
   // tactic where the layer has one, so both share this loop, its frames and its liveness.

@@ -41,7 +41,13 @@ std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const ch
   opt("--layout-block", f.layout_block,
       "channels per block of the blocked conv layout: auto (default: 16 with AVX-512, 8 with AVX2, 0 without either "
       "or without oneDNN), 0 (plain NCHW), 8 or 16. Recorded in the engine");
-  opt("--workspace", f.workspace_mb, "activation memory limit per context, MiB")->check(bounded(0, 1 << 30));
+  opt("--workspace", f.workspace,
+      "the most workspace (tactic scratch) one layer may use at any profile's max shapes, like trtexec's "
+      "--memPoolSize=workspace: SIZE as 64M, 512K, 2G or MiB (default 1G). A layer whose kernel needs more fails the "
+      "build, naming it, the bytes it needs and the limit");
+  opt("--activation-memory", f.activation_memory,
+      "the most planned activation memory per context at any profile's max shapes: SIZE as for --workspace "
+      "(default 1G)");
   opt("--disable-pass", f.disabled_passes, "skip a graph pass by name (repeatable; kiln inspect --passes lists them)");
   opt("--tactics", f.tactics,
       "only these kernels (names as kiln inspect shows them, comma-separated); 'reference': reference kernels only")
@@ -79,7 +85,8 @@ Result<BuilderConfig> builder_config(const BuildFlags& f) {
     cfg.profiles.push_back(std::move(p));
   }
   cfg.precision = f.fp16 ? Precision::kFP16 : f.bf16 ? Precision::kBF16 : f.int8 ? Precision::kINT8 : Precision::kFP32;
-  cfg.workspace_bytes = static_cast<size_t>(f.workspace_mb * 1024 * 1024);
+  KILN_ASSIGN_OR_RETURN(cfg.workspace_bytes, parse_size(f.workspace, "--workspace"));
+  KILN_ASSIGN_OR_RETURN(cfg.activation_bytes, parse_size(f.activation_memory, "--activation-memory"));
   cfg.disabled_passes = f.disabled_passes;
   cfg.tactics = f.tactics;
   cfg.timing_cache = f.timing_cache;

@@ -18,7 +18,7 @@ struct BuildFlags {
   std::string build_shapes;           // fixed shapes (min = opt = max): build --shapes, compare --build-shapes
   std::vector<std::string> profiles;  // --profile, repeatable
   bool fp32 = false, fp16 = false, bf16 = false, int8 = false;
-  double workspace_mb = 1024;
+  std::string workspace = "1G", activation_memory = "1G";  // SIZE: 64M, 512K, 2G, 4096B, or MiB
   std::vector<std::string> disabled_passes;
   std::vector<std::string> tactics;
   std::string timing_cache;
@@ -27,11 +27,12 @@ struct BuildFlags {
 };
 // As kiln compare's repro bundles record them (bundle.json "options"; flat, beside compare's own).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BuildFlags, min_shapes, opt_shapes, max_shapes, build_shapes, profiles,
-                                                fp32, fp16, bf16, int8, workspace_mb, disabled_passes, tactics,
-                                                timing_cache, isa, layout_block, strict_tactics, verbose)
+                                                fp32, fp16, bf16, int8, workspace, activation_memory, disabled_passes,
+                                                tactics, timing_cache, isa, layout_block, strict_tactics, verbose)
 
 // Registers the build flags on `cmd` in the option group "Engine build": --min-shapes, --opt-shapes,
-// --max-shapes, --profile, --fp32/--fp16/--bf16/--int8, --isa, --layout-block, --workspace, --disable-pass, --tactics,
+// --max-shapes, --profile, --fp32/--fp16/--bf16/--int8, --isa, --layout-block, --workspace, --activation-memory,
+// --disable-pass, --tactics,
 // --timing-cache, --strict-tactics, --verbose, and the fixed-shape flag under the name
 // `fixed_shapes_flag` ("--shapes" for kiln build, "--build-shapes" for compare; nullptr: none, the
 // command fills f.build_shapes itself, as bench does from its --shapes). Returns the options.

@@ -270,4 +270,34 @@ std::string sanitize_name(const std::string& name) {
   return s;
 }
 
+Result<size_t> parse_size(const std::string& text, const std::string& flag) {
+  auto bad = [&]() {
+    return InvalidArgument(flag, " '", text, "': not a size — write e.g. 64M, 512K, 2G or a number of MiB");
+  };
+  if (text.empty()) return bad();
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return bad();
+  }
+  std::string unit = text.substr(used);
+  const bool had_b = !unit.empty() && (unit.back() == 'B' || unit.back() == 'b');
+  if (had_b) unit.pop_back();
+  double scale = 0;
+  if (unit.empty())
+    scale = had_b ? 1 : 1 << 20;  // "4096B" is bytes, "64" MiB
+  else if (unit == "K" || unit == "k")
+    scale = 1 << 10;
+  else if (unit == "M" || unit == "m")
+    scale = 1 << 20;
+  else if (unit == "G" || unit == "g")
+    scale = 1 << 30;
+  if (scale == 0 || !std::isfinite(v) || v < 0) return bad();
+  const double bytes = v * scale;
+  if (bytes > 1e18) return InvalidArgument(flag, " '", text, "': too large");
+  return static_cast<size_t>(bytes);
+}
+
 }  // namespace kiln::tools

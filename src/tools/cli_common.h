@@ -55,6 +55,10 @@ Result<ops::Value> read_value_file(const std::string& path, const ir::TypeInfo* 
 Status fill_random_inputs(const ir::Graph& g, uint64_t seed, const std::map<std::string, Dims>& shapes,
                           std::map<std::string, ops::Value>& inputs);
 
+// A memory size as trtexec writes them: "64M", "512K", "2G" (binary units, an optional trailing B,
+// fractions allowed: "1.5G"); a bare number is MiB. Errors name `flag`.
+Result<size_t> parse_size(const std::string& text, const std::string& flag);
+
 // "NAME:1x3x224x224,NAME2:1x128" -> map.
 Result<std::map<std::string, Dims>> parse_shapes(const std::string& spec);
 

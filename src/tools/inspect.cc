@@ -147,8 +147,11 @@ void print_text(const nlohmann::json& j, bool passes_only) {
     std::string out = l["outputs"].empty() ? "" : l["outputs"][0]["type"].get<std::string>();
     std::string src;
     for (const auto& s : l["sources"]) src += (src.empty() ? "" : ",") + s.get<std::string>();
-    std::printf("  %4d %-32s %-24s %-10s %-26s <- %s\n", i++, l["name"].get<std::string>().c_str(),
-                l["op"].get<std::string>().c_str(), l["kernel"].get<std::string>().c_str(), out.c_str(), src.c_str());
+    const size_t ws = l.value("workspace_bytes", size_t{0});
+    std::string wss = ws ? " ws " + mib(static_cast<double>(ws)) : "";
+    std::printf("  %4d %-32s %-24s %-10s %-26s%s <- %s\n", i++, l["name"].get<std::string>().c_str(),
+                l["op"].get<std::string>().c_str(), l["kernel"].get<std::string>().c_str(), out.c_str(), wss.c_str(),
+                src.c_str());
     print_candidates(l);
     if (l.contains("bodies")) print_bodies(l["bodies"], 0);
   }
@@ -169,9 +172,19 @@ void print_text(const nlohmann::json& j, bool passes_only) {
                     d(in["max"]).c_str());
     }
   const auto& m = j["memory"];
-  std::printf("memory   planned activation peak %s vs naive sum %s (%d in place); weights %s\n",
-              mib(m["arena_bytes"].get<double>()).c_str(), mib(m["naive_bytes"].get<double>()).c_str(),
-              m["in_place"].get<int>(), mib(j["weights_bytes"].get<double>()).c_str());
+  std::printf(
+      "memory   planned arena peak %s (activations and layer workspaces) vs naive activation sum %s (%d in "
+      "place); weights %s\n",
+      mib(m["arena_bytes"].get<double>()).c_str(), mib(m["naive_bytes"].get<double>()).c_str(),
+      m["in_place"].get<int>(), mib(j["weights_bytes"].get<double>()).c_str());
+  if (m.contains("workspace") && m["workspace"].is_object()) {
+    const auto& w = m["workspace"];
+    std::printf(
+        "workspace %zu layer(s) with one: largest %s, sum %s, limit %s (kiln build --workspace); planned in "
+        "the arena over dead activations\n",
+        w["layers"].size(), mib(w["largest_bytes"].get<double>()).c_str(), mib(w["sum_bytes"].get<double>()).c_str(),
+        mib(w["limit_bytes"].get<double>()).c_str());
+  }
 }
 }  // namespace
 

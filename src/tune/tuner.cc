@@ -103,6 +103,8 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
     std::shared_ptr<const backends::PreparedLayer> prepared;
     std::vector<Tensor> outs;
     std::vector<Tensor*> out_ptrs;
+    Tensor workspace;  // workspace_bytes() of the candidate, made once: timed runs allocate nothing
+    backends::RunContext ctx;
     std::vector<double> times;
     double total_ms = 0;
     bool done = false;
@@ -161,7 +163,7 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
       if (!timer) {
         tm.error = "no timer for device " + backends::device_name(sig.device);
       } else {
-        Result<double> ms = timer->time_ms([&] { return tm.prepared->run(in_ptrs, tm.out_ptrs); });
+        Result<double> ms = timer->time_ms([&] { return tm.prepared->run(tm.ctx, in_ptrs, tm.out_ptrs); });
         if (!ms.ok())
           tm.error = ms.status().message();
         else if (measured)
@@ -182,6 +184,13 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
         tm.outs.push_back(known ? Tensor(o < dtypes.size() ? dtypes[o] : DataType::kFloat32, shapes[o]) : Tensor());
       }
       for (auto& o : tm.outs) tm.out_ptrs.push_back(&o);
+      tm.ctx.threads = std::max(1, kiln::max_threads());
+      if (size_t ws = tm.prepared->workspace_bytes(tm.ctx.threads)) {
+        tm.workspace = Tensor::uninitialized(DataType::kUInt8, {static_cast<int64_t>(ws)});
+        backends::poison_workspace(tm.workspace.raw(), ws);
+        tm.ctx.workspace = tm.workspace.raw();
+        tm.ctx.workspace_bytes = ws;
+      }
     } catch (const std::exception& e) {
       tm.error = what_of(e);
       tm.done = true;

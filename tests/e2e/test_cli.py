@@ -130,4 +130,22 @@ if has_tactics:
     check(rc == 0 and "kiln: warning: timing cache" in log and "corrupt" in log and os.path.exists(cache + ".corrupt"),
           "a corrupt timing cache is ignored with a warning and moved aside")
 
+# --workspace: a cap on one layer's workspace (tactic scratch); inspect shows each layer's and the total.
+if has_tactics:
+    rc, text = kiln("inspect", engine)
+    check(rc == 0 and re.search(r"workspace \d+ layer\(s\) with one: largest .* limit 1024.00 MiB", text) is not None,
+          "inspect shows the layers' workspace: largest, sum, limit")
+    # Plain-layout convolutions (no blocked layout pass): oneDNN reorders X and Y through the workspace.
+    plain = ("--disable-pass", "layout_blocked", "--tactics", "conv2d_onednn_blocked")
+    rc, log = kiln("build", conv, "-o", engine, "--shapes", "img:2x16x16x16", "--threads", "1", *plain, "--workspace", "64B")
+    check(rc == 3 and "need more workspace than the limit of 64 bytes (--workspace)" in log and "layer 'conv" in log
+          and "Raise --workspace" in log and "exclude the tactic" in log,
+          "a --workspace below a layer's need fails the build naming the layer, the bytes and the fix")
+    rc, log = kiln("build", conv, "-o", engine, "--shapes", "img:2x16x16x16", "--threads", "1", *plain, "--workspace", "64M")
+    check(rc == 0, "--workspace 64M builds")
+    rc, text = kiln("inspect", engine)
+    check(rc == 0 and re.search(r"conv2d_onednn_\w+ .* ws \d", text) is not None, "inspect shows a layer's workspace")
+rc, log = kiln("build", conv, "-o", engine, "--shapes", "img:2x16x16x16", "--workspace", "lots")
+check(rc == 3 and "--workspace 'lots': not a size" in log, "a --workspace that is not a size is an error naming it")
+
 finish()

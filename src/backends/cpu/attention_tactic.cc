@@ -137,7 +137,8 @@ class PreparedAttention : public PreparedLayer {
 
   std::vector<Dims> output_shapes() const override { return {out}; }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& outs) const override {
     xf::AttentionProblem r = p;
     r.q = in[0]->data<float>();
     // A packed MultiHeadAttention reads K and V from input 0 (the offsets say where).

@@ -22,7 +22,8 @@ class PreparedConcat : public PreparedLayer {
   Dims out_shape;
 
   std::vector<Dims> output_shapes() const override { return {out_shape}; }
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     float* y = out[0]->data<float>();
     const int64_t total = runs.empty() ? 0 : runs.back().out_begin + runs.back().len;
     parallel_for(total, 1 << 14, [&](int64_t b, int64_t e) {

@@ -75,7 +75,8 @@ class PreparedConv : public PreparedLayer {
 
   std::vector<Dims> output_shapes() const override { return {{g.n, g.m, g.oh, g.ow}}; }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     const float* x = in[0]->data<float>();
     const float* res = has_residual ? in[3]->data<float>() : nullptr;
     float* y = out[0]->data<float>();

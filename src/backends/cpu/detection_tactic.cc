@@ -215,7 +215,8 @@ class PreparedNms : public PreparedLayer {
   std::vector<Dims> output_shapes() const override { return {{-1, 3}}; }
   std::vector<DataType> output_dtypes() const override { return {DataType::kInt64}; }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     const Tensor& boxes = *in[0];
     const Tensor& scores = *in[1];
     auto scalar = [&](size_t i, const char* name) -> Result<const Tensor*> {
@@ -418,7 +419,8 @@ class PreparedRoiAlign : public PreparedLayer {
 
   std::vector<Dims> output_shapes() const override { return {out_shape}; }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     const Tensor& x = *in[0];
     const Tensor& rois = *in[1];
     const Tensor& bidx = *in[2];

@@ -247,7 +247,8 @@ class PreparedProgram : public PreparedLayer {
 
   std::vector<Dims> output_shapes() const override { return {out}; }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& outs) const override {
     const float* ptrs[kMaxInputs];
     for (int i = 0; i < prog.n_inputs; ++i) {  // a missing optional input is never read
       const Tensor* t = static_cast<size_t>(i) < in.size() ? in[static_cast<size_t>(i)] : nullptr;
@@ -353,7 +354,8 @@ class PreparedConcatProgram : public PreparedLayer {
 
   std::vector<Dims> output_shapes() const override { return {out}; }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
+  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& outs) const override {
     float* y = outs[0]->data<float>();
     const size_t np = pieces.size();
     int64_t total = 0;

@@ -111,7 +111,8 @@ class PreparedGemm : public PreparedLayer {
 
   std::vector<Dims> output_shapes() const override { return {out_shape}; }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     float* y = out[0]->data<float>();
     GemmArgs g;
     g.m = m, g.n = n, g.k = k;

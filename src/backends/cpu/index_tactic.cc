@@ -64,7 +64,8 @@ class PreparedTopK : public PreparedLayer {
   std::vector<Dims> output_shapes() const override { return {shape_for(k), shape_for(k)}; }
   std::vector<DataType> output_dtypes() const override { return {DataType::kFloat32, DataType::kInt64}; }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     int64_t kk = k;
     if (kk < 0) {
       const Tensor* kt = in.size() > 1 ? in[1] : nullptr;
@@ -161,7 +162,8 @@ class PreparedGatherND : public PreparedLayer {
   std::vector<Dims> output_shapes() const override { return {out_shape}; }
   std::vector<DataType> output_dtypes() const override { return {dtype}; }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     const Tensor& data = *in[0];
     const Tensor& ind = *in[1];
     const Dims strides = strides_of(data_shape);
@@ -245,7 +247,8 @@ class PreparedNonZero : public PreparedLayer {
       if (p[i] != T(0)) hits.push_back(i);
   }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     const Tensor& x = *in[0];
     const int64_t total = x.numel(), r = static_cast<int64_t>(shape.size());
     std::vector<int64_t> hits;
@@ -412,7 +415,8 @@ class PreparedScatter : public PreparedLayer {
     return true;
   }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     const Tensor& data = *in[0];
     if (scatter_rows(data, *in[1], *in[2], *out[0])) return Status::Ok();
     const size_t bytes = data.nbytes();
@@ -512,7 +516,8 @@ class PreparedFill : public PreparedLayer {
   int64_t rank = 0;
   std::vector<Dims> output_shapes() const override { return {Dims(static_cast<size_t>(rank), -1)}; }
   std::vector<DataType> output_dtypes() const override { return {value.dtype()}; }
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     KILN_ASSIGN_OR_RETURN(Dims shape, shape_input(*in[0], "the shape"));
     if (auto n = checked_numel(shape, "ConstantOfShape's output"); !n.ok()) return n.status();
     Tensor y = Tensor::uninitialized(value.dtype(), shape);
@@ -530,7 +535,8 @@ class PreparedExpand : public PreparedLayer {
   int64_t rank = 0;  // of the output, when the shape input's length is known
   std::vector<Dims> output_shapes() const override { return {Dims(static_cast<size_t>(rank), -1)}; }
   std::vector<DataType> output_dtypes() const override { return {dtype}; }
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     KILN_ASSIGN_OR_RETURN(Dims target, shape_input(*in[1], "Expand's shape"));
     const Dims& x = x_shape;
     const size_t ro = std::max(x.size(), target.size());

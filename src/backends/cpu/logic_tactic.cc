@@ -155,7 +155,8 @@ class PreparedLogic : public PreparedLayer {
     });
   }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& outs) const override {
     if (rows.inner == 0) return Status::Ok();
     const int64_t units = rows.outer() * ((rows.inner + kChunk - 1) / kChunk);
     const int64_t grain = std::max<int64_t>(1, kGrainElements / std::min(kChunk, rows.inner));
@@ -317,7 +318,8 @@ class PreparedCast : public PreparedLayer {
   std::vector<Dims> output_shapes() const override { return {shape}; }
   std::vector<DataType> output_dtypes() const override { return {to}; }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& outs) const override {
     const int64_t n = in[0]->numel();
     const void* x = in[0]->raw();
     void* y = outs[0]->raw();

@@ -223,7 +223,8 @@ class PreparedMovement : public PreparedLayer {
     return std::vector<DataType>(shapes.size(), dtype);
   }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& outs) const override {
     const size_t es = dtype_size(dtype);
     if (gather) return run_gather(*in[0], *in[1], *outs[0]);
     if (concat) {

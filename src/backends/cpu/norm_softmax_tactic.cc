@@ -59,18 +59,25 @@ class PreparedLayerNorm : public PreparedLayer {
   std::vector<float> scale, bias;  // constants (scalars expanded); empty: read at run time
 
   std::vector<Dims> output_shapes() const override { return {shape}; }
+  // A run-time Scale or B given as one value is expanded to a row of `len` floats there.
+  size_t workspace_bytes(int) const override {
+    const size_t row = workspace_piece(static_cast<size_t>(len) * sizeof(float));
+    return (has_scale && scale.empty() ? row : 0) + (has_bias && bias.empty() ? row : 0);
+  }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
-    std::vector<float> tmp_scale, tmp_bias;
-    auto param = [&](size_t i, const std::vector<float>& prepared, std::vector<float>& tmp) -> const float* {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    WorkspaceSlicer ws(ctx);
+    auto param = [&](size_t i, const std::vector<float>& prepared) -> const float* {
       if (!prepared.empty()) return prepared.data();
+      auto* row = static_cast<float*>(ws.take(static_cast<size_t>(len) * sizeof(float)));  // taken either way
       const Tensor& t = *in[i];
       if (t.numel() == len) return t.data<float>();
-      tmp.assign(static_cast<size_t>(len), t.data<float>()[0]);
-      return tmp.data();
+      std::fill(row, row + len, t.data<float>()[0]);
+      return row;
     };
-    const float* s = has_scale ? param(1, scale, tmp_scale) : nullptr;
-    const float* b = has_bias ? param(2, bias, tmp_bias) : nullptr;
+    const float* s = has_scale ? param(1, scale) : nullptr;
+    const float* b = has_bias ? param(2, bias) : nullptr;
     const float* x = in[0]->data<float>();
     float* y = out[0]->data<float>();
     parallel_for(rows, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(len, 1)),
@@ -158,7 +165,8 @@ class PreparedSoftmax : public PreparedLayer {
 
   std::vector<Dims> output_shapes() const override { return {shape}; }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     const float* x = in[0]->data<float>();
     float* y = out[0]->data<float>();
     if (inner > 1) {
@@ -253,7 +261,8 @@ class PreparedGroupNorm : public PreparedLayer {
 
   std::vector<Dims> output_shapes() const override { return {shape}; }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     const float* x = in[0]->data<float>();
     float* y = out[0]->data<float>();
     const int64_t len = channels * spatial;

@@ -75,25 +75,10 @@ bool append_activation(const ir::Node& n, dnnl::post_ops& po) {
   return true;
 }
 
-void* thread_buffer(int slot, size_t bytes) {
-  struct Buf {
-    std::unique_ptr<uint8_t, void (*)(uint8_t*)> p{nullptr,
-                                                   [](uint8_t* q) { ::operator delete[](q, std::align_val_t(64)); }};
-    size_t n = 0;
-  };
-  thread_local Buf bufs[4];
-  Buf& b = bufs[slot];
-  if (b.n < bytes) {
-    b.p.reset(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t(64))));
-    b.n = bytes;
-  }
-  return b.p.get();
-}
-
-void execute(const dnnl::primitive& p, const dnnl::memory::desc& scratchpad_md,
+void execute(const dnnl::primitive& p, const dnnl::memory::desc& scratchpad_md, void* scratchpad,
              std::unordered_map<int, dnnl::memory> args) {
-  size_t n = scratchpad_md.get_size();
-  if (n) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_md, cpu_engine(), thread_buffer(3, n)));
+  if (scratchpad_md.get_size())
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_md, cpu_engine(), scratchpad));
   p.execute(thread_stream(), args);
   thread_stream().wait();
 }

@@ -9,6 +9,7 @@
 
 #include "backends/cpu/onednn_geometry.h"
 #include "backends/tactic.h"
+#include "core/library_scope.h"
 
 namespace kiln::backends::cpu::onednn {
 
@@ -29,9 +30,12 @@ dnnl::memory::dims to_dnnl(const Dims& d);
 // "" if every present input is float32 and the compute precision is float32.
 std::string check_f32(const LayerSignature& sig);
 
-// Runs `f` turning oneDNN's exceptions into a Status naming the tactic.
+// Runs `f` turning oneDNN's exceptions into a Status naming the tactic. `f` calls oneDNN's API, whose
+// memory objects and argument maps are small heap objects made per call (oneDNN 2.x's execute
+// builds its own argument map too): the scope marks them as the library's (core/library_scope.h).
 template <typename F>
 Status guarded(const std::string& tactic, F&& f) {
+  LibraryCallScope library;
   try {
     return f();
   } catch (const dnnl::error& e) {
@@ -45,13 +49,10 @@ Status guarded(const std::string& tactic, F&& f) {
 
 namespace kiln::backends::cpu::onednn {
 
-// Growable, 64-byte-aligned per-thread scratch buffers (reorder temporaries, oneDNN scratchpads):
-// a thread runs one layer at a time, so slot k of a thread is never used twice at once.
-void* thread_buffer(int slot, size_t bytes);
-
-// Runs a primitive with a user-managed scratchpad (primitives are shared between threads, so
-// oneDNN's own per-primitive scratchpad would race).
-void execute(const dnnl::primitive& p, const dnnl::memory::desc& scratchpad_md,
+// Runs a primitive with a user-managed scratchpad (dnnl::scratchpad_mode::user: primitives are
+// shared between threads, so oneDNN's own per-primitive scratchpad would race) at `scratchpad`, a
+// piece of the layer's workspace of scratchpad_md.get_size() bytes (nullptr when that is 0).
+void execute(const dnnl::primitive& p, const dnnl::memory::desc& scratchpad_md, void* scratchpad,
              std::unordered_map<int, dnnl::memory> args);
 
 // Copies `src` (plain, user layout) into memory of layout `dst_md` at `dst` (reorder when they differ).

@@ -125,25 +125,34 @@ class PreparedConv : public PreparedLayer {
     y.insert(y.end(), g.w.out.begin(), g.w.out.end());
     return {y};
   }
+  // X in oneDNN's layout (when it differs from the plain one), Y likewise, the scratchpad.
+  size_t workspace_bytes(int) const override {
+    return workspace_piece(src_md != user_src ? src_md.get_size() : 0) +
+           workspace_piece(dst_md != user_dst ? dst_md.get_size() : 0) + workspace_piece(scratch_md.get_size());
+  }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       auto& eng = cpu_engine();
+      WorkspaceSlicer ws(ctx);
       void* src = const_cast<void*>(in[0]->raw());
-      if (src_md != user_src) {
-        void* tmp = thread_buffer(0, src_md.get_size());
-        run_reorder(src_in, user_src, src, src_md, tmp);
-        src = tmp;
-      }
+      void* src_tmp = ws.take(src_md != user_src ? src_md.get_size() : 0);
       bool dst_plain = dst_md == user_dst;
-      void* dst = dst_plain ? out[0]->raw() : thread_buffer(1, dst_md.get_size());
+      void* dst_tmp = ws.take(dst_plain ? 0 : dst_md.get_size());
+      void* scratch = ws.take(scratch_md.get_size());
+      if (src_tmp) {
+        run_reorder(src_in, user_src, src, src_md, src_tmp);
+        src = src_tmp;
+      }
+      void* dst = dst_plain ? out[0]->raw() : dst_tmp;
       if (has_residual && dst_plain) std::memcpy(dst, in[3]->raw(), dst_md.get_size());
       if (has_residual && !dst_plain) run_reorder(residual_in, user_dst, in[3]->raw(), dst_md, dst);
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src_md, eng, src)},
                                            {DNNL_ARG_WEIGHTS, weights},
                                            {DNNL_ARG_DST, memory(dst_md, eng, dst)}};
       if (has_bias) args.emplace(DNNL_ARG_BIAS, bias);
-      execute(prim, scratch_md, std::move(args));
+      execute(prim, scratch_md, scratch, std::move(args));
       if (!dst_plain) run_reorder(dst_out, dst_md, dst, user_dst, out[0]->raw());
       return Status::Ok();
     });

@@ -32,8 +32,10 @@ class PreparedMatmul : public PreparedLayer {
   std::vector<float> prefill;  // beta * C broadcast to the output (Gemm's C that is not per-column)
 
   std::vector<Dims> output_shapes() const override { return {out_shape}; }
+  size_t workspace_bytes(int) const override { return workspace_piece(pd.scratchpad_desc().get_size()); }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       auto& eng = cpu_engine();
       float* dst = out[0]->data<float>();
@@ -51,7 +53,9 @@ class PreparedMatmul : public PreparedLayer {
                                            {DNNL_ARG_DST, memory(dst_md, eng, dst)}};
       args.emplace(DNNL_ARG_WEIGHTS, weights ? weights : memory(wei_md, eng, const_cast<void*>(in[1]->raw())));
       if (has_bias) args.emplace(DNNL_ARG_BIAS, bias);
-      execute(prim, pd.scratchpad_desc(), std::move(args));
+      WorkspaceSlicer ws(ctx);
+      const memory::desc scratch_md = pd.scratchpad_desc();
+      execute(prim, scratch_md, ws.take(scratch_md.get_size()), std::move(args));
       return Status::Ok();
     });
   }

@@ -83,14 +83,22 @@ class PreparedBlockedConv : public PreparedLayer {
   memory weights, bias;
 
   std::vector<Dims> output_shapes() const override { return {tensor_dims(dst_md, block)}; }
+  // X in the primitive's layout when it differs, the scratchpad.
+  size_t workspace_bytes(int) const override {
+    return workspace_piece(reorder_src ? src_bytes : 0) + workspace_piece(scratch_md.get_size());
+  }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       ThreadCapScope cap(thread_cap);
       auto& eng = cpu_engine();
+      WorkspaceSlicer ws(ctx);
       void* src = const_cast<void*>(in[0]->raw());
+      void* src_tmp = ws.take(reorder_src ? src_bytes : 0);
+      void* scratch = ws.take(scratch_md.get_size());
       if (reorder_src) {
-        void* tmp = thread_buffer(0, src_bytes);
+        void* tmp = src_tmp;
         memory a(x_md, eng, src), b(src_md, eng, tmp);
         src_in.execute(thread_stream(), {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}});
         src = tmp;
@@ -111,7 +119,7 @@ class PreparedBlockedConv : public PreparedLayer {
           args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(dst_md, eng, r));
         }
       }
-      execute(prim, scratch_md, std::move(args));
+      execute(prim, scratch_md, scratch, std::move(args));
       if (kiln_act.kind != ActKind::kNone) {  // f(0) = 0: the padding lanes stay zero
         float* y = static_cast<float*>(dst);
         parallel_for(static_cast<int64_t>(dst_bytes / sizeof(float)), 1 << 15,
@@ -288,7 +296,8 @@ class PreparedReorder : public PreparedLayer {
   dnnl::reorder prim;
 
   std::vector<Dims> output_shapes() const override { return {tensor_dims(to, out_block)}; }
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       auto& eng = cpu_engine();
       memory a(from, eng, const_cast<void*>(in[0]->raw())), b(to, eng, out[0]->raw());

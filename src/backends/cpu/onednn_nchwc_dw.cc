@@ -45,13 +45,23 @@ class PreparedConvDw : public PreparedLayer {
   memory w1, b1, w2, b2;
 
   std::vector<Dims> output_shapes() const override { return {{g2.n, (g2.m + block - 1) / block, g2.oh, g2.ow, block}}; }
+  // Unfused: the 1x1 convolution's output; then each primitive's scratchpad.
+  size_t workspace_bytes(int) const override {
+    return workspace_piece(fused ? 0 : mid_bytes) + workspace_piece(scratch1.get_size()) +
+           workspace_piece(fused ? 0 : scratch2.get_size());
+  }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       auto& eng = cpu_engine();
       memory x(x_md, eng, const_cast<void*>(in[0]->raw())), y(y_md, eng, out[0]->raw());
+      WorkspaceSlicer ws(ctx);
+      void* mid_buf = ws.take(fused ? 0 : mid_bytes);
+      void* s1 = ws.take(scratch1.get_size());
+      void* s2 = ws.take(fused ? 0 : scratch2.get_size());
       if (fused) {
-        execute(prim1, scratch1,
+        execute(prim1, scratch1, s1,
                 {{DNNL_ARG_SRC, x},
                  {DNNL_ARG_WEIGHTS, w1},
                  {DNNL_ARG_BIAS, b1},
@@ -60,9 +70,11 @@ class PreparedConvDw : public PreparedLayer {
                  {DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS, b2}});
         return Status::Ok();
       }
-      memory mid(mid_md, eng, thread_buffer(1, mid_bytes));
-      execute(prim1, scratch1, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w1}, {DNNL_ARG_BIAS, b1}, {DNNL_ARG_DST, mid}});
-      execute(prim2, scratch2, {{DNNL_ARG_SRC, mid}, {DNNL_ARG_WEIGHTS, w2}, {DNNL_ARG_BIAS, b2}, {DNNL_ARG_DST, y}});
+      memory mid(mid_md, eng, mid_buf);
+      execute(prim1, scratch1, s1,
+              {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w1}, {DNNL_ARG_BIAS, b1}, {DNNL_ARG_DST, mid}});
+      execute(prim2, scratch2, s2,
+              {{DNNL_ARG_SRC, mid}, {DNNL_ARG_WEIGHTS, w2}, {DNNL_ARG_BIAS, b2}, {DNNL_ARG_DST, y}});
       return Status::Ok();
     });
   }

@@ -130,11 +130,14 @@ class PreparedPool : public PreparedLayer {
     if (block > 0) y.push_back(block);
     return {y};
   }
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  size_t workspace_bytes(int) const override { return workspace_piece(scratch_md.get_size()); }
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     return guarded(name, [&]() -> Status {
       ThreadCapScope cap(thread_cap);
       auto& eng = cpu_engine();
-      execute(prim, scratch_md,
+      WorkspaceSlicer ws(ctx);
+      execute(prim, scratch_md, ws.take(scratch_md.get_size()),
               {{DNNL_ARG_SRC, memory(src_md, eng, const_cast<void*>(in[0]->raw()))},
                {DNNL_ARG_DST, memory(dst_md, eng, out[0]->raw())}});
       if (!factors.empty()) rescale(out[0]->data<float>());

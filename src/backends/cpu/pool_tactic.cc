@@ -43,7 +43,8 @@ class PreparedPool : public PreparedLayer {
   std::vector<float> reciprocals;
 
   std::vector<Dims> output_shapes() const override { return {out_shape}; }
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     pool2d(isa, p, reciprocals.data(), in[0]->data<float>(), out[0]->data<float>());
     return Status::Ok();
   }

@@ -44,7 +44,8 @@ class PreparedReduce : public PreparedLayer {
 
   std::vector<Dims> output_shapes() const override { return {out_shape}; }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& outs) const override {
     const float* x = in[0]->data<float>();
     float* y = outs[0]->data<float>();
     if (inner == 1) {

@@ -128,7 +128,8 @@ class PreparedResize : public PreparedLayer {
     }
   }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& outs) const override {
     const float* x = in[0]->data<float>();
     float* y = outs[0]->data<float>();
     if (outs[0]->numel() == 0) return Status::Ok();

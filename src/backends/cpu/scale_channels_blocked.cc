@@ -31,7 +31,8 @@ class PreparedScale : public PreparedLayer {
   Dims out_shape;
 
   std::vector<Dims> output_shapes() const override { return {out_shape}; }
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     const Tensor& x = *in[map];
     const float* xs = x.data<float>();
     const float* ss = in[1 - map]->data<float>();

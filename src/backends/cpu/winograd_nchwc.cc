@@ -87,7 +87,8 @@ class PreparedWinograd : public PreparedLayer {
     return {{g.n, g.m / 16, g.oh, g.ow, 16}};
   }
 
-  Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
     const Geometry& g = plan.g;
     const float* x = in[0]->data<float>();
     const float* r = has_residual ? in[3]->data<float>() : nullptr;

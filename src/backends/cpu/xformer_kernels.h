@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backends/cpu/cpu_features.h"
@@ -20,6 +21,21 @@ namespace kiln::backends::cpu::xf {
 // softmax(Q K' * scale + mask) V for a batch of independent problems (one per batch index and
 // head). Within a problem, rows are contiguous and rows are `*_rs` elements apart; problem p
 // starts at `*_off[p]`.
+// Per-problem offsets, shared on copy: a run copies its prepared problem to set the data pointers,
+// which must not allocate (the offsets are filled once, at prepare time).
+class SharedOffsets {
+ public:
+  void push_back(int64_t v) {
+    if (!v_) v_ = std::make_shared<std::vector<int64_t>>();
+    v_->push_back(v);
+  }
+  int64_t operator[](int64_t i) const { return (*v_)[static_cast<size_t>(i)]; }
+  size_t size() const { return v_ ? v_->size() : 0; }
+
+ private:
+  std::shared_ptr<std::vector<int64_t>> v_;
+};
+
 struct AttentionProblem {
   const float *q = nullptr, *k = nullptr, *v = nullptr, *mask = nullptr;
   float* y = nullptr;
@@ -29,8 +45,8 @@ struct AttentionProblem {
   int64_t mask_rs = 0;         // 0: one mask row for every query row
   bool mask_rows_vary = true;  // false: one mask value per row (broadcast along the keys)
   float scale = 1.f;
-  std::vector<int64_t> q_off, k_off, v_off, mask_off, y_off;  // per problem
-  int64_t row_block = 0;                                      // query rows per work item (a multiple of micro_rows)
+  SharedOffsets q_off, k_off, v_off, mask_off, y_off;  // per problem
+  int64_t row_block = 0;                               // query rows per work item (a multiple of micro_rows)
   int64_t problems() const { return static_cast<int64_t>(q_off.size()); }
   int64_t row_blocks() const { return row_block ? (sq + row_block - 1) / row_block : 0; }
 };

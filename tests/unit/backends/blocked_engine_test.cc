@@ -173,7 +173,7 @@ TEST(BlockedEngine, FusedConvDwKernelMatchesReference) {
     Tensor got(DataType::kFloat32, w.shape());
     std::vector<const Tensor*> ins;
     for (const auto& x : in) ins.push_back(&x);
-    ASSERT_TRUE(p.value()->run(ins, {&got}).ok());
+    ASSERT_TRUE(p.value()->run_standalone(ins, {&got}).ok());
     int bad = 0;
     for (int64_t i = 0; i < w.numel(); ++i) {
       float a = w.data<float>()[i], b = got.data<float>()[i];

@@ -181,7 +181,7 @@ int check(const backends::Tactic* tactic, int cases, uint64_t seed,
     std::vector<const Tensor*> ins;
     for (size_t i = 0; i < lc.node.inputs.size(); ++i)
       ins.push_back(lc.node.inputs[i].empty() || !lc.inputs[i].defined() ? nullptr : &lc.inputs[i]);
-    Status st = prepared.value()->run(ins, {&got});
+    Status st = prepared.value()->run_standalone(ins, {&got});
     EXPECT_TRUE(st.ok()) << st.to_string();
     int bad = 0;
     int64_t first_bad = -1;

@@ -831,7 +831,7 @@ void check_tactics(const LayerCase& lc, const std::vector<Tensor>& want, int ite
       std::vector<const Tensor*> ins;
       for (size_t i = 0; i < lc.node.inputs.size(); ++i)
         ins.push_back(lc.node.inputs[i].empty() || !lc.inputs[i].defined() ? nullptr : &lc.inputs[i]);
-      Status st = prepared.value()->run(ins, got_ptrs);
+      Status st = prepared.value()->run_standalone(ins, got_ptrs);
       ASSERT_TRUE(st.ok()) << st.to_string();
       for (size_t o = 0; o < want.size(); ++o) {
         ASSERT_TRUE(got[o].defined()) << t->name() << " on case " << iter << " left output " << o << " undefined";
@@ -1101,7 +1101,7 @@ TEST(Tactics, GatherIndexOutOfRangeIsAnError) {
   auto p = t->prepare(testing::layer_signature(lc));
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   Tensor y(DataType::kFloat32, {2, 3});
-  Status st = p.value()->run({&lc.inputs[0], &lc.inputs[1]}, {&y});
+  Status st = p.value()->run_standalone({&lc.inputs[0], &lc.inputs[1]}, {&y});
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("out of range"), std::string::npos) << st.message();
   EXPECT_FALSE(testing::reference_output(lc).defined());

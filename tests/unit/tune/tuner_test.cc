@@ -40,7 +40,8 @@ class FakeTactic : public Tactic {
   struct Prepared : PreparedLayer {
     Prepared(const FakeTactic* t, Dims s) : t(t), shape(std::move(s)) {}
     std::vector<Dims> output_shapes() const override { return {shape}; }
-    Status run(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+    Status run(const backends::RunContext&, const std::vector<const Tensor*>& in,
+               const std::vector<Tensor*>& out) const override {
       ++t->ran;
       if (!t->runs_) return Internal("fake failure at run time");
       if (in[0]->shape() != shape || out[0]->shape() != shape) return Internal("wrong shapes");

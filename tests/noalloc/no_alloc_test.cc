@@ -1,0 +1,355 @@
+// A steady-state ExecutionContext::run allocates nothing (issue 11): every heap allocation of the
+// process is counted around runs of a context whose shapes do not change. Its own executable, since
+// it replaces malloc and friends (glibc lets the executable interpose them; libstdc++'s operator new
+// goes through them too), which would slow and disturb the other tests.
+//
+// kiln's allocations must be zero. Allocations inside a LibraryCallScope (core/library_scope.h: the
+// oneDNN API's per-call memory objects and argument maps) or made by oneDNN's own code (its OpenMP
+// workers, outside that scope: told by the backtrace) are counted apart and must be small (no
+// buffer: scratch comes from the workspace); their count is reported. KILN_NOALLOC_TRACE=1
+// prints a backtrace of each kiln allocation (to find where one comes from).
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <sstream>
+
+#include "../unit/graph_builder.h"
+#include "core/library_scope.h"
+#include "engine/engine_impl.h"
+#include "kiln/kiln.h"
+#include "onnx/exporter.h"
+#include "onnx/importer.h"
+#include "passes/pass.h"
+
+extern "C" {
+void* __libc_malloc(size_t);
+void* __libc_calloc(size_t, size_t);
+void* __libc_realloc(void*, size_t);
+void* __libc_memalign(size_t, size_t);
+void __libc_free(void*);
+}
+
+namespace {
+std::atomic<bool> g_armed{false};
+std::atomic<long> g_kiln{0}, g_library{0};
+std::atomic<size_t> g_largest_library{0};
+thread_local bool t_tracing = false;
+const bool g_trace = [] {
+  const char* s = std::getenv("KILN_NOALLOC_TRACE");
+  return s && *s && *s != '0';
+}();
+
+// Whether the allocating call comes from oneDNN's own code: its OpenMP workers allocate small
+// per-call objects inside a primitive's parallel region, on threads outside the LibraryCallScope.
+bool from_onednn() {
+  void* frames[32];
+  t_tracing = true;
+  int k = backtrace(frames, 32);
+  t_tracing = false;
+  for (int i = 2; i < k; ++i) {
+    Dl_info info;
+    if (dladdr(frames[i], &info) && info.dli_fname && std::strstr(info.dli_fname, "libdnnl")) return true;
+  }
+  return false;
+}
+// backtrace() loads libgcc on its first call: done before any run is counted.
+const bool g_backtrace_ready = [] {
+  void* f[2];
+  return backtrace(f, 2) > 0;
+}();
+
+void note(size_t n) {
+  if (!g_armed.load(std::memory_order_relaxed) || t_tracing) return;
+  if (kiln::library_call_depth() > 0 || from_onednn()) {
+    ++g_library;
+    size_t prev = g_largest_library.load();
+    while (n > prev && !g_largest_library.compare_exchange_weak(prev, n)) {
+    }
+    return;
+  }
+  ++g_kiln;
+  if (g_trace) {
+    t_tracing = true;
+    void* frames[24];
+    int k = backtrace(frames, 24);
+    std::fprintf(stderr, "---- kiln allocation of %zu bytes during a steady-state run:\n", n);
+    backtrace_symbols_fd(frames, k, 2);
+    t_tracing = false;
+  }
+}
+}  // namespace
+
+extern "C" {
+void* malloc(size_t n) {
+  note(n);
+  return __libc_malloc(n);
+}
+void free(void* p) { __libc_free(p); }
+void* calloc(size_t a, size_t b) {
+  note(a * b);
+  return __libc_calloc(a, b);
+}
+void* realloc(void* p, size_t n) {
+  note(n);
+  return __libc_realloc(p, n);
+}
+void* memalign(size_t align, size_t n) {
+  note(n);
+  return __libc_memalign(align, n);
+}
+void* aligned_alloc(size_t align, size_t n) {
+  note(n);
+  return __libc_memalign(align, n);
+}
+int posix_memalign(void** out, size_t align, size_t n) {
+  note(n);
+  void* p = __libc_memalign(align, n);
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+}
+
+namespace kiln {
+namespace {
+
+using testing::GraphBuilder;
+using testing::random_tensor;
+
+struct Counts {
+  long kiln = 0, library = 0;
+  size_t largest_library = 0;
+};
+
+template <typename F>
+Counts count(F&& f) {
+  g_kiln = 0, g_library = 0, g_largest_library = 0;
+  g_armed = true;
+  f();
+  g_armed = false;
+  return {g_kiln.load(), g_library.load(), g_largest_library.load()};
+}
+
+// Inputs for every engine input: random floats, zeros for integers (valid indices and masks), dims of
+// -1 taken as `dynamic_dim`.
+std::vector<std::pair<std::string, HostTensor>> inputs_for(const Engine& e, int64_t dynamic_dim = 1) {
+  std::vector<std::pair<std::string, HostTensor>> out;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (const TensorDesc& d : e.inputs()) {
+    std::vector<int64_t> shape = d.shape;
+    for (auto& x : shape)
+      if (x < 0) x = dynamic_dim;
+    int64_t n = 1;
+    for (int64_t x : shape) n *= x;
+    const size_t es = dtype_size(static_cast<DataType>(d.dtype));
+    auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[std::max<size_t>(1, static_cast<size_t>(n) * es)]());
+    if (d.dtype == kFloat32)
+      for (int64_t i = 0; i < n; ++i) reinterpret_cast<float*>(buf.get())[i] = u(rng);
+    HostTensor t = HostTensor::borrow(d.dtype, shape, buf.get(), static_cast<size_t>(n) * es);
+    t.data = std::shared_ptr<const void>(buf, buf.get());
+    out.emplace_back(d.name, std::move(t));
+  }
+  return out;
+}
+
+// The second and third runs of one context at the same shapes: no kiln allocation; the library's
+// per-call objects few, small and the same each run. Returns the second run's counts.
+Counts expect_steady_state_free(const Engine& e, const std::string& what, int64_t dynamic_dim = 1) {
+  auto ctx = e.create_context();
+  for (auto& [name, t] : inputs_for(e, dynamic_dim)) ctx->set_input(name, t);
+  ctx->run();  // the first run at these shapes binds the steady-state path
+  Counts second = count([&] { ctx->run(); });
+  Counts third = count([&] { ctx->run(); });
+  const std::string blocker = detail::steady_state_blocker(ctx->impl());
+  std::printf("[noalloc] %s: steady-state run: %ld kiln allocation(s), %ld inside oneDNN calls (largest %zu bytes)%s\n",
+              what.c_str(), second.kiln, second.library, second.largest_library,
+              blocker.empty() ? "" : ("; interpreter loop: " + blocker).c_str());
+  EXPECT_EQ(second.kiln, 0) << what << ": rerun with KILN_NOALLOC_TRACE=1 to see where";
+  EXPECT_EQ(third.kiln, 0) << what;
+  // oneDNN's workers allocate a varying few per run (which thread takes which chunk): bounded, not equal.
+  EXPECT_LE(third.library, 2 * second.library + 64) << what << ": the library's allocations grow from run to run";
+  EXPECT_LE(second.largest_library, size_t{4096}) << what << ": a buffer allocated inside a library call";
+  return second;
+}
+
+std::shared_ptr<Engine> build(const ir::Model& m, std::vector<std::string> tactics = {}) {
+  BuilderConfig cfg;
+  cfg.tactics = std::move(tactics);
+  cfg.warn = [](const std::string&) {};
+  return Builder(cfg).build_from_memory(onnx_import::serialize_model(m).value());
+}
+
+void set_pool(ir::Node& n, int64_t k, int64_t s, int64_t p) {
+  GraphBuilder::set_ints(n, "kernel_shape", {k, k});
+  GraphBuilder::set_ints(n, "strides", {s, s});
+  if (p) GraphBuilder::set_ints(n, "pads", {p, p, p, p});
+}
+
+// A small ResNet/Inception-like CNN: 7x7 stride-2 stem, max pool, a residual block of 3x3 convs,
+// two branches (1x1 and 3x3) concatenated, a depthwise conv, average pool, global pool, classifier.
+// With the layout pass these become blocked convs, blocked pooling and a blocked concat.
+ir::Model cnn() {
+  GraphBuilder b(13);
+  b.input("x", {1, 3, 33, 35}).output("logits");
+  b.init("w0", random_tensor({32, 3, 7, 7}, 1)).init("b0", random_tensor({32}, 2));
+  b.init("w1", random_tensor({32, 32, 3, 3}, 3)).init("w2", random_tensor({32, 32, 3, 3}, 4));
+  b.init("wa", random_tensor({16, 32, 1, 1}, 5)).init("wb", random_tensor({24, 32, 3, 3}, 6));
+  b.init("wd", random_tensor({40, 1, 3, 3}, 7)).init("fc", random_tensor({10, 40}, 8));
+  b.init("fcb", random_tensor({10}, 9));
+  b.conv({"x", "w0", "b0"}, "c0", 3, 2);
+  b.node("Relu", {"c0"}, {"r0"});
+  set_pool(b.node("MaxPool", {"r0"}, {"p0"}), 3, 2, 1);
+  b.conv({"p0", "w1"}, "c1", 1);
+  b.node("Relu", {"c1"}, {"r1"});
+  b.conv({"r1", "w2"}, "c2", 1);
+  b.node("Add", {"c2", "p0"}, {"s2"});
+  b.node("Relu", {"s2"}, {"r2"});
+  b.conv({"r2", "wa"}, "ba");
+  b.conv({"r2", "wb"}, "bb", 1);
+  GraphBuilder::set_int(b.node("Concat", {"ba", "bb"}, {"cat"}), "axis", 1);
+  b.node("Relu", {"cat"}, {"rc"});
+  b.conv({"rc", "wd"}, "d", 1, 1, 40);
+  set_pool(b.node("AveragePool", {"d"}, {"ap"}), 2, 2, 0);
+  b.node("GlobalAveragePool", {"ap"}, {"g"});
+  b.node("Flatten", {"g"}, {"f"});
+  b.gemm_t({"f", "fc", "fcb"}, "logits");
+  return b.finish();
+}
+
+// An MLP and a self-attention block: MatMul+Add+Relu layers, LayerNormalization, Q/K/V projections,
+// scaled scores, Softmax, the weighted sum, an output projection and a residual.
+ir::Model mlp_attention() {
+  const int64_t s = 12, d = 32, h = 4, dh = d / h;
+  GraphBuilder b(17);
+  b.input("x", {1, s, d}).output("y");
+  b.init("w1", random_tensor({d, 64}, 1)).init("b1", random_tensor({64}, 2));
+  b.init("w2", random_tensor({64, d}, 3)).init("b2", random_tensor({d}, 4));
+  b.init("ln_s", random_tensor({d}, 5)).init("ln_b", random_tensor({d}, 6));
+  for (const char* p : {"q", "k", "v", "o"})
+    b.init(std::string("w") + p, random_tensor({d, d}, 10 + p[0]))
+        .init(std::string("b") + p, random_tensor({d}, 20 + p[0]));
+  b.init("heads", Tensor::from_vector<int64_t>(DataType::kInt64, {4}, {1, s, h, dh}));
+  b.init("merged", Tensor::from_vector<int64_t>(DataType::kInt64, {3}, {1, s, d}));
+  b.init("scale", Tensor::scalar<float>(DataType::kFloat32, 1.0f / std::sqrt(static_cast<float>(dh))));
+  b.node("MatMul", {"x", "w1"}, {"m1"});
+  b.node("Add", {"m1", "b1"}, {"a1"});
+  b.node("Relu", {"a1"}, {"r1"});
+  b.node("MatMul", {"r1", "w2"}, {"m2"});
+  b.node("Add", {"m2", "b2"}, {"a2"});
+  b.node("Add", {"a2", "x"}, {"res1"});
+  auto& ln = b.node("LayerNormalization", {"res1", "ln_s", "ln_b"}, {"n"});
+  GraphBuilder::set_int(ln, "axis", -1);
+  for (const char* p : {"q", "k", "v"}) {
+    std::string P = p;
+    b.node("MatMul", {"n", "w" + P}, {P + "m"});
+    b.node("Add", {P + "m", "b" + P}, {P + "a"});
+    b.node("Reshape", {P + "a", "heads"}, {P + "r"});
+    GraphBuilder::set_ints(b.node("Transpose", {P + "r"}, {P + "t"}), "perm",
+                           P == "k" ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 2, 1, 3});
+  }
+  b.node("MatMul", {"qt", "kt"}, {"sc"});
+  b.node("Mul", {"sc", "scale"}, {"scs"});
+  GraphBuilder::set_int(b.node("Softmax", {"scs"}, {"p"}), "axis", -1);
+  b.node("MatMul", {"p", "vt"}, {"ctx"});
+  GraphBuilder::set_ints(b.node("Transpose", {"ctx"}, {"ctxt"}), "perm", {0, 2, 1, 3});
+  b.node("Reshape", {"ctxt", "merged"}, {"cm"});
+  b.node("MatMul", {"cm", "wo"}, {"om"});
+  b.node("Add", {"om", "bo"}, {"oa"});
+  b.node("Add", {"oa", "n"}, {"y"});
+  return b.finish();
+}
+
+TEST(NoAlloc, TheCounterSeesAllocations) {
+  Counts c = count([] {
+    auto* v = new std::vector<int>(100);
+    delete v;
+  });
+  EXPECT_GE(c.kiln, 1);
+  Counts lib = count([] {
+    LibraryCallScope scope;
+    auto* v = new std::vector<int>(100);
+    delete v;
+  });
+  EXPECT_EQ(lib.kiln, 0);
+  EXPECT_GE(lib.library, 1);
+}
+
+TEST(NoAlloc, CnnSteadyStateRunAllocatesNothing) { expect_steady_state_free(*build(cnn()), "cnn"); }
+
+TEST(NoAlloc, MlpAttentionSteadyStateRunAllocatesNothing) {
+  expect_steady_state_free(*build(mlp_attention()), "mlp+attention");
+}
+
+// The check can fail: reference kernels (the interpreter's loop) allocate their outputs and frames.
+TEST(NoAlloc, ReferenceKernelsDoAllocate) {
+  auto e = build(cnn(), {"reference"});
+  auto ctx = e->create_context();
+  for (auto& [name, t] : inputs_for(*e)) ctx->set_input(name, t);
+  ctx->run();
+  EXPECT_GT(count([&] { ctx->run(); }).kiln, 0);
+}
+
+// A new shape allocates (a plan, a binding); going back to a shape seen before rebinds (a binding
+// only), and the run after that is free again.
+TEST(NoAlloc, ShapeChangesAllocateThenSettle) {
+  ir::Model m = cnn();
+  m.graph->inputs[0].type.shape.dims[0] = Dim::symbol("batch");
+  BuilderConfig cfg;
+  Profile p;
+  p.inputs["x"] = {{1, 3, 33, 35}, {1, 3, 33, 35}, {3, 3, 33, 35}};
+  cfg.profiles = {p};
+  cfg.warn = [](const std::string&) {};
+  auto e = Builder(cfg).build_from_memory(onnx_import::serialize_model(m).value());
+  auto ctx = e->create_context();
+  for (int64_t batch : {1, 3, 1}) {
+    for (auto& [name, t] : inputs_for(*e, batch)) ctx->set_input(name, t);
+    ctx->run();
+    EXPECT_EQ(count([&] { ctx->run(); }).kiln, 0) << "batch " << batch;
+  }
+}
+
+// Suite models (bench/out/suite/models, exported by bench/export_suite.py): skipped when absent.
+// KILN_NOALLOC_MODELS=a,b picks others.
+class SuiteModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SuiteModel, SteadyStateRun) {
+  const std::string path = std::string(KILN_SUITE_MODELS) + "/" + GetParam() + ".onnx";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not exported";
+  BuilderConfig cfg;
+  cfg.warn = [](const std::string&) {};
+  // Dynamic dims (batch, sequence) fixed at 1 by a profile: the shapes of a typical single request.
+  auto m = onnx_import::load_model(path);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  Profile p;
+  for (const auto& in : m.value().graph->inputs) {
+    if (m.value().graph->initializers.count(in.name) || !in.type.is_tensor() || in.type.shape.fully_known()) continue;
+    std::vector<int64_t> d;
+    for (const Dim& x : in.type.shape.dims) d.push_back(x.known() ? x.value : 1);
+    p.inputs[in.name] = {d, d, d};
+  }
+  if (!p.inputs.empty()) cfg.profiles = {p};
+  auto e = Builder(cfg).build_from_file(path);
+  expect_steady_state_free(*e, GetParam());
+}
+
+std::vector<std::string> suite_models() {
+  const char* env = std::getenv("KILN_NOALLOC_MODELS");
+  std::stringstream ss(env && *env ? env : "resnet18,mobilenet_v2,bert");
+  std::vector<std::string> out;
+  for (std::string m; std::getline(ss, m, ',');)
+    if (!m.empty()) out.push_back(m);
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Suite, SuiteModel, ::testing::ValuesIn(suite_models()));
+
+}  // namespace
+}  // namespace kiln
