@@ -383,6 +383,8 @@ std::string LayerExecutor::bind(const MemoryPlan& plan,
     s.outs.resize(shapes.size());
     for (size_t o = 0; o < shapes.size(); ++o) {
       if (o >= n.outputs.size() || n.outputs[o].empty()) return layer + " has an unnamed output";
+      if (!dims_known(shapes[o]))  // the tactic allocates it once it knows the shape (see the top of executor.h)
+        return layer + ": output '" + n.outputs[o] + "' has a shape that depends on the data";
       auto off = plan.offsets.find(n.outputs[o]);
       size_t bytes = static_cast<size_t>(dims_numel(shapes[o])) * dtype_size(dtypes[o]);
       if (off == plan.offsets.end() || dtypes[o] == DataType::kString || bytes > plan.sizes.at(n.outputs[o]))

@@ -30,6 +30,9 @@ ninja -C "$build" kiln_fuzz kiln_unit_tests >/dev/null
   needs_onednn+=":ReferenceLayers.LoadedEngineRunsWithoutPreparing:EngineTactics.ChosenRecordedAndMatchingTheReference"
   needs_onednn+=":EngineTactics.RestrictedToNamedTactics:EngineTuning.CandidatesTimedRecordedAndReusedFromTheCache"
   needs_onednn+=":EngineTuning.EngineFileKeepsTheCandidates:EngineTuning.RestrictedTacticsAreTheOnlyCandidates"
+  needs_onednn+=":EngineControlFlow.ExecutorRunsTacticsAroundAndInsideControlFlow"
+  needs_onednn+=":EngineControlFlow.LoopBodyIsFoldedFusedAndRunsATactic:EngineControlFlow.BodyLayersAreTimedOnTheirOwn"
+  needs_onednn+=":EngineTuning.InstructionSetAndLayoutBlockAreInTheKeys"
   "$build/tests/kiln_unit_tests" --gtest_filter="-$needs_onednn" --gtest_brief=1
 )
 (
