@@ -5,7 +5,8 @@
 //
 // Per image: reference detections, highest score first, are matched greedily to the unmatched test
 // detection of the same label (when labels are given) with the highest IoU (> 0). A matched pair
-// passes with IoU >= --det-iou and a score difference within the score output's atol/rtol (the
+// passes with IoU >= --det-iou (or every coordinate within the boxes output's atol/rtol, for boxes
+// too thin for IoU to mean much) and a score difference within the score output's atol/rtol (the
 // Polygraphy rule of compare_internal.h). An unmatched detection on either side passes only when
 // a cut explains it: its score is within tolerance of the lowest score kept on the other side
 // (a top-k cut drops detections below it, and a score threshold lies at or below it, so a detection
@@ -32,6 +33,12 @@ struct Det {
 bool within(double test, double ref, double atol, double rtol, double rel_floor) {
   double a = std::fabs(test - ref);
   return a <= atol || a / std::max(std::fabs(ref), rel_floor) <= rtol;
+}
+
+bool boxes_close(const Det& a, const Det& b, const DetTolerances& tol) {
+  for (int k = 0; k < 4; ++k)
+    if (!within(b.box[k], a.box[k], tol.box_atol, tol.box_rtol, tol.rel_floor)) return false;
+  return true;
 }
 
 // IoU of boxes [x1,y1,x2,y2]. A box clipped to the image border can have zero width or height
@@ -163,7 +170,7 @@ Result<json> compare_detections(const DetectionHead& h, const DetectionSides& re
     return InvalidArgument("--detections ", h.spec, ": the reference has ", rimgs.size(), " image(s), the test ",
                            timgs.size());
   bool batched = ref.boxes->rank() == 3;
-  int64_t matched = 0, bad_pairs = 0, unexplained = 0;
+  int64_t matched = 0, bad_pairs = 0, unexplained = 0, by_coords = 0;
   double max_deficit = 0, max_score_diff = 0;
   json worst_pair = nullptr, unmatched = json::array(), failed_pairs = json::array();
   for (size_t im = 0; im < rimgs.size(); ++im) {
@@ -171,22 +178,30 @@ Result<json> compare_detections(const DetectionHead& h, const DetectionSides& re
     std::stable_sort(r.begin(), r.end(), [](const Det& a, const Det& b) { return a.score > b.score; });
     std::vector<bool> tused(t.size(), false), rused(r.size(), false);
     for (size_t i = 0; i < r.size(); ++i) {
+      // A candidate overlaps (IoU > 0) or has every coordinate within the boxes' atol/rtol (a sliver a
+      // few hundredths of a pixel high can be off by more than its height and still be the same box);
+      // the closest candidate wins, then the highest IoU.
       int best = -1;
       double best_iou = 0;
+      bool best_close = false;
       for (size_t j = 0; j < t.size(); ++j) {
         if (tused[j] || (ref.labels && t[j].label != r[i].label)) continue;
         double v = iou(r[i], t[j], tol);
-        if (v > best_iou) best_iou = v, best = static_cast<int>(j);
+        bool close = boxes_close(r[i], t[j], tol);
+        if ((v > 0 || close) && (best < 0 || std::make_pair(close, v) > std::make_pair(best_close, best_iou)))
+          best_iou = v, best_close = close, best = static_cast<int>(j);
       }
       if (best < 0) continue;
+      by_coords += best_close && best_iou < min_iou;
       tused[static_cast<size_t>(best)] = rused[i] = true;
       ++matched;
       const Det& td = t[static_cast<size_t>(best)];
       double sd = std::fabs(td.score - r[i].score);
-      bool ok = best_iou >= min_iou && within(td.score, r[i].score, atol, rtol, rel_floor);
+      bool ok = (best_iou >= min_iou || best_close) && within(td.score, r[i].score, atol, rtol, rel_floor);
       json pj = {{"ref", det_json(r[i], static_cast<int64_t>(im), batched)},
                  {"test", det_json(td, static_cast<int64_t>(im), batched)},
                  {"iou", best_iou},
+                 {"coords_within_tolerance", best_close},
                  {"score_diff", sd}};
       if (ref.labels) pj["label"] = r[i].label;
       if (1 - best_iou > max_deficit || sd > max_score_diff || worst_pair.is_null()) worst_pair = pj;
@@ -194,7 +209,8 @@ Result<json> compare_detections(const DetectionHead& h, const DetectionSides& re
       max_score_diff = std::max(max_score_diff, sd);
       if (!ok) {
         ++bad_pairs;
-        pj["why"] = best_iou < min_iou ? "IoU " + fmt(best_iou) + " < " + fmt(min_iou)
+        pj["why"] = best_iou < min_iou && !best_close
+                        ? "IoU " + fmt(best_iou) + " < " + fmt(min_iou) + " and coordinates beyond the boxes' atol/rtol"
                                        : "score differs by " + fmt(sd) + " (beyond atol and rtol)";
         if (failed_pairs.size() < 20) failed_pairs.push_back(pj);
       }
@@ -256,6 +272,7 @@ Result<json> compare_detections(const DetectionHead& h, const DetectionSides& re
             {"matched", matched},
             {"max_iou_deficit", max_deficit},
             {"max_score_diff", max_score_diff},
+            {"matched_by_coordinates", by_coords},
             {"worst_pair", worst_pair},
             {"failed_pairs", failed_pairs},
             {"unmatched", unmatched},

@@ -161,7 +161,8 @@ std::string html_report(const json& rep) {
       << "</td><th>matched</th><td>" << d["matched"] << "</td></tr><tr><th>max IoU deficit</th><td>"
       << fmt(d["max_iou_deficit"]) << " (need IoU &ge; " << fmt(d["det_iou"]) << ")</td><th>max score diff</th><td>"
       << fmt(d["max_score_diff"]) << " (atol " << fmt(d["score_atol"]) << ", rtol " << fmt(d["score_rtol"])
-      << ")</td></tr><tr><th>score threshold</th><td colspan=\"3\">"
+      << ")</td></tr><tr><th>pairs matched by coordinates</th><td colspan=\"3\">" << d["matched_by_coordinates"]
+      << " (IoU below the bar, every coordinate within the boxes' atol/rtol)</td></tr><tr><th>score threshold</th><td colspan=\"3\">"
       << (d["score_threshold"].is_null() ? std::string("none known")
                                          : fmt(d["score_threshold"]) + " (" +
                                                html_escape(d["score_threshold_source"].get<std::string>()) + ")")
@@ -266,6 +267,11 @@ void print_text(const json& rep) {
                 d["ref_count"].get<long long>(), d["test_count"].get<long long>(), d["matched"].get<long long>(),
                 fmt(d["max_iou_deficit"]).c_str(), fmt(d["det_iou"]).c_str(), fmt(d["max_score_diff"]).c_str(),
                 fmt(d["score_atol"]).c_str(), fmt(d["score_rtol"]).c_str());
+    if (d["matched_by_coordinates"].get<int64_t>())
+      std::printf("  %lld matched pair(s) with IoU below %s accepted because every coordinate is within the boxes' "
+                  "atol %s / rtol %s (thin boxes)\n",
+                  d["matched_by_coordinates"].get<long long>(), fmt(d["det_iou"]).c_str(), fmt(d["box_atol"]).c_str(),
+                  fmt(d["box_rtol"]).c_str());
     if (d["score_threshold"].is_null())
       std::printf("  score threshold: none known\n");
     else
