@@ -321,9 +321,10 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
       same &= prev && (*prev)["stats"]["abs_err"] == outs[i]["stats"]["abs_err"] &&
               (*prev)["stats"]["outside_tolerance"] == outs[i]["stats"]["outside_tolerance"];
     }
+    const json old_dets = old.value("detections", json::array());
     for (const auto& d : rep["detections"]) {
       const json* prev = nullptr;
-      for (const auto& x : old.value("detections", json::array()))
+      for (const auto& x : old_dets)
         if (x["spec"] == d["spec"]) prev = &x;
       for (const char* k : {"matched", "max_iou_deficit", "max_score_diff", "unexplained", "pass"})
         same &= prev && (*prev)[k] == d[k];
