@@ -118,8 +118,8 @@ Result<json> detection_verdicts(const CompareOptions& o, const ir::Graph& g,
                " (--detections none: elementwise)";
       if (l && !dtype_is_float(s->dtype()) && dtype_is_float(l->dtype())) {
         std::swap(h.scores, h.labels);
-        h.note += "; the output named 'scores' holds " + std::string(dtype_name(s->dtype())) +
-                  " and 'labels' holds " + dtype_name(l->dtype()) + ": 'labels' taken as the scores, 'scores' as the labels";
+        h.note += "; the output named 'scores' holds " + std::string(dtype_name(s->dtype())) + " and 'labels' holds " +
+                  dtype_name(l->dtype()) + ": 'labels' taken as the scores, 'scores' as the labels";
       }
       h.spec = h.boxes + "," + h.scores + (h.labels.empty() ? "" : "," + h.labels);
       heads.push_back(h);
@@ -140,9 +140,9 @@ Result<json> detection_verdicts(const CompareOptions& o, const ir::Graph& g,
   json out = json::array();
   for (const auto& h : heads) {
     DetectionSides rs, ts;
-    for (auto [name, slot_r, slot_t] : {std::tuple{&h.boxes, &rs.boxes, &ts.boxes},
-                                        std::tuple{&h.scores, &rs.scores, &ts.scores},
-                                        std::tuple{&h.labels, &rs.labels, &ts.labels}}) {
+    for (auto [name, slot_r, slot_t] :
+         {std::tuple{&h.boxes, &rs.boxes, &ts.boxes}, std::tuple{&h.scores, &rs.scores, &ts.scores},
+          std::tuple{&h.labels, &rs.labels, &ts.labels}}) {
       if (name->empty()) continue;
       *slot_r = find(ref_out, *name);
       *slot_t = find(test_out, *name);

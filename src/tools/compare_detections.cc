@@ -75,11 +75,9 @@ Result<std::vector<std::vector<Det>>> read_side(const DetectionHead& h, const Te
                                                 const Tensor* labels, const char* side) {
   auto bad = [&](const std::string& name, const Tensor& t, const std::string& want) {
     return InvalidArgument("--detections ", h.spec, ": ", side, " output '", name, "' is ", t.describe(),
-                           "; detections need ", want,
-                           " (boxes [N,4] with scores/labels [N], or [B,N,4] with [B,N])");
+                           "; detections need ", want, " (boxes [N,4] with scores/labels [N], or [B,N,4] with [B,N])");
   };
-  if (!dtype_is_float(boxes.dtype()) || (boxes.rank() != 2 && boxes.rank() != 3) ||
-      boxes.dim(boxes.rank() - 1) != 4)
+  if (!dtype_is_float(boxes.dtype()) || (boxes.rank() != 2 && boxes.rank() != 3) || boxes.dim(boxes.rank() - 1) != 4)
     return bad(h.boxes, boxes, "float boxes of shape [N,4] or [B,N,4]");
   Dims lead(boxes.shape().begin(), boxes.shape().end() - 1);
   if (!dtype_is_float(scores.dtype()) && labels && dtype_is_float(labels->dtype()))
@@ -124,7 +122,8 @@ Result<DetectionHead> parse_detection_head(const std::string& spec) {
     if (c == std::string::npos) break;
     p = c + 1;
   }
-  if (parts.size() < 2 || parts.size() > 3 || std::any_of(parts.begin(), parts.end(), [](auto& s) { return s.empty(); }))
+  if (parts.size() < 2 || parts.size() > 3 ||
+      std::any_of(parts.begin(), parts.end(), [](auto& s) { return s.empty(); }))
     return InvalidArgument("--detections '", spec, "' must be BOXES,SCORES or BOXES,SCORES,LABELS (output names)");
   h.boxes = parts[0];
   h.scores = parts[1];
@@ -138,7 +137,7 @@ std::optional<std::pair<double, std::string>> read_score_threshold(const ir::Gra
   std::set<double> values;
   int count = 0;
   std::function<void(const ir::Graph&, std::map<std::string, Tensor>)> walk = [&](const ir::Graph& gr,
-                                                                                    std::map<std::string, Tensor> cs) {
+                                                                                  std::map<std::string, Tensor> cs) {
     for (const auto& [k, t] : gr.initializers) cs[k] = t;
     for (const auto& n : gr.nodes)
       if (n.op_type == "Constant" && n.domain.empty() && n.attr("value") && n.has_output(0))
@@ -211,7 +210,7 @@ Result<json> compare_detections(const DetectionHead& h, const DetectionSides& re
         ++bad_pairs;
         pj["why"] = best_iou < min_iou && !best_close
                         ? "IoU " + fmt(best_iou) + " < " + fmt(min_iou) + " and coordinates beyond the boxes' atol/rtol"
-                                       : "score differs by " + fmt(sd) + " (beyond atol and rtol)";
+                        : "score differs by " + fmt(sd) + " (beyond atol and rtol)";
         if (failed_pairs.size() < 20) failed_pairs.push_back(pj);
       }
     }

@@ -105,7 +105,7 @@ json classifier_json(const Tensor& ref, const Tensor& test, int k);
 // ---- detections (compare_detections.cc)
 
 struct DetectionHead {
-  std::string spec;  // as given, or "boxes,scores,labels" when found by name
+  std::string spec;                   // as given, or "boxes,scores,labels" when found by name
   std::string boxes, scores, labels;  // labels empty: none
   bool automatic = false;
   std::string note;  // what automatic detection did

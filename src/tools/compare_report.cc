@@ -162,12 +162,14 @@ std::string html_report(const json& rep) {
       << fmt(d["max_iou_deficit"]) << " (need IoU &ge; " << fmt(d["det_iou"]) << ")</td><th>max score diff</th><td>"
       << fmt(d["max_score_diff"]) << " (atol " << fmt(d["score_atol"]) << ", rtol " << fmt(d["score_rtol"])
       << ")</td></tr><tr><th>pairs matched by coordinates</th><td colspan=\"3\">" << d["matched_by_coordinates"]
-      << " (IoU below the bar, every coordinate within the boxes' atol/rtol)</td></tr><tr><th>score threshold</th><td colspan=\"3\">"
-      << (d["score_threshold"].is_null() ? std::string("none known")
-                                         : fmt(d["score_threshold"]) + " (" +
-                                               html_escape(d["score_threshold_source"].get<std::string>()) + ")")
+      << " (IoU below the bar, every coordinate within the boxes' atol/rtol)</td></tr><tr><th>score threshold</th><td "
+         "colspan=\"3\">"
+      << (d["score_threshold"].is_null()
+              ? std::string("none known")
+              : fmt(d["score_threshold"]) + " (" + html_escape(d["score_threshold_source"].get<std::string>()) + ")")
       << "</td></tr></table>";
-    if (!d["why"].get<std::string>().empty()) h << "<p class=\"fail\">" << html_escape(d["why"].get<std::string>()) << "</p>";
+    if (!d["why"].get<std::string>().empty())
+      h << "<p class=\"fail\">" << html_escape(d["why"].get<std::string>()) << "</p>";
     h << "<table><tr><th>detection</th><th>score</th><th>verdict</th></tr>";
     for (const auto& p : d["failed_pairs"])
       h << "<tr><td>matched ref #" << p["ref"]["index"] << " / test #" << p["test"]["index"] << "</td><td>"
@@ -262,16 +264,18 @@ void print_text(const json& rep) {
                 d["pass"].get<bool>() ? "PASS" : "FAIL", d["ref_desc"].get<std::string>().c_str(),
                 d["test_desc"].get<std::string>().c_str());
     if (d["auto"].get<bool>()) std::printf("  %s\n", d["note"].get<std::string>().c_str());
-    std::printf("  %lld reference, %lld test detections; %lld matched, max IoU deficit %s (need IoU >= %s), "
-                "max score diff %s (atol %s, rtol %s)\n",
-                d["ref_count"].get<long long>(), d["test_count"].get<long long>(), d["matched"].get<long long>(),
-                fmt(d["max_iou_deficit"]).c_str(), fmt(d["det_iou"]).c_str(), fmt(d["max_score_diff"]).c_str(),
-                fmt(d["score_atol"]).c_str(), fmt(d["score_rtol"]).c_str());
+    std::printf(
+        "  %lld reference, %lld test detections; %lld matched, max IoU deficit %s (need IoU >= %s), "
+        "max score diff %s (atol %s, rtol %s)\n",
+        d["ref_count"].get<long long>(), d["test_count"].get<long long>(), d["matched"].get<long long>(),
+        fmt(d["max_iou_deficit"]).c_str(), fmt(d["det_iou"]).c_str(), fmt(d["max_score_diff"]).c_str(),
+        fmt(d["score_atol"]).c_str(), fmt(d["score_rtol"]).c_str());
     if (d["matched_by_coordinates"].get<int64_t>())
-      std::printf("  %lld matched pair(s) with IoU below %s accepted because every coordinate is within the boxes' "
-                  "atol %s / rtol %s (thin boxes)\n",
-                  d["matched_by_coordinates"].get<long long>(), fmt(d["det_iou"]).c_str(), fmt(d["box_atol"]).c_str(),
-                  fmt(d["box_rtol"]).c_str());
+      std::printf(
+          "  %lld matched pair(s) with IoU below %s accepted because every coordinate is within the boxes' "
+          "atol %s / rtol %s (thin boxes)\n",
+          d["matched_by_coordinates"].get<long long>(), fmt(d["det_iou"]).c_str(), fmt(d["box_atol"]).c_str(),
+          fmt(d["box_rtol"]).c_str());
     if (d["score_threshold"].is_null())
       std::printf("  score threshold: none known\n");
     else
@@ -284,9 +288,9 @@ void print_text(const json& rep) {
                   p["why"].get<std::string>().c_str());
     for (const auto& u : d["unmatched"])
       std::printf("  unmatched %s #%lld%s score %s: %s, %s\n", u["side"].get<std::string>().c_str(),
-                  u["index"].get<long long>(),
-                  u.contains("label") ? (" (label " + fmt(u["label"]) + ")").c_str() : "", fmt(u["score"]).c_str(),
-                  u["explained"].get<bool>() ? "accepted" : "NOT accepted", u["why"].get<std::string>().c_str());
+                  u["index"].get<long long>(), u.contains("label") ? (" (label " + fmt(u["label"]) + ")").c_str() : "",
+                  fmt(u["score"]).c_str(), u["explained"].get<bool>() ? "accepted" : "NOT accepted",
+                  u["why"].get<std::string>().c_str());
     if (!d["why"].get<std::string>().empty()) std::printf("  %s\n", d["why"].get<std::string>().c_str());
   }
   if (rep.contains("divergence")) {
