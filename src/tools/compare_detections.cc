@@ -204,7 +204,8 @@ Result<json> compare_detections(const DetectionHead& h, const DetectionSides& re
                  {"score_diff", sd}};
       if (ref.labels) pj["label"] = r[i].label;
       if (1 - best_iou > max_deficit || sd > max_score_diff || worst_pair.is_null()) worst_pair = pj;
-      max_deficit = std::max(max_deficit, 1 - best_iou);
+      // Pairs accepted by their coordinates (thin boxes) are counted apart, not in the IoU deficit.
+      if (!(best_close && best_iou < min_iou)) max_deficit = std::max(max_deficit, 1 - best_iou);
       max_score_diff = std::max(max_score_diff, sd);
       if (!ok) {
         ++bad_pairs;

@@ -273,7 +273,7 @@ void print_text(const json& rep) {
     if (d["matched_by_coordinates"].get<int64_t>())
       std::printf(
           "  %lld matched pair(s) with IoU below %s accepted because every coordinate is within the boxes' "
-          "atol %s / rtol %s (thin boxes)\n",
+          "atol %s / rtol %s (thin boxes; not in the IoU deficit)\n",
           d["matched_by_coordinates"].get<long long>(), fmt(d["det_iou"]).c_str(), fmt(d["box_atol"]).c_str(),
           fmt(d["box_rtol"]).c_str());
     if (d["score_threshold"].is_null())
