@@ -1,5 +1,6 @@
 // kiln compare's pieces (internal to src/tools/compare*.cc): options, per-output statistics
-// (compare_stats.cc), the first-divergence search (compare_divergence.cc), text and HTML reports
+// (compare_stats.cc), detector outputs compared as detections (compare_detections.cc), the
+// first-divergence search (compare_divergence.cc), text and HTML reports
 // (compare_report.cc), repro bundles and --replay (compare_bundle.cc); compare.cc runs the command.
 //
 // Tolerances follow Polygraphy: an element (elemwise) or a statistic (max/mean/median) fails only
