@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
+#include <tuple>
 
 #include "core/npy.h"
 #include "engine/engine_impl.h"
@@ -79,6 +81,92 @@ Result<Runners> make_runners(const CompareOptions& o, json& build) {
   build = r.engine->build;
   build["engine_file"] = nullptr;
   return r;
+}
+
+// The detection heads' verdicts (--detections, or outputs named boxes/scores[/labels]).
+Result<json> detection_verdicts(const CompareOptions& o, const ir::Graph& g,
+                                const std::vector<std::pair<std::string, Tensor>>& ref_out,
+                                const std::vector<std::pair<std::string, Tensor>>& test_out) {
+  auto find = [](const std::vector<std::pair<std::string, Tensor>>& v, const std::string& n) -> const Tensor* {
+    for (const auto& [k, t] : v)
+      if (k == n || sanitize_name(k) == n || k == sanitize_name(n)) return &t;
+    return nullptr;
+  };
+  std::vector<DetectionHead> heads;
+  bool none = std::find(o.detections.begin(), o.detections.end(), "none") != o.detections.end();
+  if (none && o.detections.size() > 1) return InvalidArgument("--detections none cannot go with other heads");
+  for (const auto& spec : o.detections) {
+    if (spec == "none") continue;
+    KILN_ASSIGN_OR_RETURN(DetectionHead h, parse_detection_head(spec));
+    for (const std::string* n : {&h.boxes, &h.scores, &h.labels}) {
+      if (n->empty()) continue;
+      bool is_output = std::any_of(g.outputs.begin(), g.outputs.end(), [&](const auto& v) { return v.name == *n; });
+      if (!is_output) return InvalidArgument("--detections ", spec, ": '", *n, "' is not an output of the model");
+    }
+    heads.push_back(h);
+  }
+  if (o.detections.empty()) {
+    // torchvision's detection exports name their outputs boxes, scores, labels.
+    const Tensor *b = find(ref_out, "boxes"), *s = find(ref_out, "scores"), *l = find(ref_out, "labels");
+    if (b && s) {
+      DetectionHead h;
+      h.boxes = "boxes";
+      h.scores = "scores";
+      h.labels = l ? "labels" : "";
+      h.automatic = true;
+      h.note = "compared as detections because the outputs are named boxes, scores" + std::string(l ? ", labels" : "") +
+               " (--detections none: elementwise)";
+      if (l && !dtype_is_float(s->dtype()) && dtype_is_float(l->dtype())) {
+        std::swap(h.scores, h.labels);
+        h.note += "; the output named 'scores' holds " + std::string(dtype_name(s->dtype())) + " and 'labels' holds " +
+                  dtype_name(l->dtype()) + ": 'labels' taken as the scores, 'scores' as the labels";
+      }
+      h.spec = h.boxes + "," + h.scores + (h.labels.empty() ? "" : "," + h.labels);
+      heads.push_back(h);
+    }
+  }
+  std::optional<double> thr;
+  std::string thr_note;
+  if (o.det_threshold == "none") {
+  } else if (!o.det_threshold.empty()) {
+    char* end = nullptr;
+    thr = std::strtod(o.det_threshold.c_str(), &end);
+    if (*end != '\0') return InvalidArgument("--det-threshold '", o.det_threshold, "' is not a number or none");
+    thr_note = "given with --det-threshold";
+  } else if (!heads.empty()) {
+    if (auto t = read_score_threshold(g)) thr = t->first, thr_note = t->second;
+  }
+  if (!(o.det_iou > 0 && o.det_iou <= 1)) return InvalidArgument("--det-iou must be in (0, 1]");
+  json out = json::array();
+  for (const auto& h : heads) {
+    DetectionSides rs, ts;
+    for (auto [name, slot_r, slot_t] :
+         {std::tuple{&h.boxes, &rs.boxes, &ts.boxes}, std::tuple{&h.scores, &rs.scores, &ts.scores},
+          std::tuple{&h.labels, &rs.labels, &ts.labels}}) {
+      if (name->empty()) continue;
+      *slot_r = find(ref_out, *name);
+      *slot_t = find(test_out, *name);
+      if (!*slot_r) return InvalidArgument("--detections ", h.spec, ": the reference has no output '", *name, "'");
+      if (!*slot_t) return InvalidArgument("--detections ", h.spec, ": the test runner has no output '", *name, "'");
+    }
+    DetTolerances tol{};
+    KILN_ASSIGN_OR_RETURN(tol.score_atol, tolerance_for(o.atol, h.scores, kDefaultAtol));
+    KILN_ASSIGN_OR_RETURN(tol.score_rtol, tolerance_for(o.rtol, h.scores, kDefaultRtol));
+    KILN_ASSIGN_OR_RETURN(tol.box_atol, tolerance_for(o.atol, h.boxes, kDefaultAtol));
+    KILN_ASSIGN_OR_RETURN(tol.box_rtol, tolerance_for(o.rtol, h.boxes, kDefaultRtol));
+    tol.rel_floor = o.rel_floor;
+    Result<json> v = compare_detections(h, rs, ts, tol, o.det_iou, thr);
+    if (!v.ok() && h.automatic) {
+      std::printf("note: outputs %s not compared as detections (%s); compared elementwise\n", h.spec.c_str(),
+                  v.status().message().c_str());
+      continue;
+    }
+    KILN_RETURN_IF_ERROR(v.status());
+    json j = std::move(v).value();
+    j["score_threshold_source"] = thr ? json(thr_note) : json(nullptr);
+    out.push_back(j);
+  }
+  return out;
 }
 
 }  // namespace
@@ -159,10 +247,18 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
   json outs = json::array();
   int passed = 0;
   bool all = true;
+  KILN_ASSIGN_OR_RETURN(json dets, detection_verdicts(o, g, ref_out, test_out));
+  std::set<std::string> det_outputs;
+  for (const auto& d : dets) {
+    for (const char* k : {"boxes", "scores", "labels"})
+      if (d[k].is_string()) det_outputs.insert(d[k].get<std::string>());
+    all &= d["pass"].get<bool>();
+  }
   for (const auto& [rname, rt] : ref_out) {
     auto it = std::find_if(test_out.begin(), test_out.end(),
                            [&](const auto& p) { return p.first == rname || sanitize_name(p.first) == rname; });
     if (it == test_out.end()) return InvalidArgument("output '", rname, "' was not produced by the test runner");
+    if (det_outputs.count(it->first)) continue;
     const Tensor& tt = it->second;
     KILN_ASSIGN_OR_RETURN(double atol, tolerance_for(o.atol, it->first, kDefaultAtol));
     KILN_ASSIGN_OR_RETURN(double rtol, tolerance_for(o.rtol, it->first, kDefaultRtol));
@@ -203,6 +299,7 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
   }
   rep["outputs"] = outs;
   rep["outputs_passed"] = passed;
+  rep["detections"] = dets;
   if (o.find_divergence) {
     Status st = Status::Ok();
     ops::DeadlineScope deadline(deadline_after(o.deadline_s));
@@ -223,6 +320,14 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
         if (x["name"] == outs[i]["name"]) prev = &x;
       same &= prev && (*prev)["stats"]["abs_err"] == outs[i]["stats"]["abs_err"] &&
               (*prev)["stats"]["outside_tolerance"] == outs[i]["stats"]["outside_tolerance"];
+    }
+    const json old_dets = old.value("detections", json::array());
+    for (const auto& d : rep["detections"]) {
+      const json* prev = nullptr;
+      for (const auto& x : old_dets)
+        if (x["spec"] == d["spec"]) prev = &x;
+      for (const char* k : {"matched", "max_iou_deficit", "max_score_diff", "unexplained", "pass"})
+        same &= prev && (*prev)[k] == d[k];
     }
     auto first_name = [](const json& x) {
       return x.contains("divergence") && !x["divergence"]["first"].is_null() ? x["divergence"]["first"]["name"]
@@ -282,6 +387,13 @@ void add_compare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--worst", o->worst, "how many worst elements to list (default 10)");
   cmd->add_flag("--find-divergence", o->find_divergence,
                 "find the first engine layer (fusions on) whose output leaves tolerance vs the ONNX reference");
+  cmd->add_option("--detections", o->detections,
+                  "BOXES,SCORES[,LABELS]: compare these outputs as detections, order-insensitive (repeatable; "
+                  "default: outputs named boxes,scores[,labels]; none: elementwise)");
+  cmd->add_option("--det-iou", o->det_iou, "IoU a matched detection pair needs (default 0.99)");
+  cmd->add_option("--det-threshold", o->det_threshold,
+                  "the detector's score threshold (default: read from the model's `scores > c` nodes; none: no "
+                  "threshold)");
   cmd->add_option("--json", o->json_path, "write the full report as JSON");
   cmd->add_option("--html", o->html_path, "write a self-contained HTML report (histograms, per-layer plot)");
   cmd->add_option("--save-failure", o->save_failure, "on failure, write a repro bundle to DIR");

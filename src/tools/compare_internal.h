@@ -1,5 +1,6 @@
 // kiln compare's pieces (internal to src/tools/compare*.cc): options, per-output statistics
-// (compare_stats.cc), the first-divergence search (compare_divergence.cc), text and HTML reports
+// (compare_stats.cc), detector outputs compared as detections (compare_detections.cc), the
+// first-divergence search (compare_divergence.cc), text and HTML reports
 // (compare_report.cc), repro bundles and --replay (compare_bundle.cc); compare.cc runs the command.
 //
 // Tolerances follow Polygraphy: an element (elemwise) or a statistic (max/mean/median) fails only
@@ -11,6 +12,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,11 +50,16 @@ struct CompareSpec {
   std::vector<std::string> thresholds;  // NAME:VALUE
   int worst = 10;
   bool find_divergence = false;
+  // Detector heads compared as detections (compare_detections.cc): BOXES,SCORES[,LABELS] each;
+  // "none" turns off the automatic boxes/scores/labels head.
+  std::vector<std::string> detections;
+  double det_iou = 0.99;
+  std::string det_threshold;  // score threshold: VALUE, or empty to read it from the model
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CompareSpec, model, ref, test, engine_file, inputs, input_files, shapes,
                                                 seed, input_ranges, random_inputs, save_inputs, atol, rtol, rel_floor,
                                                 check_error_stat, top_k, classifiers, thresholds, worst,
-                                                find_divergence)
+                                                find_divergence, detections, det_iou, det_threshold)
 
 struct CompareOptions : CompareSpec {
   BuildFlags build;                            // as kiln build (build_flags.h)
@@ -95,6 +102,31 @@ Stats compute_stats(const Tensor& ref, const Tensor& test, double atol, double r
 json stats_json(const Stats& s);
 // Classifier checks over the last axis: top-1 agreement, ref's top-1 within test's top-k, flips.
 json classifier_json(const Tensor& ref, const Tensor& test, int k);
+
+// ---- detections (compare_detections.cc)
+
+struct DetectionHead {
+  std::string spec;                   // as given, or "boxes,scores,labels" when found by name
+  std::string boxes, scores, labels;  // labels empty: none
+  bool automatic = false;
+  std::string note;  // what automatic detection did
+};
+struct DetectionSides {
+  const Tensor* boxes = nullptr;
+  const Tensor* scores = nullptr;
+  const Tensor* labels = nullptr;  // null without labels
+};
+Result<DetectionHead> parse_detection_head(const std::string& spec);
+// The single float constant c of every `x > c` (Greater) in the model and its subgraphs, with a
+// sentence saying where it came from; none when there is no such node or their constants differ.
+std::optional<std::pair<double, std::string>> read_score_threshold(const ir::Graph& g);
+// Matches the two sides' detections (see compare_detections.cc) and returns the verdict: matched
+// count, max IoU deficit, max score difference, unmatched detections and why each was accepted or not.
+struct DetTolerances {
+  double score_atol, score_rtol, box_atol, box_rtol, rel_floor;  // the scores and boxes outputs' atol/rtol
+};
+Result<json> compare_detections(const DetectionHead& h, const DetectionSides& ref, const DetectionSides& test,
+                                const DetTolerances& tol, double min_iou, std::optional<double> threshold);
 
 // ---- runners (compare.cc)
 

@@ -153,6 +153,34 @@ std::string html_report(const json& rep) {
     h << "</table>";
     ++id;
   }
+  for (const auto& d : rep.value("detections", json::array())) {
+    h << "<h2 class=\"detections\">detections <code>" << html_escape(d["spec"].get<std::string>())
+      << "</code> <span class=\"" << (d["pass"].get<bool>() ? "pass\">PASS" : "fail\">FAIL") << "</span></h2>";
+    if (d["auto"].get<bool>()) h << "<p>" << html_escape(d["note"].get<std::string>()) << "</p>";
+    h << "<table><tr><th>ref / test detections</th><td>" << d["ref_count"] << " / " << d["test_count"]
+      << "</td><th>matched</th><td>" << d["matched"] << "</td></tr><tr><th>max IoU deficit</th><td>"
+      << fmt(d["max_iou_deficit"]) << " (need IoU &ge; " << fmt(d["det_iou"]) << ")</td><th>max score diff</th><td>"
+      << fmt(d["max_score_diff"]) << " (atol " << fmt(d["score_atol"]) << ", rtol " << fmt(d["score_rtol"])
+      << ")</td></tr><tr><th>pairs matched by coordinates</th><td colspan=\"3\">" << d["matched_by_coordinates"]
+      << " (IoU below the bar, every coordinate within the boxes' atol/rtol)</td></tr><tr><th>score threshold</th><td "
+         "colspan=\"3\">"
+      << (d["score_threshold"].is_null()
+              ? std::string("none known")
+              : fmt(d["score_threshold"]) + " (" + html_escape(d["score_threshold_source"].get<std::string>()) + ")")
+      << "</td></tr></table>";
+    if (!d["why"].get<std::string>().empty())
+      h << "<p class=\"fail\">" << html_escape(d["why"].get<std::string>()) << "</p>";
+    h << "<table><tr><th>detection</th><th>score</th><th>verdict</th></tr>";
+    for (const auto& p : d["failed_pairs"])
+      h << "<tr><td>matched ref #" << p["ref"]["index"] << " / test #" << p["test"]["index"] << "</td><td>"
+        << fmt(p["ref"]["score"]) << " / " << fmt(p["test"]["score"]) << "</td><td class=\"fail\">"
+        << html_escape(p["why"].get<std::string>()) << "</td></tr>";
+    for (const auto& u : d["unmatched"])
+      h << "<tr><td>unmatched " << html_escape(u["side"].get<std::string>()) << " #" << u["index"] << "</td><td>"
+        << fmt(u["score"]) << "</td><td class=\"" << (u["explained"].get<bool>() ? "pass" : "fail") << "\">"
+        << html_escape(u["why"].get<std::string>()) << "</td></tr>";
+    h << "</table>";
+  }
   if (rep.contains("divergence")) {
     const json& d = rep["divergence"];
     h << "<h2>per-layer error (engine vs ONNX reference, fusions on)</h2>" << svg_layers(d);
@@ -231,6 +259,40 @@ void print_text(const json& rep) {
       std::printf("  threshold %s: %lld element(s) on different sides\n", fmt(t["value"]).c_str(),
                   t["crossings"].get<long long>());
   }
+  for (const auto& d : rep.value("detections", json::array())) {
+    std::printf("detections %s: %s  (ref %s, test %s)\n", d["spec"].get<std::string>().c_str(),
+                d["pass"].get<bool>() ? "PASS" : "FAIL", d["ref_desc"].get<std::string>().c_str(),
+                d["test_desc"].get<std::string>().c_str());
+    if (d["auto"].get<bool>()) std::printf("  %s\n", d["note"].get<std::string>().c_str());
+    std::printf(
+        "  %lld reference, %lld test detections; %lld matched, max IoU deficit %s (need IoU >= %s), "
+        "max score diff %s (atol %s, rtol %s)\n",
+        d["ref_count"].get<long long>(), d["test_count"].get<long long>(), d["matched"].get<long long>(),
+        fmt(d["max_iou_deficit"]).c_str(), fmt(d["det_iou"]).c_str(), fmt(d["max_score_diff"]).c_str(),
+        fmt(d["score_atol"]).c_str(), fmt(d["score_rtol"]).c_str());
+    if (d["matched_by_coordinates"].get<int64_t>())
+      std::printf(
+          "  %lld matched pair(s) with IoU below %s accepted because every coordinate is within the boxes' "
+          "atol %s / rtol %s (thin boxes; not in the IoU deficit)\n",
+          d["matched_by_coordinates"].get<long long>(), fmt(d["det_iou"]).c_str(), fmt(d["box_atol"]).c_str(),
+          fmt(d["box_rtol"]).c_str());
+    if (d["score_threshold"].is_null())
+      std::printf("  score threshold: none known\n");
+    else
+      std::printf("  score threshold %s (%s)\n", fmt(d["score_threshold"]).c_str(),
+                  d["score_threshold_source"].get<std::string>().c_str());
+    for (const auto& p : d["failed_pairs"])
+      std::printf("  matched pair ref #%lld / test #%lld (score %s / %s, IoU %s): %s\n",
+                  p["ref"]["index"].get<long long>(), p["test"]["index"].get<long long>(),
+                  fmt(p["ref"]["score"]).c_str(), fmt(p["test"]["score"]).c_str(), fmt(p["iou"]).c_str(),
+                  p["why"].get<std::string>().c_str());
+    for (const auto& u : d["unmatched"])
+      std::printf("  unmatched %s #%lld%s score %s: %s, %s\n", u["side"].get<std::string>().c_str(),
+                  u["index"].get<long long>(), u.contains("label") ? (" (label " + fmt(u["label"]) + ")").c_str() : "",
+                  fmt(u["score"]).c_str(), u["explained"].get<bool>() ? "accepted" : "NOT accepted",
+                  u["why"].get<std::string>().c_str());
+    if (!d["why"].get<std::string>().empty()) std::printf("  %s\n", d["why"].get<std::string>().c_str());
+  }
   if (rep.contains("divergence")) {
     const json& d = rep["divergence"];
     if (d["first"].is_null()) {
@@ -260,8 +322,14 @@ void print_text(const json& rep) {
         std::printf("  unobservable layers just before it: %s\n", f["unobservable_before"].dump().c_str());
     }
   }
-  std::printf("RESULT: %s (%d of %d outputs within tolerance)\n", rep["pass"].get<bool>() ? "PASS" : "FAIL",
-              rep["outputs_passed"].get<int>(), static_cast<int>(rep["outputs"].size()));
+  const json dets = rep.value("detections", json::array());
+  int det_pass = 0;
+  for (const auto& d : dets) det_pass += d["pass"].get<bool>();
+  std::string heads = dets.empty() ? ""
+                                   : ", " + std::to_string(det_pass) + " of " + std::to_string(dets.size()) +
+                                         " detection head(s) matching";
+  std::printf("RESULT: %s (%d of %d outputs within tolerance%s)\n", rep["pass"].get<bool>() ? "PASS" : "FAIL",
+              rep["outputs_passed"].get<int>(), static_cast<int>(rep["outputs"].size()), heads.c_str());
 }
 
 }  // namespace kiln::tools::compare
