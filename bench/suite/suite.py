@@ -94,7 +94,7 @@ def median_profile(trace_path):
     for e in events:
         if e.get("cat") != "layer":
             continue
-        key = (e["name"], e["args"]["op"], e["args"]["kernel"])
+        key = (e["name"], e["args"]["op"], e["args"]["kernel"], bool(e["args"].get("shape_work", False)))
         if key not in durs:
             durs[key] = []
             order.append(key)
@@ -102,7 +102,7 @@ def median_profile(trace_path):
     if not iterations or not order:
         return None
     # A name seen k times per iteration (unnamed layers are named by their op): k x the median.
-    return [{"layer": k[0], "op": k[1], "kernel": k[2],
+    return [{"layer": k[0], "op": k[1], "kernel": k[2], "shape_work": k[3],
              "ms": statistics.median(durs[k]) * len(durs[k]) / iterations} for k in order]
 
 
@@ -111,12 +111,17 @@ def profile_summary(profile, interpreter):
     for p in profile:  # kiln bench --json: mean_ms
         p.setdefault("ms", p.get("mean_ms", 0.0))
     total = sum(p["ms"] for p in profile) or 1e-12
-    ref_ops, kernels, layers, every = {}, {}, [], []
+    ref_ops, shape_ops, kernels, layers, every = {}, {}, {}, [], []
     for p in profile:
         share = 100.0 * p["ms"] / total
         kern = "reference" if interpreter else (p["kernel"] or "reference")
         if kern.startswith("reference"):  # "reference (TACTIC declined)": a body layer's run-time decline
             kern = "reference"
+        if kern == "reference" and p.get("shape_work") and not interpreter:
+            # Shape work (kiln build's rule: views, Shape/Size, small shape arithmetic): counted apart,
+            # as kiln build and kiln bench do; not a hot-path finding.
+            kern = "reference (shape work)"
+            shape_ops[p["op"]] = shape_ops.get(p["op"], 0.0) + share
         kernels[kern] = kernels.get(kern, 0.0) + share
         every.append({"layer": p["layer"], "op": p["op"], "kernel": kern, "share": share, "ms": p["ms"]})
         if kern == "reference":
@@ -125,6 +130,8 @@ def profile_summary(profile, interpreter):
     layers.sort(key=lambda x: -x["share"])
     every.sort(key=lambda x: -x["share"])
     return {"reference_share": sum(ref_ops.values()),
+            "shape_work_share": sum(shape_ops.values()),
+            "shape_work_by_op": dict(sorted(shape_ops.items(), key=lambda kv: -kv[1])),
             "reference_by_op": dict(sorted(ref_ops.items(), key=lambda kv: -kv[1])),
             "top_reference_layers": layers[:8], "reference_layers": len(layers), "layers": len(profile),
             "top_layers": every[:8],
@@ -200,7 +207,7 @@ def geomean(xs):
 def print_table(rows, meta):
     print(f"\nkiln vs ONNX Runtime, median latency in ms, {meta['threads']} threads ({meta['cpu']}, "
           f"{meta['cores']} cores; {meta['kiln']}, onnxruntime-node {meta['ort'] or '?'})")
-    hdr = f"{'model':<38}{'batch':>6}{'kiln ms':>11}{'ORT ms':>11}{'kiln/ORT':>10}{'ref %':>8}  note / error"
+    hdr = f"{'model':<38}{'batch':>6}{'kiln ms':>11}{'ORT ms':>11}{'kiln/ORT':>10}{'ref %':>8}{'shape %':>9}  note / error"
     print(hdr)
     print("-" * (len(hdr) + 30))
     for r in rows:
@@ -211,12 +218,14 @@ def print_table(rows, meta):
         if "compare" in r:
             note = ("outputs match the reference; " if r["compare_ok"] else f"MISMATCH: {r['compare']}; ") + note
         print(f"{r['model']:<38}{r['batch']:>6}{fmt(r['kiln_ms']):>11}{fmt(r['ort_ms']):>11}"
-              f"{fmt(r['kiln_vs_ort'], '{:.2f}x'):>10}{fmt(r['reference_share'], '{:.1f}'):>8}  {note}")
+              f"{fmt(r['kiln_vs_ort'], '{:.2f}x'):>10}{fmt(r['reference_share'], '{:.1f}'):>8}"
+              f"{fmt((r.get('profile') or {}).get('shape_work_share'), '{:.1f}'):>9}  {note}")
     g = geomean([r["kiln_vs_ort"] for r in rows])
     n = sum(1 for r in rows if r["kiln_vs_ort"])
     print(f"\ngeometric mean of kiln/ORT over {n} of {len(rows)} rows: {fmt(g, '{:.2f}x')}  (below 1.0: kiln is faster)")
     print("ref %: share of kiln's per-layer time (medians, kiln bench --export-profile) in layers whose kernel is "
-          "'reference'.")
+          "'reference' (control-flow layers' own time included); shape %: in reference layers that are shape work "
+          "(kiln build's rule: views, Shape/Size, small shape arithmetic), counted apart as kiln build and bench do.")
     runs = (f"{meta['iterations']} measured iterations after {meta['warmup']} warm-up runs" if not meta.get("report")
             else "Saved rows of earlier runs (--report; each row's time and counts are in its JSON)")
     print(f"{runs}, each runtime in its own process, one after the other. The machine may be loaded: compare "

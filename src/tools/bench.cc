@@ -401,19 +401,26 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
                         {"tid", s},
                         {"ts", e.start_us},
                         {"dur", e.dur_us},
-                        {"args", {{"op", r.op}, {"kernel", r.kernel}, {"body", true}}}});
+                        {"args",
+                         {{"op", r.op},
+                          {"kernel", r.kernel},
+                          {"shape_work", r.kernel == "reference" && r.shape_work},
+                          {"body", true}}}});
           continue;
         }
         const ir::Node& n = g.nodes[e.layer];
-        ev.push_back(
-            {{"name", n.name.empty() ? n.op_type : n.name},
-             {"cat", "layer"},
-             {"ph", "X"},
-             {"pid", 1},
-             {"tid", s},
-             {"ts", e.start_us},
-             {"dur", e.dur_us},
-             {"args", {{"op", n.op_type}, {"kernel", e.layer < layers.size() ? layers[e.layer].kernel : ""}}}});
+        ev.push_back({{"name", n.name.empty() ? n.op_type : n.name},
+                      {"cat", "layer"},
+                      {"ph", "X"},
+                      {"pid", 1},
+                      {"tid", s},
+                      {"ts", e.start_us},
+                      {"dur", e.dur_us},
+                      {"args",
+                       {{"op", n.op_type},
+                        {"kernel", e.layer < layers.size() ? layers[e.layer].kernel : ""},
+                        {"shape_work", e.layer < layers.size() && layers[e.layer].kernel == "reference" &&
+                                           layers[e.layer].reference.shape_work}}}});
       }
     }
     nlohmann::json trace = {{"traceEvents", ev}, {"displayTimeUnit", "ms"}};
