@@ -5,13 +5,12 @@
 #include <numeric>
 
 #include "ops/conv_util.h"
+#include "ops/roi_align_grid.h"
 
 namespace kiln::ops {
 namespace {
 
 // Largest per-bin sampling grid accepted (rois come from data; this bounds the work).
-constexpr double kMaxSamples = 1 << 16;
-constexpr double kMaxRoiSamples = 1 << 28;  // over all bins of one roi
 
 // ---- RoiAlign: average (or max) of bilinear samples on a regular grid inside each output bin.
 // half_pixel (the default from opset 16) shifts roi coordinates by -0.5 pixel; output_half_pixel
@@ -30,10 +29,7 @@ Status infer_roi_align(InferContext& ctx) {
   return Status::Ok();
 }
 
-struct Sample {
-  int64_t pos[4] = {0, 0, 0, 0};
-  double w[4] = {0, 0, 0, 0};
-};
+using roi_align::Sample;
 
 Status roi_align_kernel(KernelContext& ctx) {
   const Tensor& x0 = ctx.input(0);
@@ -74,58 +70,16 @@ Status roi_align_kernel(KernelContext& ctx) {
   for (int64_t r = 0; r < R; ++r) {
     const int64_t b = bidx.get_i64(r);
     if (b < 0 || b >= N) return ctx.error(str_cat("batch index ", b, " of roi ", r, " is outside [0, ", N, ")"));
-    const double off = half_pixel ? 0.5 : 0.0;
-    const double x1 = rois0.get_f64(r * 4 + 0) * scale - off, y1 = rois0.get_f64(r * 4 + 1) * scale - off;
-    const double x2 = rois0.get_f64(r * 4 + 2) * scale - off, y2 = rois0.get_f64(r * 4 + 3) * scale - off;
-    double rw = x2 - x1, rh = y2 - y1;
-    if (!half_pixel) {
-      rw = std::max(rw, 1.0);
-      rh = std::max(rh, 1.0);
-    }
-    const double bin_h = rh / static_cast<double>(oh), bin_w = rw / static_cast<double>(ow);
-    double gh_d = sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::ceil(rh / static_cast<double>(oh));
-    double gw_d = sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::ceil(rw / static_cast<double>(ow));
-    if (!std::isfinite(x1 + y1 + x2 + y2) || !(gh_d * gw_d <= kMaxSamples) ||
-        !(gh_d * gw_d * static_cast<double>(oh * ow) <= kMaxRoiSamples))
-      return ctx.error(str_cat("roi ", r, " (", x1, ", ", y1, ", ", x2, ", ", y2, ") needs too many samples per bin"));
-    const int64_t gh = std::max<int64_t>(0, static_cast<int64_t>(gh_d)),
-                  gw = std::max<int64_t>(0, static_cast<int64_t>(gw_d));
-    const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
+    roi_align::Region reg;
+    if (std::string e = roi_align::resolve_region(rois0.get_f64(r * 4 + 0) * scale, rois0.get_f64(r * 4 + 1) * scale,
+                                                  rois0.get_f64(r * 4 + 2) * scale, rois0.get_f64(r * 4 + 3) * scale,
+                                                  half_pixel, oh, ow, sampling_ratio, &reg);
+        !e.empty())
+      return ctx.error(str_cat("roi ", r, " ", e));
+    const int64_t gh = reg.gh, gw = reg.gw;
+    const double count = reg.count;
     // Bilinear sample positions and weights, shared by all channels.
-    samples.clear();
-    for (int64_t ph = 0; ph < oh; ++ph)
-      for (int64_t pw = 0; pw < ow; ++pw)
-        for (int64_t iy = 0; iy < gh; ++iy) {
-          double yy =
-              y1 + static_cast<double>(ph) * bin_h + (static_cast<double>(iy) + 0.5) * bin_h / static_cast<double>(gh);
-          for (int64_t ix = 0; ix < gw; ++ix) {
-            double xx = x1 + static_cast<double>(pw) * bin_w +
-                        (static_cast<double>(ix) + 0.5) * bin_w / static_cast<double>(gw);
-            Sample s;
-            if (!(yy < -1.0 || yy > static_cast<double>(H) || xx < -1.0 || xx > static_cast<double>(W)) && H > 0 &&
-                W > 0) {
-              double yv = std::max(yy, 0.0), xv = std::max(xx, 0.0);
-              int64_t y_lo = static_cast<int64_t>(yv), x_lo = static_cast<int64_t>(xv), y_hi, x_hi;
-              if (y_lo >= H - 1) {
-                y_hi = y_lo = H - 1;
-                yv = static_cast<double>(y_lo);
-              } else {
-                y_hi = y_lo + 1;
-              }
-              if (x_lo >= W - 1) {
-                x_hi = x_lo = W - 1;
-                xv = static_cast<double>(x_lo);
-              } else {
-                x_hi = x_lo + 1;
-              }
-              double ly = yv - static_cast<double>(y_lo), lx = xv - static_cast<double>(x_lo);
-              double hy = 1 - ly, hx = 1 - lx;
-              s = Sample{{y_lo * W + x_lo, y_lo * W + x_hi, y_hi * W + x_lo, y_hi * W + x_hi},
-                         {hy * hx, hy * lx, ly * hx, ly * lx}};
-            }
-            samples.push_back(s);
-          }
-        }
+    roi_align::sample_grid(reg, oh, ow, H, W, samples);
     auto pool = [&](const auto* px, auto* py) {
       using Out = std::remove_pointer_t<decltype(py)>;
       for (int64_t c = 0; c < C; ++c) {

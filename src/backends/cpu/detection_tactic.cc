@@ -22,6 +22,7 @@
 #include "backends/cpu/kernel_simd.h"
 #include "backends/tactic.h"
 #include "core/parallel.h"
+#include "ops/roi_align_grid.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -321,10 +322,7 @@ class NmsKiln : public Tactic {
 
 // ---- RoiAlign
 
-struct Sample {
-  int64_t pos[4] = {0, 0, 0, 0};
-  double w[4] = {0, 0, 0, 0};
-};
+using ops::roi_align::Sample;
 
 // The pooled values of one bin for c in [0, C), from its n samples on the channels-last plane xp
 // ([H * W, C]) as the reference computes it channel by channel: avg sums w * x over the samples and
@@ -406,8 +404,6 @@ void pool_scalar(const float* xp, int64_t C, const Sample* s, int64_t n, bool av
 }
 
 // Largest per-bin sampling grid and per-roi sample count the reference accepts (ops/detection.cc).
-constexpr double kMaxSamples = 1 << 16;
-constexpr double kMaxRoiSamples = 1 << 28;
 
 class PreparedRoiAlign : public PreparedLayer {
  public:
@@ -465,62 +461,16 @@ class PreparedRoiAlign : public PreparedLayer {
           return rois_f32 ? static_cast<double>(rois.data<float>()[r * 4 + k]) : rois.get_f64(r * 4 + k);
         };
         const int64_t b = bidx.get_i64(r);
-        const double off = half_pixel ? 0.5 : 0.0;
-        const double x1 = coord(0) * scale - off, y1 = coord(1) * scale - off;
-        const double x2 = coord(2) * scale - off, y2 = coord(3) * scale - off;
-        double rw = x2 - x1, rh = y2 - y1;
-        if (!half_pixel) {
-          rw = std::max(rw, 1.0);
-          rh = std::max(rh, 1.0);
-        }
-        const double bin_h = rh / static_cast<double>(oh), bin_w = rw / static_cast<double>(ow);
-        double gh_d =
-            sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::ceil(rh / static_cast<double>(oh));
-        double gw_d =
-            sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::ceil(rw / static_cast<double>(ow));
-        if (!std::isfinite(x1 + y1 + x2 + y2) || !(gh_d * gw_d <= kMaxSamples) ||
-            !(gh_d * gw_d * static_cast<double>(oh * ow) <= kMaxRoiSamples)) {
-          errors[static_cast<size_t>(r)] =
-              InvalidArgument("roi ", r, " (", x1, ", ", y1, ", ", x2, ", ", y2, ") needs too many samples per bin");
+        ops::roi_align::Region reg;
+        if (std::string e = ops::roi_align::resolve_region(coord(0) * scale, coord(1) * scale, coord(2) * scale,
+                                                           coord(3) * scale, half_pixel, oh, ow, sampling_ratio, &reg);
+            !e.empty()) {
+          errors[static_cast<size_t>(r)] = InvalidArgument("roi ", r, " ", e);
           continue;
         }
-        const int64_t gh = std::max<int64_t>(0, static_cast<int64_t>(gh_d)),
-                      gw = std::max<int64_t>(0, static_cast<int64_t>(gw_d));
-        const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
-        samples.clear();
-        for (int64_t ph = 0; ph < oh; ++ph)
-          for (int64_t pw = 0; pw < ow; ++pw)
-            for (int64_t iy = 0; iy < gh; ++iy) {
-              double yy = y1 + static_cast<double>(ph) * bin_h +
-                          (static_cast<double>(iy) + 0.5) * bin_h / static_cast<double>(gh);
-              for (int64_t ix = 0; ix < gw; ++ix) {
-                double xx = x1 + static_cast<double>(pw) * bin_w +
-                            (static_cast<double>(ix) + 0.5) * bin_w / static_cast<double>(gw);
-                Sample s;
-                if (!(yy < -1.0 || yy > static_cast<double>(H) || xx < -1.0 || xx > static_cast<double>(W)) && H > 0 &&
-                    W > 0) {
-                  double yv = std::max(yy, 0.0), xv = std::max(xx, 0.0);
-                  int64_t y_lo = static_cast<int64_t>(yv), x_lo = static_cast<int64_t>(xv), y_hi, x_hi;
-                  if (y_lo >= H - 1) {
-                    y_hi = y_lo = H - 1;
-                    yv = static_cast<double>(y_lo);
-                  } else {
-                    y_hi = y_lo + 1;
-                  }
-                  if (x_lo >= W - 1) {
-                    x_hi = x_lo = W - 1;
-                    xv = static_cast<double>(x_lo);
-                  } else {
-                    x_hi = x_lo + 1;
-                  }
-                  double ly = yv - static_cast<double>(y_lo), lx = xv - static_cast<double>(x_lo);
-                  double hy = 1 - ly, hx = 1 - lx;
-                  s = Sample{{y_lo * W + x_lo, y_lo * W + x_hi, y_hi * W + x_lo, y_hi * W + x_hi},
-                             {hy * hx, hy * lx, ly * hx, ly * lx}};
-                }
-                samples.push_back(s);
-              }
-            }
+        const int64_t gh = reg.gh, gw = reg.gw;
+        const double count = reg.count;
+        ops::roi_align::sample_grid(reg, oh, ow, H, W, samples);
         const float* xp = xt.data() + b * HW * C;
         const int64_t per_bin = gh * gw, bins = oh * ow;
         float* yr = py + r * C * bins;
