@@ -8,6 +8,7 @@
 
 #include "core/parallel.h"
 #include "ops/op_traits.h"
+#include "ops/quantized_layers.h"
 
 namespace kiln::engine {
 
@@ -48,6 +49,7 @@ backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n, con
   sig.device = target.device;
   sig.isa = target.isa;
   sig.compute = target.precision;
+  if (ops::computes_in_int8(n)) sig.compute = DataType::kInt8;  // quantized by the graph
   for (const auto& name : n.inputs) {
     backends::TensorSig t;
     // A body node may read values of enclosing graphs: the innermost graph that defines the name.

@@ -23,6 +23,10 @@ const std::vector<PassInfo>& pipeline() {
       {"prune_padding_taps", prune_padding_taps,
        "Conv taps that only ever read padding (dilation >= input size) -> a smaller kernel"},
       {"eliminate_common_subexpressions", eliminate_common_subexpressions, "merge nodes computing the same values"},
+      // On the plain ONNX quantization ops (after constant folding, so the scales are initializers),
+      // before the fusions below take the Add / Mul pieces of its pattern.
+      {"fold_qdq_matmul", fold_qdq_matmul,
+       "DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(scale) -> Add(bias) -> kiln.DynQMatMul (INT8)"},
       // On plain ONNX Conv and AveragePool, before fold_batch_norm / fuse_activation make FusedConvs.
       {"pool_before_pointwise_conv", pool_before_pointwise_conv,
        "1x1 Conv -> unpadded AveragePool -> the pool first (the conv on k*k times fewer pixels)"},
@@ -43,6 +47,9 @@ const std::vector<PassInfo>& pipeline() {
       // After fuse_matmul_bias (a layer's bias is in place before its residual and activation).
       {"fuse_activation", fuse_activation,
        "Conv/Gemm/MatMul + residual Add + activation (Relu, Clip, Sigmoid, SiLU, GELU, ...) -> kiln.Fused*"},
+      // After fuse_gelu (kiln.Gelu) and before fuse_elementwise (which would take the residual Add).
+      {"fold_qdq_matmul_epilogue", fold_qdq_matmul_epilogue,
+       "kiln.DynQMatMul + residual Add + Relu/GELU -> its epilogue"},
       // After fuse_activation, so only siblings with the same activation merge and none loses its own.
       {"fuse_horizontal_matmul", fuse_horizontal_matmul,
        "sibling MatMuls on one input with constant weights (Q/K/V) -> one MatMul + Split"},

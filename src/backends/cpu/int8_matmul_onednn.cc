@@ -1,0 +1,238 @@
+// INT8 linear layers on oneDNN's u8 x s8 -> s32 matmul (VNNI where the CPU has it):
+//   matmul_integer_onednn_u8s8s32: ONNX MatMulInteger with a uint8 activation A (scalar zero point, a
+//     constant or computed at run time) and a constant 2-D int8 B (zero point a constant scalar or
+//     per column), int32 out;
+//   dyn_q_matmul_onednn_u8s8s32: kiln.DynQMatMul (src/ops/dyn_quant_matmul.cc): X quantized at run
+//     time by kiln's quantizer, the product, then the dequantizing epilogue (scales, bias, residual,
+//     activation) in kiln's own code.
+// B is reordered once into oneDNN's blocked layout and its column sums kept, so the zero points are
+// applied afterwards as integer corrections (int8_matmul_kernels.h): oneDNN computes the plain
+// product sum a*b, which VNNI's u8 x s8 instruction does without saturation, and the results equal
+// the reference bit for bit (the int32 accumulators; the float output up to the activation).
+#if defined(KILN_HAVE_ONEDNN)
+#include <cstring>
+
+#include "backends/cpu/int8_matmul_kernels.h"
+#include "backends/cpu/int8_matmul_tactics.h"
+#include "backends/cpu/onednn_common.h"
+
+namespace kiln::backends::cpu::onednn {
+namespace {
+
+class PreparedInt8Matmul : public PreparedLayer {
+ public:
+  std::string name;
+  bool dynamic = false;  // kiln.DynQMatMul (float X in) vs MatMulInteger (uint8 A in)
+  Isa isa = Isa::kScalar;
+  int64_t m = 0, k = 0, n = 0;
+  Dims out_shape;
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  memory::desc src_md, dst_md;
+  memory weights;
+  std::vector<int32_t> colsum, b_zp;  // [n]
+  bool any_b_zp = false;
+  std::vector<float> w_scale, bias;  // [n] (DynQMatMul; bias empty when absent)
+  bool has_residual = false;
+  Activation act;
+
+  std::vector<Dims> output_shapes() const override { return {out_shape}; }
+  std::vector<DataType> output_dtypes() const override { return {dynamic ? DataType::kFloat32 : DataType::kInt32}; }
+  size_t workspace_bytes(int) const override {
+    size_t mk = static_cast<size_t>(m * k), mn = static_cast<size_t>(m * n), nn = static_cast<size_t>(n);
+    return workspace_piece(pd.scratchpad_desc().get_size()) + workspace_piece(dynamic ? mk : 0) +
+           workspace_piece(mn * 4) + workspace_piece(any_b_zp ? static_cast<size_t>(m) * 4 : 0) +
+           workspace_piece(nn * 4) + workspace_piece(dynamic ? nn * 4 : 0);
+  }
+
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    WorkspaceSlicer ws(ctx);
+    const memory::desc scratch_md = pd.scratchpad_desc();
+    void* scratch = ws.take(scratch_md.get_size());
+    uint8_t* q = static_cast<uint8_t*>(ws.take(dynamic ? static_cast<size_t>(m * k) : 0));
+    int32_t* acc = static_cast<int32_t*>(ws.take(static_cast<size_t>(m * n) * 4));
+    int32_t* rowsum = static_cast<int32_t*>(ws.take(any_b_zp ? static_cast<size_t>(m) * 4 : 0));
+    int32_t* comp = static_cast<int32_t*>(ws.take(static_cast<size_t>(n) * 4));
+    float* scale = static_cast<float*>(ws.take(dynamic ? static_cast<size_t>(n) * 4 : 0));
+    int32_t a_zp = 0;
+    float a_scale = 1.f;
+    if (dynamic) {
+      uint8_t z = 0;
+      KILN_RETURN_IF_ERROR(quantize_dynamic_u8(isa, in[0]->data<float>(), m * k, q, &a_scale, &z, name.c_str()));
+      a_zp = z;
+    } else {
+      q = const_cast<uint8_t*>(in[0]->data<uint8_t>());
+      if (in.size() > 2 && in[2]) a_zp = in[2]->data<uint8_t>()[0];
+    }
+    if (any_b_zp) row_sums_u8(q, m, k, rowsum);
+    for (int64_t j = 0; j < n; ++j) {
+      uint32_t c =
+          static_cast<uint32_t>(a_zp) * static_cast<uint32_t>(colsum[static_cast<size_t>(j)]) -
+          static_cast<uint32_t>(k) * static_cast<uint32_t>(a_zp) * static_cast<uint32_t>(b_zp[static_cast<size_t>(j)]);
+      comp[j] = static_cast<int32_t>(c);
+      if (dynamic) scale[j] = a_scale * w_scale[static_cast<size_t>(j)];  // Mul(s, BScale), as the graph
+    }
+    Status st = guarded(name, [&]() -> Status {
+      auto& eng = cpu_engine();
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src_md, eng, q)},
+                                           {DNNL_ARG_DST, memory(dst_md, eng, acc)},
+                                           {DNNL_ARG_WEIGHTS, weights}};
+      execute(prim, scratch_md, scratch, std::move(args));
+      return Status::Ok();
+    });
+    KILN_RETURN_IF_ERROR(st);
+    Int8Epilogue e;
+    e.comp = comp;
+    e.b_zp = any_b_zp ? b_zp.data() : nullptr;
+    e.rowsum = any_b_zp ? rowsum : nullptr;
+    if (!dynamic) {
+      int8_epilogue_s32(isa, acc, m, n, e, out[0]->data<int32_t>());
+      return Status::Ok();
+    }
+    e.scale = scale;
+    e.bias = bias.empty() ? nullptr : bias.data();
+    e.residual = has_residual ? in[5]->data<float>() : nullptr;
+    e.act = act;
+    int8_epilogue_f32(isa, acc, m, n, e, out[0]->data<float>());
+    return Status::Ok();
+  }
+};
+
+// A scalar or [n] constant as n int32 / float values.
+template <typename T>
+std::vector<T> per_column(const Tensor* t, int64_t n, T fill) {
+  std::vector<T> v(static_cast<size_t>(n), fill);
+  if (!t) return v;
+  for (int64_t j = 0; j < n; ++j) {
+    int64_t i = t->numel() == 1 ? 0 : j;
+    if constexpr (std::is_same_v<T, float>)
+      v[static_cast<size_t>(j)] = static_cast<float>(t->get_f64(i));
+    else
+      v[static_cast<size_t>(j)] = static_cast<T>(t->get_i64(i));
+  }
+  return v;
+}
+
+bool scalar_or_columns(const TensorSig& t, int64_t n) {
+  if (!t.constant) return false;
+  if (t.constant->numel() == 1) return t.constant->rank() <= 1;
+  return t.constant->rank() == 1 && t.constant->numel() == n;
+}
+
+class OnednnInt8Matmul : public Tactic {
+ public:
+  explicit OnednnInt8Matmul(bool dynamic) : dynamic_(dynamic) {}
+  std::string name() const override {
+    return dynamic_ ? "dyn_q_matmul_onednn_u8s8s32" : "matmul_integer_onednn_u8s8s32";
+  }
+  TacticInfo info() const override {
+    return {DeviceKind::kCPU,
+            kIsaPortable,
+            DataType::kInt8,
+            {dynamic_ ? DataType::kFloat32 : DataType::kUInt8},
+            {dynamic_ ? DataType::kFloat32 : DataType::kInt32}};
+  }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    if (dynamic_) return {{"kiln", "DynQMatMul"}};
+    return {{"", "MatMulInteger"}};
+  }
+
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (!sig.has_input(0) || !sig.has_input(1)) return "missing A or B";
+    const TensorSig& a = sig.inputs[0];
+    const TensorSig& b = sig.inputs[1];
+    if (a.dtype != (dynamic_ ? DataType::kFloat32 : DataType::kUInt8))
+      return dynamic_ ? "X is not float32" : "A is not uint8 (int8 activations are not implemented)";
+    if (a.shape.size() < 2) return "A has rank < 2";
+    if (!b.constant || b.shape.size() != 2) return "B is not a 2-D constant (activation x activation products)";
+    if (b.dtype != DataType::kInt8) return "B is not int8 (uint8 weights are not implemented)";
+    if (a.shape.back() >= 0 && a.shape.back() != b.shape[0]) return "A's last dim is not B's rows";
+    const int64_t n = b.shape[1];
+    const size_t bzp = dynamic_ ? 2 : 3;
+    if (sig.has_input(bzp) && !scalar_or_columns(sig.inputs[bzp], n))
+      return "B's zero point is not a constant scalar or [N]";
+    if (!dynamic_) {
+      if (sig.has_input(2) && (sig.inputs[2].dtype != DataType::kUInt8 || sig.inputs[2].shape.size() > 1 ||
+                               (sig.inputs[2].shape.size() == 1 && sig.inputs[2].shape[0] != 1)))
+        return "A's zero point is not a uint8 scalar (per-row zero points are not implemented)";
+      return "";
+    }
+    if (!sig.has_input(3) || !scalar_or_columns(sig.inputs[3], n) || sig.inputs[3].dtype != DataType::kFloat32)
+      return "BScale is not a float32 constant scalar or [N]";
+    if (sig.has_input(4) &&
+        (!sig.inputs[4].constant || sig.inputs[4].dtype != DataType::kFloat32 || sig.inputs[4].constant->numel() != n))
+      return "Bias is not a float32 constant [N]";
+    if (sig.has_input(5)) {
+      const TensorSig& r = sig.inputs[5];
+      Dims want = a.shape;
+      want.back() = n;
+      if (r.dtype != DataType::kFloat32 || r.shape != want) return "Residual is not float32 of the output's shape";
+    }
+    Activation act;
+    if (std::string e = parse_activation(*sig.node, &act); !e.empty()) return e + " is not supported";
+    return "";
+  }
+
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto p = std::make_unique<PreparedInt8Matmul>();
+    p->name = name();
+    p->dynamic = dynamic_;
+    p->isa = cpu_isa(sig.isa);
+    const Dims& a = sig.inputs[0].shape;
+    const Tensor& b = *sig.inputs[1].constant;
+    p->k = b.dim(0), p->n = b.dim(1);
+    p->m = 1;
+    for (size_t i = 0; i + 1 < a.size(); ++i) p->m *= a[i];
+    p->out_shape = a;
+    p->out_shape.back() = p->n;
+    if (p->m == 0 || p->k == 0 || p->n == 0) return Unsupported(name(), ": empty operand");
+    const size_t bzp = dynamic_ ? 2 : 3;
+    p->b_zp = per_column<int32_t>(sig.has_input(bzp) ? sig.inputs[bzp].constant : nullptr, p->n, 0);
+    for (int32_t z : p->b_zp) p->any_b_zp |= z != 0;
+    p->colsum.assign(static_cast<size_t>(p->n), 0);
+    const int8_t* pb = b.data<int8_t>();
+    for (int64_t r = 0; r < p->k; ++r)
+      for (int64_t j = 0; j < p->n; ++j) p->colsum[static_cast<size_t>(j)] += pb[r * p->n + j];
+    if (dynamic_) {
+      p->w_scale = per_column<float>(sig.inputs[3].constant, p->n, 1.f);
+      if (sig.has_input(4)) p->bias = per_column<float>(sig.inputs[4].constant, p->n, 0.f);
+      p->has_residual = sig.has_input(5);
+      (void)parse_activation(*sig.node, &p->act);
+    }
+    Status st = guarded(name(), [&]() -> Status {
+      auto& eng = cpu_engine();
+      const int64_t m = p->m, k = p->k, n = p->n;
+      p->src_md = memory::desc({m, k}, dt::u8, tag::ab);
+      p->dst_md = memory::desc({m, n}, dt::s32, tag::ab);
+      memory::desc wei_user({k, n}, dt::s8, tag::ab), wei_any({k, n}, dt::s8, tag::any);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->src_md, wei_any, p->dst_md), attr, eng);
+      p->prim = dnnl::matmul(p->pd);
+      p->weights = memory(p->pd.weights_desc(), eng);
+      reorder_into(wei_user, b.raw(), p->pd.weights_desc(), p->weights.get_data_handle());
+      return Status::Ok();
+    });
+    if (!st.ok()) return Unsupported(st.message());
+    return std::unique_ptr<PreparedLayer>(std::move(p));
+  }
+
+ private:
+  bool dynamic_;
+};
+
+}  // namespace
+
+const Tactic* matmul_integer_onednn_u8s8s32() {
+  static const OnednnInt8Matmul t(false);
+  return &t;
+}
+const Tactic* dyn_q_matmul_onednn_u8s8s32() {
+  static const OnednnInt8Matmul t(true);
+  return &t;
+}
+
+}  // namespace kiln::backends::cpu::onednn
+#endif  // KILN_HAVE_ONEDNN
