@@ -97,7 +97,7 @@ Status dyn_q_matmul_kernel(KernelContext& ctx) {
 KILN_REGISTER_OP_ARITY("kiln", DynQMatMul, 1, infer_dyn_q_matmul, dyn_q_matmul_kernel, 4, 6);
 
 bool computes_in_int8(const ir::Node& n) {
-  if (n.domain.empty()) return n.op_type == "MatMulInteger";
+  if (n.domain.empty()) return n.op_type == "MatMulInteger" || n.op_type == "QLinearMatMul";
   return n.domain == "kiln" && n.op_type == "DynQMatMul";
 }
 

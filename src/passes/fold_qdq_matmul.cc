@@ -15,6 +15,18 @@
 // over X). Leaves alone: MatMulInteger with other operands (activation x activation, run-time
 // weights), which stays an ONNX MatMulInteger.
 //
+// The same pass folds quantize_static's explicit (Q/DQ) form of a MatMul with a constant weight:
+//
+//   QuantizeLinear(MatMul(DequantizeLinear(xq, xs, xz), DequantizeLinear(W, ws, wz)), ys, yz)
+//   -> QLinearMatMul(xq, xs, xz, W, ws, wz, ys, yz)
+//
+// with xq uint8 and xs, xz, ys, yz scalars, W a 2-D int8 constant whose scale and zero point are
+// constant scalars or per column (axis 1); the MatMul's output has no other reader. Not bit-exact but
+// exact up to float rounding: QLinearMatMul sums the integer products exactly where the float MatMul
+// rounds its sum, so an output next to a rounding boundary of the output quantizer may differ by one
+// step. Left alone: Gemm (its int32 bias as DequantizeLinear), a float output without QuantizeLinear,
+// and activation x activation products (the attention's scores), which stay float MatMuls.
+//
 // fold_qdq_matmul_epilogue (after fuse_gelu and fuse_activation, before fuse_elementwise): a residual
 // Add(y, r) of y's type and then a Relu or GELU (ONNX Gelu or kiln.Gelu, erf or tanh form) reading a
 // DynQMatMul's y alone become its Residual input and activation, in that order (the reference's).
@@ -92,6 +104,63 @@ bool try_fold(ir::Graph& g, const ir::UseIndex& uses, int mi) {
   return true;
 }
 
+bool scalar_const_or_value(const ir::Graph& g, const std::string& v, DataType dt) {
+  const ir::TypeInfo* t = fusion::type_of(g, v);
+  if (!t || t->elem != dt || !t->shape.rank_known || t->shape.rank() > 1) return false;
+  return t->shape.rank() == 0 || (t->shape.dims[0].known() && t->shape.dims[0].value == 1);
+}
+
+bool try_fold_static(ir::Graph& g, const ir::UseIndex& uses, int mi) {
+  auto node = [&](int i) -> const ir::Node& { return g.nodes[static_cast<size_t>(i)]; };
+  const ir::Node& mm = node(mi);
+  if (!is_onnx(mm, "MatMul") || mm.inputs.size() != 2 || mm.outputs.size() != 1) return false;
+  int ai = uses.producer(mm.inputs[0]), wi = uses.producer(mm.inputs[1]);
+  int qi = fusion::sole_consumer(uses, mm.outputs[0]);
+  if (ai < 0 || wi < 0 || qi < 0) return false;
+  const ir::Node& da = node(ai);
+  const ir::Node& dw = node(wi);
+  const ir::Node& q = node(qi);
+  if (!is_onnx(da, "DequantizeLinear") || !is_onnx(dw, "DequantizeLinear") || !is_onnx(q, "QuantizeLinear"))
+    return false;
+  if (da.inputs.size() < 2 || dw.inputs.size() < 2 || q.inputs.size() < 2 || q.outputs.size() != 1) return false;
+  // x: uint8 with scalar scale and zero point
+  const ir::TypeInfo* xt = fusion::type_of(g, da.inputs[0]);
+  if (!xt || xt->elem != DataType::kUInt8 || !scalar_const_or_value(g, da.inputs[1], DataType::kFloat32)) return false;
+  if (da.has_input(2) && !scalar_const_or_value(g, da.inputs[2], DataType::kUInt8)) return false;
+  // W: constant int8 [K, N], scale / zero point per tensor or per column
+  const Tensor* w = ir::constant_value(g, dw.inputs[0]);
+  if (!w || w->dtype() != DataType::kInt8 || w->rank() != 2) return false;
+  const int64_t n = w->dim(1);
+  const Tensor* ws = ir::constant_value(g, dw.inputs[1]);
+  if (!is_float_constant_vector(ws, n)) return false;
+  if (ws->numel() > 1 && dw.attr_int("axis", 1) != 1 && dw.attr_int("axis", 1) != -1) return false;
+  if (dw.has_input(2)) {
+    const Tensor* z = ir::constant_value(g, dw.inputs[2]);
+    if (!z || z->dtype() != DataType::kInt8 || !(z->numel() == 1 || (z->rank() == 1 && z->numel() == n))) return false;
+  }
+  // y: scalar float scale, uint8 / int8 scalar zero point (QuantizeLinear's output type)
+  if (!scalar_const_or_value(g, q.inputs[1], DataType::kFloat32)) return false;
+  if (q.has_input(2) && !scalar_const_or_value(g, q.inputs[2], DataType::kUInt8) &&
+      !scalar_const_or_value(g, q.inputs[2], DataType::kInt8))
+    return false;
+  if (q.attr("saturate") || q.attr("output_dtype")) return false;  // opset 19+ float8 forms
+  ir::Node f;
+  f.name = mm.name;
+  f.op_type = "QLinearMatMul";
+  f.opset = std::max(10, fusion::onnx_opset(g));
+  f.inputs = {da.inputs[0],
+              da.inputs[1],
+              da.has_input(2) ? da.inputs[2] : "",
+              dw.inputs[0],
+              dw.inputs[1],
+              dw.has_input(2) ? dw.inputs[2] : "",
+              q.inputs[1],
+              q.has_input(2) ? q.inputs[2] : ""};
+  f.outputs = q.outputs;
+  fusion::replace_group(g, {mi, qi}, std::move(f));
+  return true;
+}
+
 bool try_epilogue(ir::Graph& g, const ir::UseIndex& uses, int ai) {
   auto node = [&](int i) -> const ir::Node& { return g.nodes[static_cast<size_t>(i)]; };
   const ir::Node& a = node(ai);
@@ -140,7 +209,9 @@ bool try_epilogue(ir::Graph& g, const ir::UseIndex& uses, int ai) {
 
 }  // namespace
 
-Result<int> fold_qdq_matmul(ir::Graph& g) { return fusion::rewrite_until_fixpoint(g, try_fold); }
+Result<int> fold_qdq_matmul(ir::Graph& g) {
+  return fusion::rewrite_until_fixpoint(g, try_fold) + fusion::rewrite_until_fixpoint(g, try_fold_static);
+}
 
 Result<int> fold_qdq_matmul_epilogue(ir::Graph& g) { return fusion::rewrite_until_fixpoint(g, try_epilogue); }
 

@@ -26,7 +26,8 @@ const std::vector<PassInfo>& pipeline() {
       // On the plain ONNX quantization ops (after constant folding, so the scales are initializers),
       // before the fusions below take the Add / Mul pieces of its pattern.
       {"fold_qdq_matmul", fold_qdq_matmul,
-       "DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(scale) -> Add(bias) -> kiln.DynQMatMul (INT8)"},
+       "DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(scale) -> Add(bias) -> kiln.DynQMatMul; "
+       "Q(MatMul(DQ(x), DQ(W))) -> QLinearMatMul (INT8)"},
       // On plain ONNX Conv and AveragePool, before fold_batch_norm / fuse_activation make FusedConvs.
       {"pool_before_pointwise_conv", pool_before_pointwise_conv,
        "1x1 Conv -> unpadded AveragePool -> the pool first (the conv on k*k times fewer pixels)"},

@@ -192,6 +192,26 @@ void row_sums_u8(const uint8_t* q, int64_t m, int64_t k, int32_t* rowsum) {
   });
 }
 
+void int8_epilogue_requantize(const int32_t* acc, int64_t m, int64_t n, const Int8Epilogue& e, const float* mult,
+                              int32_t y_zp, bool out_signed, void* out) {
+  const double lo = out_signed ? -128.0 : 0.0, hi = out_signed ? 127.0 : 255.0, yz = y_zp;
+  parallel_for(m, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t end) {
+    for (int64_t i = b; i < end; ++i) {
+      const int32_t rs = e.rowsum ? e.rowsum[i] : 0;
+      for (int64_t j = 0; j < n; ++j) {
+        uint32_t t = static_cast<uint32_t>(acc[i * n + j]) - static_cast<uint32_t>(e.comp[j]);
+        if (e.rowsum) t -= static_cast<uint32_t>(e.b_zp[j]) * static_cast<uint32_t>(rs);
+        double d = static_cast<double>(static_cast<int32_t>(t)) * static_cast<double>(mult[j]) + yz;
+        double r = std::min(std::max(std::isnan(d) ? yz : std::nearbyint(d), lo), hi);
+        if (out_signed)
+          static_cast<int8_t*>(out)[i * n + j] = static_cast<int8_t>(r);
+        else
+          static_cast<uint8_t*>(out)[i * n + j] = static_cast<uint8_t>(r);
+      }
+    }
+  });
+}
+
 void int8_epilogue_s32(Isa isa, const int32_t* acc, int64_t m, int64_t n, const Int8Epilogue& e, int32_t* out) {
   epilogue(isa, acc, m, n, e, out, nullptr);
 }

@@ -39,6 +39,10 @@ struct Int8Epilogue {
   const float* residual = nullptr;
   Activation act;
 };
+// Requantized output (QLinearMatMul): out = sat(round(double(t) * mult[j] + y_zp)) into [lo, hi], in
+// double as the reference computes it. `out` is uint8 or int8 (signed). Runs on the thread team.
+void int8_epilogue_requantize(const int32_t* acc, int64_t m, int64_t n, const Int8Epilogue& e, const float* mult,
+                              int32_t y_zp, bool out_signed, void* out);
 // int32 output (MatMulInteger): out[i * n + j] = t. Runs on the thread team.
 void int8_epilogue_s32(Isa isa, const int32_t* acc, int64_t m, int64_t n, const Int8Epilogue& e, int32_t* out);
 // float32 output (kiln.DynQMatMul). Runs on the thread team.

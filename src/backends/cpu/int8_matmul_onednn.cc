@@ -2,6 +2,9 @@
 //   matmul_integer_onednn_u8s8s32: ONNX MatMulInteger with a uint8 activation A (scalar zero point, a
 //     constant or computed at run time) and a constant 2-D int8 B (zero point a constant scalar or
 //     per column), int32 out;
+//   qlinear_matmul_onednn_u8s8s32: ONNX QLinearMatMul with uint8 A (per-tensor scale and zero point),
+//     constant 2-D int8 B (scale and zero point per tensor or per column), uint8 or int8 out,
+//     requantized in double as the reference does;
 //   dyn_q_matmul_onednn_u8s8s32: kiln.DynQMatMul (src/ops/dyn_quant_matmul.cc): X quantized at run
 //     time by kiln's quantizer, the product, then the dequantizing epilogue (scales, bias, residual,
 //     activation) in kiln's own code.
@@ -22,7 +25,9 @@ namespace {
 class PreparedInt8Matmul : public PreparedLayer {
  public:
   std::string name;
-  bool dynamic = false;  // kiln.DynQMatMul (float X in) vs MatMulInteger (uint8 A in)
+  bool dynamic = false;  // kiln.DynQMatMul (float X in) vs MatMulInteger / QLinearMatMul (uint8 A in)
+  bool qlinear = false;  // QLinearMatMul
+  DataType out_dtype = DataType::kInt32;
   Isa isa = Isa::kScalar;
   int64_t m = 0, k = 0, n = 0;
   Dims out_shape;
@@ -37,12 +42,12 @@ class PreparedInt8Matmul : public PreparedLayer {
   Activation act;
 
   std::vector<Dims> output_shapes() const override { return {out_shape}; }
-  std::vector<DataType> output_dtypes() const override { return {dynamic ? DataType::kFloat32 : DataType::kInt32}; }
+  std::vector<DataType> output_dtypes() const override { return {out_dtype}; }
   size_t workspace_bytes(int) const override {
     size_t mk = static_cast<size_t>(m * k), mn = static_cast<size_t>(m * n), nn = static_cast<size_t>(n);
     return workspace_piece(pd.scratchpad_desc().get_size()) + workspace_piece(dynamic ? mk : 0) +
            workspace_piece(mn * 4) + workspace_piece(any_b_zp ? static_cast<size_t>(m) * 4 : 0) +
-           workspace_piece(nn * 4) + workspace_piece(dynamic ? nn * 4 : 0);
+           workspace_piece(nn * 4) + workspace_piece(dynamic || qlinear ? nn * 4 : 0);
   }
 
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
@@ -54,24 +59,30 @@ class PreparedInt8Matmul : public PreparedLayer {
     int32_t* acc = static_cast<int32_t*>(ws.take(static_cast<size_t>(m * n) * 4));
     int32_t* rowsum = static_cast<int32_t*>(ws.take(any_b_zp ? static_cast<size_t>(m) * 4 : 0));
     int32_t* comp = static_cast<int32_t*>(ws.take(static_cast<size_t>(n) * 4));
-    float* scale = static_cast<float*>(ws.take(dynamic ? static_cast<size_t>(n) * 4 : 0));
+    float* scale = static_cast<float*>(ws.take(dynamic || qlinear ? static_cast<size_t>(n) * 4 : 0));
     int32_t a_zp = 0;
     float a_scale = 1.f;
     if (dynamic) {
       uint8_t z = 0;
       KILN_RETURN_IF_ERROR(quantize_dynamic_u8(isa, in[0]->data<float>(), m * k, q, &a_scale, &z, name.c_str()));
       a_zp = z;
+    } else if (qlinear) {
+      q = const_cast<uint8_t*>(in[0]->data<uint8_t>());
+      a_scale = in[1]->data<float>()[0];
+      if (in[2]) a_zp = in[2]->data<uint8_t>()[0];
     } else {
       q = const_cast<uint8_t*>(in[0]->data<uint8_t>());
       if (in.size() > 2 && in[2]) a_zp = in[2]->data<uint8_t>()[0];
     }
+    float y_scale = qlinear ? in[6]->data<float>()[0] : 1.f;
     if (any_b_zp) row_sums_u8(q, m, k, rowsum);
     for (int64_t j = 0; j < n; ++j) {
       uint32_t c =
           static_cast<uint32_t>(a_zp) * static_cast<uint32_t>(colsum[static_cast<size_t>(j)]) -
           static_cast<uint32_t>(k) * static_cast<uint32_t>(a_zp) * static_cast<uint32_t>(b_zp[static_cast<size_t>(j)]);
       comp[j] = static_cast<int32_t>(c);
-      if (dynamic) scale[j] = a_scale * w_scale[static_cast<size_t>(j)];  // Mul(s, BScale), as the graph
+      if (dynamic) scale[j] = a_scale * w_scale[static_cast<size_t>(j)];              // Mul(s, BScale), as the graph
+      if (qlinear) scale[j] = (a_scale * w_scale[static_cast<size_t>(j)]) / y_scale;  // in float, as the reference
     }
     Status st = guarded(name, [&]() -> Status {
       auto& eng = cpu_engine();
@@ -86,6 +97,12 @@ class PreparedInt8Matmul : public PreparedLayer {
     e.comp = comp;
     e.b_zp = any_b_zp ? b_zp.data() : nullptr;
     e.rowsum = any_b_zp ? rowsum : nullptr;
+    if (qlinear) {
+      int32_t y_zp = 0;
+      if (in[7]) y_zp = out_dtype == DataType::kInt8 ? in[7]->data<int8_t>()[0] : in[7]->data<uint8_t>()[0];
+      int8_epilogue_requantize(acc, m, n, e, scale, y_zp, out_dtype == DataType::kInt8, out[0]->raw());
+      return Status::Ok();
+    }
     if (!dynamic) {
       int8_epilogue_s32(isa, acc, m, n, e, out[0]->data<int32_t>());
       return Status::Ok();
@@ -120,42 +137,74 @@ bool scalar_or_columns(const TensorSig& t, int64_t n) {
   return t.constant->rank() == 1 && t.constant->numel() == n;
 }
 
+enum class Mode { kInteger, kQLinear, kDynamic };
+
+// An optional scalar input (absent, or one value of `dtype`), checked at run time by the reference too.
+bool scalar_of(const LayerSignature& sig, size_t i, DataType dtype, bool required) {
+  if (!sig.has_input(i)) return !required;
+  const TensorSig& t = sig.inputs[i];
+  if (t.dtype != dtype) return false;
+  for (int64_t d : t.shape)
+    if (d != 1) return false;
+  return t.shape.size() <= 1;
+}
+
 class OnednnInt8Matmul : public Tactic {
  public:
-  explicit OnednnInt8Matmul(bool dynamic) : dynamic_(dynamic) {}
+  explicit OnednnInt8Matmul(Mode mode) : mode_(mode) {}
   std::string name() const override {
-    return dynamic_ ? "dyn_q_matmul_onednn_u8s8s32" : "matmul_integer_onednn_u8s8s32";
+    switch (mode_) {
+      case Mode::kDynamic: return "dyn_q_matmul_onednn_u8s8s32";
+      case Mode::kQLinear: return "qlinear_matmul_onednn_u8s8s32";
+      case Mode::kInteger: break;
+    }
+    return "matmul_integer_onednn_u8s8s32";
   }
   TacticInfo info() const override {
-    return {DeviceKind::kCPU,
-            kIsaPortable,
-            DataType::kInt8,
-            {dynamic_ ? DataType::kFloat32 : DataType::kUInt8},
-            {dynamic_ ? DataType::kFloat32 : DataType::kInt32}};
+    const bool dyn = mode_ == Mode::kDynamic;
+    std::vector<DataType> out = {DataType::kInt32};
+    if (dyn) out = {DataType::kFloat32};
+    if (mode_ == Mode::kQLinear) out = {DataType::kUInt8, DataType::kInt8};
+    return {DeviceKind::kCPU, kIsaPortable, DataType::kInt8, {dyn ? DataType::kFloat32 : DataType::kUInt8}, out};
   }
   std::vector<std::pair<std::string, std::string>> ops() const override {
-    if (dynamic_) return {{"kiln", "DynQMatMul"}};
+    switch (mode_) {
+      case Mode::kDynamic: return {{"kiln", "DynQMatMul"}};
+      case Mode::kQLinear: return {{"", "QLinearMatMul"}};
+      case Mode::kInteger: break;
+    }
     return {{"", "MatMulInteger"}};
   }
 
   std::string why_unsupported(const LayerSignature& sig) const override {
-    if (!sig.has_input(0) || !sig.has_input(1)) return "missing A or B";
+    const bool dyn = mode_ == Mode::kDynamic, ql = mode_ == Mode::kQLinear;
+    const size_t bi = ql ? 3 : 1, bzp = dyn ? 2 : ql ? 5 : 3;
+    if (!sig.has_input(0) || !sig.has_input(bi)) return "missing A or B";
     const TensorSig& a = sig.inputs[0];
-    const TensorSig& b = sig.inputs[1];
-    if (a.dtype != (dynamic_ ? DataType::kFloat32 : DataType::kUInt8))
-      return dynamic_ ? "X is not float32" : "A is not uint8 (int8 activations are not implemented)";
+    const TensorSig& b = sig.inputs[bi];
+    if (a.dtype != (dyn ? DataType::kFloat32 : DataType::kUInt8))
+      return dyn ? "X is not float32" : "A is not uint8 (int8 activations are not implemented)";
     if (a.shape.size() < 2) return "A has rank < 2";
     if (!b.constant || b.shape.size() != 2) return "B is not a 2-D constant (activation x activation products)";
     if (b.dtype != DataType::kInt8) return "B is not int8 (uint8 weights are not implemented)";
     if (a.shape.back() >= 0 && a.shape.back() != b.shape[0]) return "A's last dim is not B's rows";
     const int64_t n = b.shape[1];
-    const size_t bzp = dynamic_ ? 2 : 3;
     if (sig.has_input(bzp) && !scalar_or_columns(sig.inputs[bzp], n))
       return "B's zero point is not a constant scalar or [N]";
-    if (!dynamic_) {
-      if (sig.has_input(2) && (sig.inputs[2].dtype != DataType::kUInt8 || sig.inputs[2].shape.size() > 1 ||
-                               (sig.inputs[2].shape.size() == 1 && sig.inputs[2].shape[0] != 1)))
+    if (mode_ == Mode::kInteger) {
+      if (!scalar_of(sig, 2, DataType::kUInt8, false))
         return "A's zero point is not a uint8 scalar (per-row zero points are not implemented)";
+      return "";
+    }
+    if (ql) {
+      if (!scalar_of(sig, 1, DataType::kFloat32, true) || !scalar_of(sig, 2, DataType::kUInt8, false))
+        return "A's scale / zero point are not float32 / uint8 scalars (per-row ones are not implemented)";
+      if (!sig.has_input(4) || !scalar_or_columns(sig.inputs[4], n) || sig.inputs[4].dtype != DataType::kFloat32)
+        return "B's scale is not a float32 constant scalar or [N]";
+      if (!scalar_of(sig, 6, DataType::kFloat32, true)) return "y's scale is not a float32 scalar";
+      if (sig.has_input(7) && !scalar_of(sig, 7, DataType::kUInt8, false) && !scalar_of(sig, 7, DataType::kInt8, false))
+        return "y's zero point is not a uint8 or int8 scalar";
+      if (b.shape[0] > 33000) return "K over 33000 (the int32 accumulator could overflow)";
       return "";
     }
     if (!sig.has_input(3) || !scalar_or_columns(sig.inputs[3], n) || sig.inputs[3].dtype != DataType::kFloat32)
@@ -176,26 +225,31 @@ class OnednnInt8Matmul : public Tactic {
 
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    const bool dyn = mode_ == Mode::kDynamic, ql = mode_ == Mode::kQLinear;
+    const size_t bi = ql ? 3 : 1, bzp = dyn ? 2 : ql ? 5 : 3;
     auto p = std::make_unique<PreparedInt8Matmul>();
     p->name = name();
-    p->dynamic = dynamic_;
+    p->dynamic = dyn;
+    p->qlinear = ql;
+    p->out_dtype = dyn ? DataType::kFloat32 : DataType::kInt32;
+    if (ql) p->out_dtype = sig.has_input(7) ? sig.inputs[7].dtype : DataType::kUInt8;
     p->isa = cpu_isa(sig.isa);
     const Dims& a = sig.inputs[0].shape;
-    const Tensor& b = *sig.inputs[1].constant;
+    const Tensor& b = *sig.inputs[bi].constant;
     p->k = b.dim(0), p->n = b.dim(1);
     p->m = 1;
     for (size_t i = 0; i + 1 < a.size(); ++i) p->m *= a[i];
     p->out_shape = a;
     p->out_shape.back() = p->n;
     if (p->m == 0 || p->k == 0 || p->n == 0) return Unsupported(name(), ": empty operand");
-    const size_t bzp = dynamic_ ? 2 : 3;
     p->b_zp = per_column<int32_t>(sig.has_input(bzp) ? sig.inputs[bzp].constant : nullptr, p->n, 0);
     for (int32_t z : p->b_zp) p->any_b_zp |= z != 0;
     p->colsum.assign(static_cast<size_t>(p->n), 0);
     const int8_t* pb = b.data<int8_t>();
     for (int64_t r = 0; r < p->k; ++r)
       for (int64_t j = 0; j < p->n; ++j) p->colsum[static_cast<size_t>(j)] += pb[r * p->n + j];
-    if (dynamic_) {
+    if (ql) p->w_scale = per_column<float>(sig.inputs[4].constant, p->n, 1.f);
+    if (dyn) {
       p->w_scale = per_column<float>(sig.inputs[3].constant, p->n, 1.f);
       if (sig.has_input(4)) p->bias = per_column<float>(sig.inputs[4].constant, p->n, 0.f);
       p->has_residual = sig.has_input(5);
@@ -220,17 +274,21 @@ class OnednnInt8Matmul : public Tactic {
   }
 
  private:
-  bool dynamic_;
+  Mode mode_;
 };
 
 }  // namespace
 
 const Tactic* matmul_integer_onednn_u8s8s32() {
-  static const OnednnInt8Matmul t(false);
+  static const OnednnInt8Matmul t(Mode::kInteger);
+  return &t;
+}
+const Tactic* qlinear_matmul_onednn_u8s8s32() {
+  static const OnednnInt8Matmul t(Mode::kQLinear);
   return &t;
 }
 const Tactic* dyn_q_matmul_onednn_u8s8s32() {
-  static const OnednnInt8Matmul t(true);
+  static const OnednnInt8Matmul t(Mode::kDynamic);
   return &t;
 }
 

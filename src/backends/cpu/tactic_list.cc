@@ -53,8 +53,9 @@ const std::vector<const Tactic*>& tactic_list() {
     // MatMul / Gemm / kiln.FusedMatMul / kiln.FusedGemm
     v.push_back(dnn::matmul_onednn_packed());
     v.push_back(dnn::matmul_onednn_batched());
-    // MatMulInteger / kiln.DynQMatMul (INT8: u8 x s8 -> s32, kiln's quantizer and epilogue)
+    // MatMulInteger / QLinearMatMul / kiln.DynQMatMul (INT8: u8 x s8 -> s32, kiln's quantizer and epilogue)
     v.push_back(dnn::matmul_integer_onednn_u8s8s32());
+    v.push_back(dnn::qlinear_matmul_onednn_u8s8s32());
     v.push_back(dnn::dyn_q_matmul_onednn_u8s8s32());
     // MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool
     v.push_back(dnn::pool1d_onednn_ncw());
