@@ -986,6 +986,8 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
                                                     "gather_nd_kiln", "nonzero_kiln",   "scatter_elements_kiln",
                                                     "fill_kiln"};
     if (kOwnCases.count(t->name())) continue;
+    // The INT8 linear layers likewise (int8_matmul_test.cc: integer inputs, bit for bit).
+    if (t->name().find("_onednn_u8s8s32") != std::string::npos) continue;
     EXPECT_GT(checked[t->name()], 5) << t->name() << " was checked on too few random layers";
   }
 }
