@@ -11,6 +11,10 @@
 #include "backends/cpu/gemm_kernels.h"
 #include "core/parallel.h"
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 namespace kiln::backends::cpu {
 namespace {
 
@@ -140,43 +144,73 @@ void epilogue(Isa isa, const int32_t* acc, int64_t m, int64_t n, const Int8Epilo
 
 }  // namespace
 
-Status quantize_dynamic_u8(Isa isa, const float* x, int64_t n, uint8_t* q, float* scale_out, uint8_t* zp_out,
-                           const char* what) {
-  const int64_t chunks = std::min<int64_t>(kMaxChunks, std::max<int64_t>(1, n / 16384));
+// One parallel region (the range, a barrier, the quantization, and the row sums after another barrier):
+// every region wakes the team, which costs most on a busy machine.
+Status quantize_dynamic_u8(Isa isa, const float* x, int64_t m, int64_t k, uint8_t* q, int32_t* rowsum, float* scale_out,
+                           uint8_t* zp_out, const char* what) {
+  const int64_t n = m * k;
+  int64_t nt = 1;
+#if defined(_OPENMP)
+  if (!omp_in_parallel()) nt = std::min<int64_t>({max_threads(), kMaxChunks, std::max<int64_t>(1, n / 16384)});
+#endif
   std::array<float, kMaxChunks> lo{}, hi{};
-  parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
-    for (int64_t c = b; c < e; ++c) {
-      int64_t i0 = n * c / chunks, i1 = n * (c + 1) / chunks;
+  float scale = 1.f, zp = 0.f;
+  bool inf = false;
+  // team 1 runs without barriers: an orphaned barrier would bind to an enclosing parallel region.
+  auto body = [&](int64_t t, int64_t team) {
+    const int64_t i0 = n * t / team, i1 = n * (t + 1) / team;
 #if defined(__x86_64__)
-      if (isa == Isa::kAvx512) {
-        range_avx512(x + i0, i1 - i0, &lo[static_cast<size_t>(c)], &hi[static_cast<size_t>(c)]);
-        continue;
-      }
+    if (isa == Isa::kAvx512)
+      range_avx512(x + i0, i1 - i0, &lo[static_cast<size_t>(t)], &hi[static_cast<size_t>(t)]);
+    else
 #endif
-      range_scalar(x + i0, i1 - i0, &lo[static_cast<size_t>(c)], &hi[static_cast<size_t>(c)]);
+      range_scalar(x + i0, i1 - i0, &lo[static_cast<size_t>(t)], &hi[static_cast<size_t>(t)]);
+    if (team > 1) {
+#pragma omp barrier
     }
-  });
-  float maxx = 0.f, minx = 0.f;
-  for (int64_t c = 0; c < chunks; ++c) {
-    if (hi[static_cast<size_t>(c)] > maxx) maxx = hi[static_cast<size_t>(c)];
-    if (lo[static_cast<size_t>(c)] < minx) minx = lo[static_cast<size_t>(c)];
+    float maxx = 0.f, minx = 0.f;  // every thread combines the same partials in the same order
+    for (int64_t c = 0; c < team; ++c) {
+      if (hi[static_cast<size_t>(c)] > maxx) maxx = hi[static_cast<size_t>(c)];
+      if (lo[static_cast<size_t>(c)] < minx) minx = lo[static_cast<size_t>(c)];
+    }
+    if (std::isinf(maxx) || std::isinf(minx)) {
+      if (t == 0) inf = true;
+      return;  // every thread returns here: no barrier below is reached
+    }
+    // The reference's arithmetic, step by step (src/ops/quantize.cc, DynamicQuantizeLinear).
+    const float qmin = 0.0f, qmax = 255.0f;
+    const float s = (maxx == minx ? 1.0f : (maxx - minx)) / (qmax - qmin);
+    const float initial_zp = qmin - minx / s;
+    const float z = std::nearbyint(std::min(qmax, std::max(qmin, initial_zp)));
+    if (t == 0) scale = s, zp = z;
+#if defined(__x86_64__)
+    if (isa == Isa::kAvx512)
+      quantize_avx512(x + i0, i1 - i0, s, z, q + i0);
+    else
+#endif
+      quantize_scalar(x + i0, i1 - i0, s, z, q + i0);
+    if (!rowsum) return;
+    if (team > 1) {
+#pragma omp barrier
+    }
+    for (int64_t i = m * t / team; i < m * (t + 1) / team; ++i) {
+      int32_t sum = 0;
+      for (int64_t p = 0; p < k; ++p) sum += q[i * k + p];
+      rowsum[i] = sum;
+    }
+  };
+#if defined(_OPENMP)
+  if (nt > 1) {
+#pragma omp parallel num_threads(static_cast <int>(nt))
+    body(omp_get_thread_num(), omp_get_num_threads());
+  } else {
+    body(0, 1);
   }
-  if (std::isinf(maxx) || std::isinf(minx))
-    return InvalidArgument(what, ": the activation contains infinite values; no finite quantization scale exists");
-  // The reference's arithmetic, step by step (src/ops/quantize.cc, DynamicQuantizeLinear).
-  const float qmin = 0.0f, qmax = 255.0f;
-  float scale = (maxx == minx ? 1.0f : (maxx - minx)) / (qmax - qmin);
-  float initial_zp = qmin - minx / scale;
-  float zp = std::nearbyint(std::min(qmax, std::max(qmin, initial_zp)));
-  parallel_for(n, 16384, [&](int64_t b, int64_t e) {
-#if defined(__x86_64__)
-    if (isa == Isa::kAvx512) {
-      quantize_avx512(x + b, e - b, scale, zp, q + b);
-      return;
-    }
+#else
+  body(0, 1);
 #endif
-    quantize_scalar(x + b, e - b, scale, zp, q + b);
-  });
+  if (inf)
+    return InvalidArgument(what, ": the activation contains infinite values; no finite quantization scale exists");
   *scale_out = scale;
   *zp_out = static_cast<uint8_t>(zp);
   return Status::Ok();

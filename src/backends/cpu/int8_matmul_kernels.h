@@ -16,12 +16,12 @@
 
 namespace kiln::backends::cpu {
 
-// DynamicQuantizeLinear of x[0, n): the range [min(x, 0), max(x, 0)] mapped to [0, 255], scale
+// DynamicQuantizeLinear of x[0, m * k): the range [min(x, 0), max(x, 0)] mapped to [0, 255], scale
 // (max - min) / 255 (1/255 for an all-zero x), zero point round(-min / scale); q = sat(round(x / scale)
-// + zp), NaN -> 0. Fails (naming `what`) on infinite values, as the reference does. Runs on the
-// thread team.
-Status quantize_dynamic_u8(Isa isa, const float* x, int64_t n, uint8_t* q, float* scale, uint8_t* zero_point,
-                           const char* what);
+// + zp), NaN -> 0; with `rowsum`, also the sums of q's rows of k. Fails (naming `what`) on infinite
+// values, as the reference does. Runs on the thread team.
+Status quantize_dynamic_u8(Isa isa, const float* x, int64_t m, int64_t k, uint8_t* q, int32_t* rowsum, float* scale,
+                           uint8_t* zero_point, const char* what);
 
 // rowsum[i] = sum of q[i * k + p] over p < k (the zero-point term of a non-zero weight zero point).
 void row_sums_u8(const uint8_t* q, int64_t m, int64_t k, int32_t* rowsum);

@@ -64,7 +64,8 @@ class PreparedInt8Matmul : public PreparedLayer {
     float a_scale = 1.f;
     if (dynamic) {
       uint8_t z = 0;
-      KILN_RETURN_IF_ERROR(quantize_dynamic_u8(isa, in[0]->data<float>(), m * k, q, &a_scale, &z, name.c_str()));
+      KILN_RETURN_IF_ERROR(quantize_dynamic_u8(isa, in[0]->data<float>(), m, k, q, any_b_zp ? rowsum : nullptr,
+                                               &a_scale, &z, name.c_str()));
       a_zp = z;
     } else if (qlinear) {
       q = const_cast<uint8_t*>(in[0]->data<uint8_t>());
@@ -75,7 +76,7 @@ class PreparedInt8Matmul : public PreparedLayer {
       if (in.size() > 2 && in[2]) a_zp = in[2]->data<uint8_t>()[0];
     }
     float y_scale = qlinear ? in[6]->data<float>()[0] : 1.f;
-    if (any_b_zp) row_sums_u8(q, m, k, rowsum);
+    if (any_b_zp && !dynamic) row_sums_u8(q, m, k, rowsum);
     for (int64_t j = 0; j < n; ++j) {
       uint32_t c =
           static_cast<uint32_t>(a_zp) * static_cast<uint32_t>(colsum[static_cast<size_t>(j)]) -
