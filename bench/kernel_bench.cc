@@ -24,6 +24,7 @@
 #include "backends/registry.h"
 #include "core/parallel.h"
 #include "ir/attribute_builders.h"
+#include "ops/quantized_layers.h"
 
 namespace {
 
@@ -55,6 +56,7 @@ kiln::IsaSet bench_isa() {
 be::LayerSignature bench_signature(const kiln::testing::LayerCase& l) {
   be::LayerSignature sig = kiln::testing::layer_signature(l);
   sig.isa = bench_isa();
+  if (kiln::ops::computes_in_int8(l.node)) sig.compute = DataType::kInt8;  // as engine::signature_of
   return sig;
 }
 
@@ -77,6 +79,22 @@ Layer matmul(const std::string& name, int64_t m, int64_t k, int64_t n, const std
   if (!act.empty()) l.node.attrs["activation"] = ir::attr_string(act);
   l.inputs = {random_tensor({m, k}, 1), random_tensor({k, n}, 2), random_tensor({n}, 3)};
   l.constant = {false, true, true, false};
+  if (residual) l.inputs.push_back(random_tensor({m, n}, 4));
+  return l;
+}
+
+// kiln.DynQMatMul (quantize_dynamic's linear layer, src/passes/fold_qdq_matmul.cc): [m, k] quantized at
+// run time x int8 [k, n], scale, bias (+ residual) (activation): the INT8 twin of matmul().
+Layer dynq(const std::string& name, int64_t m, int64_t k, int64_t n, const std::string& act, bool residual) {
+  Layer l{{make_node("kiln", "DynQMatMul", residual ? 6 : 5), {}, {}}, name};
+  if (!act.empty()) l.node.attrs["activation"] = ir::attr_string(act);
+  Tensor w(DataType::kInt8, {k, n});
+  std::mt19937 rng(2);
+  for (int64_t i = 0; i < w.numel(); ++i)
+    w.data<int8_t>()[i] = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  l.inputs = {random_tensor({m, k}, 1), w, Tensor::scalar<int8_t>(DataType::kInt8, 0),
+              Tensor::scalar<float>(DataType::kFloat32, 0.01f), random_tensor({n}, 3)};
+  l.constant = {false, true, true, true, true, false};
   if (residual) l.inputs.push_back(random_tensor({m, n}, 4));
   return l;
 }
@@ -133,6 +151,12 @@ std::vector<Layer> layers() {
   v.push_back(matmul("bert_ffn1_128x768x3072", 128, 768, 3072, "Gelu", false));
   v.push_back(matmul("bert_ffn2_128x3072x768", 128, 3072, 768, "", true));
   v.push_back(matmul("bert_ffn1_b8_1024x768x3072", 1024, 768, 3072, "Gelu", false));
+  // The same layers in INT8 (ONNX Runtime's quantize_dynamic BERT, ../shared/data/qdq).
+  v.push_back(dynq("bert_int8_qkv_128x768x2304", 128, 768, 2304, "", false));
+  v.push_back(dynq("bert_int8_out_128x768x768", 128, 768, 768, "", false));
+  v.push_back(dynq("bert_int8_ffn1_128x768x3072", 128, 768, 3072, "Gelu", false));
+  v.push_back(dynq("bert_int8_ffn2_128x3072x768", 128, 3072, 768, "", true));
+  v.push_back(dynq("bert_int8_ffn1_b8_1024x768x3072", 1024, 768, 3072, "Gelu", false));
   // Classifiers.
   v.push_back(gemm_t("resnet_fc_1x2048x1000", 1, 2048, 1000));
   v.push_back(gemm_t("resnet_fc_8x2048x1000", 8, 2048, 1000));
@@ -179,8 +203,19 @@ void run_layer(benchmark::State& state, const Layer* l, const be::Tactic* t, int
   Tensor out(DataType::kFloat32, prepared.value()->output_shapes()[0]);
   std::vector<const Tensor*> ins;
   for (const auto& x : l->inputs) ins.push_back(x.defined() ? &x : nullptr);
+  // The workspace once, 64-byte aligned, as the execution context's arena gives it.
+  const size_t bytes = prepared.value()->workspace_bytes(threads);
+  std::vector<uint8_t> arena(bytes + 64);
+  be::RunContext ctx;
+  ctx.threads = threads;
+  ctx.workspace = arena.data() + (64 - reinterpret_cast<uintptr_t>(arena.data()) % 64) % 64;
+  ctx.workspace_bytes = bytes;
   for (auto _ : state) {
-    auto st = prepared.value()->run(ins, {&out});
+    auto st = prepared.value()->run(ctx, ins, {&out});
+    if (!st.ok()) {
+      state.SkipWithError(st.to_string().c_str());
+      break;
+    }
     benchmark::DoNotOptimize(out.raw());
   }
 }

@@ -13,6 +13,7 @@
 // product sum a*b, which VNNI's u8 x s8 instruction does without saturation, and the results equal
 // the reference bit for bit (the int32 accumulators; the float output up to the activation).
 #if defined(KILN_HAVE_ONEDNN)
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/int8_matmul_kernels.h"
@@ -31,9 +32,12 @@ class PreparedInt8Matmul : public PreparedLayer {
   Isa isa = Isa::kScalar;
   int64_t m = 0, k = 0, n = 0;
   Dims out_shape;
-  dnnl::matmul::primitive_desc pd;
-  dnnl::matmul prim;
-  memory::desc src_md, dst_md;
+  // The product runs in blocks of `mb` rows (the last one `m % mb` rows: pd_tail), each followed by
+  // its epilogue, so the int32 block is still in cache when the epilogue reads it.
+  int64_t mb = 0;
+  dnnl::matmul::primitive_desc pd, pd_tail;
+  dnnl::matmul prim, prim_tail;
+  memory::desc src_md, dst_md, src_tail_md, dst_tail_md;
   memory weights;
   std::vector<int32_t> colsum, b_zp;  // [n]
   bool any_b_zp = false;
@@ -45,18 +49,25 @@ class PreparedInt8Matmul : public PreparedLayer {
   std::vector<DataType> output_dtypes() const override { return {out_dtype}; }
   size_t workspace_bytes(int) const override {
     size_t mk = static_cast<size_t>(m * k), mn = static_cast<size_t>(m * n), nn = static_cast<size_t>(n);
-    return workspace_piece(pd.scratchpad_desc().get_size()) + workspace_piece(dynamic ? mk : 0) +
-           workspace_piece(mn * 4) + workspace_piece(any_b_zp ? static_cast<size_t>(m) * 4 : 0) +
-           workspace_piece(nn * 4) + workspace_piece(dynamic || qlinear ? nn * 4 : 0);
+    (void)mn;
+    return workspace_piece(scratch_bytes()) + workspace_piece(dynamic ? mk : 0) +
+           workspace_piece(static_cast<size_t>(mb * n) * 4) +
+           workspace_piece(any_b_zp ? static_cast<size_t>(m) * 4 : 0) + workspace_piece(nn * 4) +
+           workspace_piece(dynamic || qlinear ? nn * 4 : 0);
+  }
+
+  size_t scratch_bytes() const {
+    size_t b = pd.scratchpad_desc().get_size();
+    if (m % mb) b = std::max(b, pd_tail.scratchpad_desc().get_size());
+    return b;
   }
 
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     WorkspaceSlicer ws(ctx);
-    const memory::desc scratch_md = pd.scratchpad_desc();
-    void* scratch = ws.take(scratch_md.get_size());
+    void* scratch = ws.take(scratch_bytes());
     uint8_t* q = static_cast<uint8_t*>(ws.take(dynamic ? static_cast<size_t>(m * k) : 0));
-    int32_t* acc = static_cast<int32_t*>(ws.take(static_cast<size_t>(m * n) * 4));
+    int32_t* acc = static_cast<int32_t*>(ws.take(static_cast<size_t>(mb * n) * 4));
     int32_t* rowsum = static_cast<int32_t*>(ws.take(any_b_zp ? static_cast<size_t>(m) * 4 : 0));
     int32_t* comp = static_cast<int32_t*>(ws.take(static_cast<size_t>(n) * 4));
     float* scale = static_cast<float*>(ws.take(dynamic || qlinear ? static_cast<size_t>(n) * 4 : 0));
@@ -85,34 +96,39 @@ class PreparedInt8Matmul : public PreparedLayer {
       if (dynamic) scale[j] = a_scale * w_scale[static_cast<size_t>(j)];              // Mul(s, BScale), as the graph
       if (qlinear) scale[j] = (a_scale * w_scale[static_cast<size_t>(j)]) / y_scale;  // in float, as the reference
     }
-    Status st = guarded(name, [&]() -> Status {
-      auto& eng = cpu_engine();
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src_md, eng, q)},
-                                           {DNNL_ARG_DST, memory(dst_md, eng, acc)},
-                                           {DNNL_ARG_WEIGHTS, weights}};
-      execute(prim, scratch_md, scratch, std::move(args));
-      return Status::Ok();
-    });
-    KILN_RETURN_IF_ERROR(st);
-    Int8Epilogue e;
-    e.comp = comp;
-    e.b_zp = any_b_zp ? b_zp.data() : nullptr;
-    e.rowsum = any_b_zp ? rowsum : nullptr;
-    if (qlinear) {
-      int32_t y_zp = 0;
-      if (in[7]) y_zp = out_dtype == DataType::kInt8 ? in[7]->data<int8_t>()[0] : in[7]->data<uint8_t>()[0];
-      int8_epilogue_requantize(acc, m, n, e, scale, y_zp, out_dtype == DataType::kInt8, out[0]->raw());
-      return Status::Ok();
+    int32_t y_zp = 0;
+    if (qlinear && in[7]) y_zp = out_dtype == DataType::kInt8 ? in[7]->data<int8_t>()[0] : in[7]->data<uint8_t>()[0];
+    for (int64_t r0 = 0; r0 < m; r0 += mb) {
+      const int64_t rows = std::min(mb, m - r0);
+      const bool tail = rows != mb;
+      Status st = guarded(name, [&]() -> Status {
+        auto& eng = cpu_engine();
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(tail ? src_tail_md : src_md, eng, q + r0 * k)},
+                                             {DNNL_ARG_DST, memory(tail ? dst_tail_md : dst_md, eng, acc)},
+                                             {DNNL_ARG_WEIGHTS, weights}};
+        const dnnl::matmul::primitive_desc& d = tail ? pd_tail : pd;
+        execute(tail ? prim_tail : prim, d.scratchpad_desc(), scratch, std::move(args));
+        return Status::Ok();
+      });
+      KILN_RETURN_IF_ERROR(st);
+      Int8Epilogue e;
+      e.comp = comp;
+      e.b_zp = any_b_zp ? b_zp.data() : nullptr;
+      e.rowsum = any_b_zp ? rowsum + r0 : nullptr;
+      if (qlinear) {
+        const size_t es = out_dtype == DataType::kInt8 ? sizeof(int8_t) : sizeof(uint8_t);
+        int8_epilogue_requantize(acc, rows, n, e, scale, y_zp, out_dtype == DataType::kInt8,
+                                 static_cast<uint8_t*>(out[0]->raw()) + static_cast<size_t>(r0 * n) * es);
+      } else if (!dynamic) {
+        int8_epilogue_s32(isa, acc, rows, n, e, out[0]->data<int32_t>() + r0 * n);
+      } else {
+        e.scale = scale;
+        e.bias = bias.empty() ? nullptr : bias.data();
+        e.residual = has_residual ? in[5]->data<float>() + r0 * n : nullptr;
+        e.act = act;
+        int8_epilogue_f32(isa, acc, rows, n, e, out[0]->data<float>() + r0 * n);
+      }
     }
-    if (!dynamic) {
-      int8_epilogue_s32(isa, acc, m, n, e, out[0]->data<int32_t>());
-      return Status::Ok();
-    }
-    e.scale = scale;
-    e.bias = bias.empty() ? nullptr : bias.data();
-    e.residual = has_residual ? in[5]->data<float>() : nullptr;
-    e.act = act;
-    int8_epilogue_f32(isa, acc, m, n, e, out[0]->data<float>());
     return Status::Ok();
   }
 };
@@ -259,13 +275,24 @@ class OnednnInt8Matmul : public Tactic {
     Status st = guarded(name(), [&]() -> Status {
       auto& eng = cpu_engine();
       const int64_t m = p->m, k = p->k, n = p->n;
-      p->src_md = memory::desc({m, k}, dt::u8, tag::ab);
-      p->dst_md = memory::desc({m, n}, dt::s32, tag::ab);
+      // Blocks of 128 rows (a BERT sequence): the int32 block (128 x N) stays in the caches between
+      // oneDNN's product and kiln's epilogue. Fewer rows than 256: one block.
+      p->mb = m < 256 ? m : 128;
+      const int64_t tail_rows = m % p->mb;
+      p->src_md = memory::desc({p->mb, k}, dt::u8, tag::ab);
+      p->dst_md = memory::desc({p->mb, n}, dt::s32, tag::ab);
       memory::desc wei_user({k, n}, dt::s8, tag::ab), wei_any({k, n}, dt::s8, tag::any);
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->src_md, wei_any, p->dst_md), attr, eng);
       p->prim = dnnl::matmul(p->pd);
+      if (tail_rows) {  // the same packed weights (their layout fixed by the block's primitive)
+        p->src_tail_md = memory::desc({tail_rows, k}, dt::u8, tag::ab);
+        p->dst_tail_md = memory::desc({tail_rows, n}, dt::s32, tag::ab);
+        p->pd_tail = dnnl::matmul::primitive_desc(
+            dnnl::matmul::desc(p->src_tail_md, p->pd.weights_desc(), p->dst_tail_md), attr, eng);
+        p->prim_tail = dnnl::matmul(p->pd_tail);
+      }
       p->weights = memory(p->pd.weights_desc(), eng);
       reorder_into(wei_user, b.raw(), p->pd.weights_desc(), p->weights.get_data_handle());
       return Status::Ok();

@@ -1,6 +1,6 @@
 // The INT8 linear-layer tactics (src/backends/cpu/int8_matmul_onednn.cc) against the reference
 // kernels of MatMulInteger and kiln.DynQMatMul on random shapes, odd sizes included (K and N not
-// multiples of 4, 16 or 64, one-row and batched A), every zero-point form, on each CPU path of
+// multiples of 4, 16 or 64, one-row and batched A, row blocks with a tail), every zero-point form, on each CPU path of
 // kiln's quantizer and epilogue. The comparison is bit for bit: the int32 accumulators, and the
 // float output too (the epilogue does the reference's Cast, Mul and Add steps with the same
 // roundings), except after GELU, whose vector erf is an approximation (1e-5 relative).
@@ -27,8 +27,9 @@ Tensor random_int8(Dims d, std::mt19937& rng, DataType dt, int lo, int hi) {
 }
 
 Dims a_shape(std::mt19937& rng, int64_t k) {
-  static const int64_t kRows[] = {1, 2, 3, 7, 16, 33, 128};
-  int64_t m = kRows[rng() % 7];
+  // 130 with a batch dim: blocks of 128 rows and a tail block
+  static const int64_t kRows[] = {1, 2, 3, 7, 16, 33, 128, 130};
+  int64_t m = kRows[rng() % 8];
   switch (rng() % 3) {
     case 0: return {m, k};
     case 1: return {pick(rng, 1, 3), m, k};
