@@ -5,6 +5,7 @@
 #include "ir/rewrite.h"
 #include "ops/interpreter.h"
 #include "ops/kiln_layout.h"
+#include "ops/quantized_layers.h"
 #include "tools/compare_internal.h"
 
 namespace kiln::tools::compare {
@@ -46,7 +47,7 @@ json find_divergence(const CompareOptions& o, const Runners& r, const std::map<s
              {"name", n.name},
              {"op_type", (n.domain.empty() ? "" : n.domain + ".") + n.op_type},
              {"kernel", it != info.end() ? it->second->kernel : "reference"},
-             {"precision", precision},
+             {"precision", ops::computes_in_int8(n) ? "int8" : precision},  // the graph quantized it
              {"sources", sources},
              {"fused", sources.size() > 1}};
     json ins = json::array();
