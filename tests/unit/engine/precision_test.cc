@@ -13,6 +13,7 @@
 #include "kiln/kiln.h"
 #include "onnx/exporter.h"
 #include "onnx/importer.h"
+#include "tune/layer_key.h"
 
 namespace kiln {
 namespace {
@@ -172,6 +173,34 @@ TEST(Precision, ObeyFailsNamingTheLayerAndPreferFallsBack) {
   bool ignored = false;
   for (const auto& w : warnings) ignored |= w.find("--layer-precisions: ignored") != std::string::npos;
   EXPECT_TRUE(ignored);
+}
+
+// A target without AVX-512 BF16 (here: --isa avx512_vnni caps this machine's): --bf16 warns, naming
+// the feature, and every layer stays FP32.
+TEST(Precision, Bf16WithoutAvx512Bf16WarnsAndBuildsFp32) {
+  if (!(host_isa() & kIsaAvx512Vnni)) GTEST_SKIP() << "needs a CPU with avx512_vnni (the cap used)";
+  BuilderConfig cfg;
+  cfg.precision = Precision::kBF16;
+  cfg.isa = "avx512_vnni";
+  std::vector<std::string> warnings;
+  cfg.warn = [&](const std::string& w) { warnings.push_back(w); };
+  auto e = Builder(cfg).build_from_memory(mlp_onnx());
+  bool said = false;
+  for (const auto& w : warnings) said |= w.find("--bf16: its kernels need avx512_bf16") != std::string::npos;
+  EXPECT_TRUE(said) << (warnings.empty() ? "no warning" : warnings[0]);
+  for (const auto& l : nlohmann::json::parse(e->inspect_json())["layers"]) EXPECT_EQ(l["precision"], "fp32");
+}
+
+// The timing cache keys a layer's timings on the precision it computes in.
+TEST(Precision, TimingCacheKeysCarryThePrecision) {
+  ir::Node n;
+  n.op_type = "MatMul", n.opset = 13, n.inputs = {"a", "b"}, n.outputs = {"y"};
+  backends::LayerSignature sig;
+  sig.node = &n;
+  const std::string f32 = tune::layer_key(sig);
+  sig.compute = DataType::kBFloat16;
+  EXPECT_NE(tune::layer_key(sig), f32);
+  EXPECT_NE(tune::layer_key(sig).find("bfloat16"), std::string::npos) << tune::layer_key(sig);
 }
 
 TEST(Precision, ResolutionPerLayer) {
