@@ -149,6 +149,11 @@ LayerPrecisions layer_precisions(const PrecisionPolicy& p, const std::vector<std
     return lp;
   }
   lp.allowed = p.allowed;
+  // A layer whose input the graph gives as 8-bit integers (explicit quantization: Q/DQ folded,
+  // QLinearConv, MatMulInteger) may compute in int8 whatever the flags: the graph says so.
+  if ((data_dtype == DataType::kInt8 || data_dtype == DataType::kUInt8) &&
+      std::find(lp.allowed.begin(), lp.allowed.end(), DataType::kInt8) == lp.allowed.end())
+    lp.allowed.insert(lp.allowed.begin(), DataType::kInt8);
   // Layer precisions constrain floating-point arithmetic: integer and boolean layers (shape
   // computations, indices, masks) are left to their kernels.
   if (!float_data) return lp;

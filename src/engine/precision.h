@@ -46,7 +46,8 @@ struct PrecisionPolicy {
 Result<PrecisionPolicy> precision_policy(const BuilderConfig& cfg, const Target& target,
                                          const std::function<void(const std::string&)>& warn);
 
-// One layer's precisions.
+// One layer's precisions. A layer whose first input is int8/uint8 in the graph (explicit quantization)
+// may also compute in int8, first, without --int8.
 struct LayerPrecisions {
   std::vector<DataType> allowed;  // what the tuner chooses among, in order (ties: the earlier)
   // A layer precision matched: `allowed` is {required}. Under prefer, `fallback` is what the layer

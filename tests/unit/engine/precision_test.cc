@@ -216,6 +216,9 @@ TEST(Precision, ResolutionPerLayer) {
   EXPECT_EQ(lp.allowed, p.allowed);
   EXPECT_EQ(lp.required, DataType::kUndefined);
   EXPECT_FALSE(engine::layer_pinned_fp32(p, {"dec/fc"}));
+  // The graph's int8 input (a Q/DQ-folded layer) allows int8 first, without --int8.
+  lp = engine::layer_precisions(p, {"qconv"}, DataType::kUInt8);
+  EXPECT_EQ(lp.allowed, (std::vector<DataType>{DataType::kInt8, DataType::kFloat32, DataType::kBFloat16}));
   p.constraints = PrecisionConstraints::kNone;
   EXPECT_FALSE(engine::layer_pinned_fp32(p, {"enc/fc"}));
   p.strongly_typed = true;
