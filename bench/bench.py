@@ -64,6 +64,9 @@ def main():
     ap.add_argument("--kiln-warmup", type=int, default=0, help="kiln (default: as --warmup)")
     ap.add_argument("--timing-cache", default="", help="kiln build --timing-cache FILE (reused across rows/runs)")
     ap.add_argument("--blas-dir", default="", help="directory with OpenBLAS's libblas.so.3 for PyTorch")
+    ap.add_argument("--kiln-precisions", default="bf16",
+                    help="extra kiln engines per row, by build flag (bf16: kiln build --bf16); empty: none. "
+                         "Each adds kiln_<p>_ms and kiln_<p>_vs_fp32 to the row")
     a = ap.parse_args()
     a.kiln_iterations = a.kiln_iterations or a.iterations
     a.kiln_warmup = a.kiln_warmup or a.warmup
@@ -120,8 +123,19 @@ def main():
                 row["kiln_vs_ort"] = row["kiln_ms"] / row["ort_ms"] if row["kiln_ms"] and row["ort_ms"] else None
                 row["kiln_vs_torch"] = (row["kiln_ms"] / row["torch_ms"]
                                         if row["kiln_ms"] and row["torch_ms"] else None)
+                for p in [p for p in a.kiln_precisions.split(",") if p]:
+                    pe = os.path.join(a.out, f"{model}_b{batch}_t{th}_{p}.kiln")
+                    r = subprocess.run(cmd[:4] + [pe] + cmd[5:] + ["--" + p], capture_output=True, text=True)
+                    if r.returncode != 0:
+                        log(f"kiln build --{p} {model} b{batch} t{th} failed: {r.stderr.strip()[-500:]}")
+                    pk = run_json([a.kiln, "bench", pe, "--threads", str(th), "--warmup", str(a.kiln_warmup),
+                                   "--warmup-ms", "0", "--iterations", str(a.kiln_iterations), "--duration", "0",
+                                   "--json"], env=env) if r.returncode == 0 else None
+                    row[f"kiln_{p}_ms"] = pk["latency_ms"]["median"] if pk else None
+                    row[f"kiln_{p}_vs_fp32"] = (row[f"kiln_{p}_ms"] / row["kiln_ms"]
+                                                if row[f"kiln_{p}_ms"] and row["kiln_ms"] else None)
                 rows.append(row)
-                log("  " + json.dumps({k: row[k] for k in ("kiln_ms", "ort_ms", "torch_ms")}))
+                log("  " + json.dumps({k: v for k, v in row.items() if k.endswith("_ms")}))
     kiln_version = subprocess.run([a.kiln, "--version"], capture_output=True, text=True).stdout.strip()
     meta = {"machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "kernel": platform.release()},
             "kiln": kiln_version, "onnxruntime_node": ort_version, "torch_blas": torch_blas,
@@ -158,6 +172,15 @@ def print_table(rows, meta):
     for r in rows:
         print(f"{r['model']:<14}{r['batch']:>6}{r['threads']:>5}{fmt(r['kiln_ms']):>12}{fmt(r['ort_ms']):>11}"
               f"{fmt(r['torch_ms']):>11}{fmt(r['kiln_vs_ort'], '{:.2f}x'):>10}{fmt(r['kiln_vs_torch'], '{:.2f}x'):>10}")
+    extra = sorted({k[5:-3] for r in rows for k in r
+                    if k.startswith("kiln_") and k.endswith("_ms") and k != "kiln_ms"})
+    if extra:  # kiln's reduced-precision engines (--kiln-precisions)
+        print(f"\n{'model':<14}{'batch':>6}{'thr':>5}{'kiln fp32':>12}" +
+              "".join(f"{'kiln ' + p:>12}{p + '/fp32':>11}" for p in extra))
+        for r in rows:
+            print(f"{r['model']:<14}{r['batch']:>6}{r['threads']:>5}{fmt(r['kiln_ms']):>12}" +
+                  "".join(f"{fmt(r.get(f'kiln_{p}_ms')):>12}{fmt(r.get(f'kiln_{p}_vs_fp32'), '{:.2f}x'):>11}"
+                          for p in extra))
     print(f"\n{meta['note']}")
     blas = meta.get("torch_blas") or {}
     if blas.get("reference_blas"):

@@ -51,8 +51,19 @@ using DataTypeCode = int32_t;
 constexpr DataTypeCode kFloat32 = 1;
 constexpr DataTypeCode kInt64 = 7;
 
-/// Numerical precision a build may use. Only kFP32 is built today; others are rejected clearly.
+/// Numerical precision a build may use (TensorRT's builder flags): FP32 is always allowed; kMixed
+/// allows every precision (`kiln build --best`); each layer computes in the fastest allowed precision
+/// that has a kernel for it (timed), unless a layer precision constrains it (engine/precision.h).
 enum class Precision { kFP32, kFP16, kBF16, kINT8, kMixed };
+/// How --layer-precisions are honoured: kObey fails the build naming a layer whose precision cannot
+/// be met, kPrefer warns and falls back to the build's precisions, kNone ignores them (with a warning).
+enum class PrecisionConstraints { kNone, kPrefer, kObey };
+/// One --layer-precisions entry: layers whose name matches `pattern` (a glob: * and ?) compute in
+/// `precision` (kFP32, kFP16, kBF16 or kINT8; not kMixed).
+struct LayerPrecision {
+  std::string pattern;
+  Precision precision = Precision::kFP32;
+};
 
 /// A host tensor: dtype, shape and bytes (owned, or borrowed when `borrowed` is set).
 struct HostTensor {
@@ -87,6 +98,14 @@ struct Profile {
 
 struct BuilderConfig {
   Precision precision = Precision::kFP32;
+  /// Precisions allowed besides `precision` (and FP32): flags combine, `--bf16 --int8` allows both.
+  std::vector<Precision> extra_precisions;
+  /// Per-layer precisions, first matching entry wins; honoured as `precision_constraints` says.
+  std::vector<LayerPrecision> layer_precisions;
+  PrecisionConstraints precision_constraints = PrecisionConstraints::kPrefer;
+  /// Every layer computes in the dtype the graph gives its tensors; reduced precision only where the
+  /// graph says so (no other precision may be allowed).
+  bool strongly_typed = false;
   /// The device to build for (a CUDA device is refused until the CUDA backend exists).
   Device device;
   /// The CPU instruction set kiln's own kernels may use: "" or "native" (this machine's), or a level

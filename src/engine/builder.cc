@@ -7,6 +7,7 @@
 #include "core/parallel.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
+#include "engine/precision.h"
 #include "engine/profiles.h"
 #include "ir/rewrite.h"
 #include "onnx/importer.h"
@@ -121,8 +122,11 @@ std::string fixed_ms(double ms) {
 
 // Picks each layer's kernel by timing its candidate tactics at `tune_shapes` (the first profile's opt
 // shapes; engine/tactics.h, tune/tuner.h), through the timing cache of `cfg`.
+// Each layer's precisions come from `policy` (engine/precision.h); a layer precision that no kernel
+// meets fails the build under obey and falls back, with a warning, under prefer.
 Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_shapes, const std::string& tuned_at,
-                      const BuilderConfig& cfg, const std::function<void(const std::string&)>& log) {
+                      const BuilderConfig& cfg, const engine::PrecisionPolicy& policy,
+                      const std::function<void(const std::string&)>& log) {
   const std::function<void(const std::string&)> warn = warner(cfg);
   engine::TacticFilter filter = engine::tactic_filter(cfg.tactics);
   for (const auto& name : filter.allowed)
@@ -158,8 +162,31 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
   double worst = 1;  // the largest median / fastest run among the disturbed timings
   for (size_t i = 0; i < e.layers.size() && i < typed->nodes.size(); ++i) {
     LayerInfo& l = e.layers[i];
-    engine::LayerChoice choice = engine::choose_tactic(*typed, typed->nodes[i], e.built_for, filter, tuner);
+    const ir::Node& node = typed->nodes[i];
+    std::vector<std::string> names = l.sources;
+    names.insert(names.begin(), l.name);
+    const engine::LayerPrecisions lp =
+        engine::layer_precisions(policy, names, engine::kernel_precision("reference", *typed, node));
+    engine::LayerChoice choice = engine::choose_tactic(*typed, node, e.built_for, filter, tuner, lp.allowed);
+    const backends::Tactic* winner = backends::find_tactic(choice.tuning.kernel);
+    const bool moves_data = winner && winner->info().compute == DataType::kUndefined;
+    if (lp.required != DataType::kUndefined && !moves_data &&
+        engine::kernel_precision(choice.tuning.kernel, *typed, node) != lp.required) {
+      std::string why = "layer '" + l.name + "' (" + (l.domain.empty() ? l.op_type : l.domain + "." + l.op_type) +
+                        "): --layer-precisions '" + lp.rule + "' cannot be met: no " +
+                        engine::precision_name(lp.required) + " kernel takes it";
+      std::vector<std::string> reasons = engine::reference_reasons(node, choice, filter);
+      for (size_t r = 0; r < reasons.size() && r < 4; ++r) why += (r ? "; " : " (") + reasons[r];
+      if (!reasons.empty()) why += reasons.size() > 4 ? "; ...)" : ")";
+      if (policy.constraints == PrecisionConstraints::kObey)
+        return Unsupported(why,
+                           " — drop the entry or give that layer another precision, or use "
+                           "--precision-constraints prefer to fall back");
+      warn(why + "; it computes in the build's precisions instead (--precision-constraints prefer)");
+      choice = engine::choose_tactic(*typed, node, e.built_for, filter, tuner, lp.fallback);
+    }
     const tune::LayerTuning& t = choice.tuning;
+    l.precision = engine::precision_name(engine::kernel_precision(t.kernel, *typed, node));
     l.kernel = t.kernel;
     l.candidates = t.candidates;
     record_reference(i, choice);
@@ -379,11 +406,8 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   };
   auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&]() { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  if (cfg.precision != Precision::kFP32)
-    return Unsupported(
-        "only --fp32 engines can be built so far; reduced precision (FP16/BF16/INT8/mixed) is not "
-        "implemented yet — build with --fp32");
   KILN_ASSIGN_OR_RETURN(Target target, engine::target_for(cfg));
+  KILN_ASSIGN_OR_RETURN(engine::PrecisionPolicy precision, engine::precision_policy(cfg, target, warner(cfg)));
   KILN_RETURN_IF_ERROR(ops::check_supported(*model.graph));
   auto e = std::make_shared<EngineImpl>();
   e->built_for = target;
@@ -429,8 +453,16 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
     for (const auto& [name, r] : profiles[0].inputs) opt_shapes[name] = r.opt;
     tuned_at = "profile 0 '" + profiles[0].name + "' opt shapes";
   }
+  nlohmann::json precisions = nlohmann::json::array(), layer_precisions = nlohmann::json::array();
+  for (DataType p : precision.allowed) precisions.push_back(engine::precision_name(p));
+  for (const auto& r : precision.rules)
+    layer_precisions.push_back(r.pattern + ":" + engine::precision_name(r.precision));
+  static const char* constraint_names[] = {"none", "prefer", "obey"};
   e->build["config"] = {
-      {"precision", "fp32"},
+      {"precision", precisions.size() == 1 ? "fp32" : "mixed"},
+      {"precisions", precision.strongly_typed ? nlohmann::json("strongly typed") : precisions},
+      {"layer_precisions", layer_precisions},
+      {"precision_constraints", constraint_names[static_cast<int>(precision.constraints)]},
       {"workspace_bytes", cfg.workspace_bytes},
       {"activation_bytes", cfg.activation_bytes},
       {"disabled_passes", cfg.disabled_passes},
@@ -482,7 +514,11 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   e->target = engine::detect_host();
   e->model = std::move(model);
   e->describe_layers();
-  KILN_RETURN_IF_ERROR(choose_kernels(*e, opt_shapes, tuned_at, cfg, log));
+  KILN_RETURN_IF_ERROR(choose_kernels(*e, opt_shapes, tuned_at, cfg, precision, log));
+  for (size_t i = 0; i < e->layers.size(); ++i)  // reference-only builds choose nothing
+    if (e->layers[i].precision.empty())
+      e->layers[i].precision = engine::precision_name(
+          engine::kernel_precision(e->layers[i].kernel, *e->model.graph, e->model.graph->nodes[i]));
   // The CPU features the chosen kernels need (TacticInfo::isa): a machine without them refuses to load it.
   IsaSet needed = kIsaPortable;
   for (const LayerInfo& l : e->layers)

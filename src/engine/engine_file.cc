@@ -224,7 +224,10 @@ Result<Layout> lay_out(const EngineImpl& e) {
   h["weights_length"] = L.weights_length;
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& l : e.layers) {
-    nlohmann::json jl = {{"name", l.name}, {"kernel", l.kernel}, {"candidates", candidates_json(l.candidates)}};
+    nlohmann::json jl = {{"name", l.name},
+                         {"kernel", l.kernel},
+                         {"precision", l.precision},
+                         {"candidates", candidates_json(l.candidates)}};
     if (l.reference.recorded) jl["reference"] = reference_json(l.reference);
     layers.push_back(std::move(jl));
   }
@@ -497,6 +500,8 @@ Result<std::shared_ptr<EngineImpl>> deserialize_parts(const std::shared_ptr<uint
       return InvalidModel("engine lists ", jl.size(), " layers but its graph has ", e->layers.size(), kRebuild);
     for (size_t i = 0; i < jl.size(); ++i) {
       e->layers[i].kernel = jl[i].at("kernel").get<std::string>();
+      // Engines written before layers recorded their precision computed in float32.
+      e->layers[i].precision = jl[i].value("precision", std::string("fp32"));
       e->layers[i].candidates = candidates_from(jl[i].at("candidates"));
       if (jl[i].contains("reference")) e->layers[i].reference = reference_from(jl[i]["reference"]);
     }
@@ -621,6 +626,7 @@ nlohmann::json inspect(const EngineImpl& e) {
     layers.push_back({{"name", l.name},
                       {"op", op},
                       {"kernel", l.kernel},
+                      {"precision", l.precision},
                       {"candidates", candidates_json(l.candidates)},
                       {"reference", l.reference.recorded ? reference_json(l.reference) : nlohmann::json()},
                       {"sources", l.sources},

@@ -28,6 +28,7 @@ constexpr uint32_t kEngineFormatVersion = 3;
 
 struct LayerInfo {
   std::string name, op_type, domain, kernel;
+  std::string precision;             // what the kernel computes in: "fp32", "bf16", ... (engine/precision.h)
   std::vector<std::string> sources;  // the ONNX nodes this layer came from
   std::vector<std::string> inputs, outputs;
   std::vector<tune::CandidateResult> candidates;  // the auto-tuner's results (empty: no tactic applied)

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <sstream>
 
 #include "core/parallel.h"
@@ -110,11 +111,72 @@ std::vector<const backends::Tactic*> allowed_candidates(const backends::LayerSig
 }
 
 LayerChoice choose_tactic(const ir::Graph& g, const ir::Node& n, const Target& target, const TacticFilter& filter,
-                          tune::Tuner& tuner) {
+                          tune::Tuner& tuner, const std::vector<DataType>& precisions) {
   if (filter.none) return {};
   backends::LayerSignature sig = signature_of(g, n, target);
-  Candidates c = candidates_for(sig, filter);
-  return {tuner.tune(sig, c.allowed), std::move(c.declined)};
+  if (precisions.empty() || (precisions.size() == 1 && precisions[0] == sig.compute)) {
+    Candidates c = candidates_for(sig, filter);
+    return {tuner.tune(sig, c.allowed), std::move(c.declined)};
+  }
+  // One group of candidates per precision, each under the signature of its precision.
+  struct Group {
+    backends::LayerSignature sig;
+    std::vector<const backends::Tactic*> allowed;
+  };
+  std::vector<Group> groups;
+  std::vector<Declined> declined;
+  std::set<const backends::Tactic*> taken;
+  size_t total = 0;
+  for (DataType p : precisions) {
+    Group grp{sig, {}};
+    grp.sig.compute = p;
+    Candidates c = candidates_for(grp.sig, filter);
+    for (const backends::Tactic* t : c.allowed)
+      if (taken.insert(t).second) grp.allowed.push_back(t);
+    // A tactic of another precision declines every group but its own: keep the reasons of the first
+    // group and, later, those of the group's own tactics.
+    for (auto& d : c.declined) {
+      const backends::Tactic* t = backends::find_tactic(d.tactic);
+      if (groups.empty() || (t && t->info().compute == p)) declined.push_back(std::move(d));
+    }
+    total += grp.allowed.size();
+    groups.push_back(std::move(grp));
+  }
+  LayerChoice out;
+  const tune::CandidateResult* best = nullptr;
+  std::vector<tune::CandidateResult> all;
+  for (const Group& grp : groups) {
+    if (grp.allowed.empty()) continue;
+    tune::LayerTuning t = tuner.tune(grp.sig, grp.allowed, /*force_timing=*/total > 1);
+    out.tuning.timed += t.timed, out.tuning.prepared += t.prepared, out.tuning.cache_hits += t.cache_hits;
+    for (auto& c : t.candidates) all.push_back(std::move(c));
+  }
+  // The lowest median wins (ties: the earlier precision, then priority order); without timings (shapes
+  // unknown, or a single candidate) the first that can run.
+  using State = tune::CandidateResult::State;
+  for (const auto& c : all)
+    if (c.state == State::kTimed && (!best || best->state != State::kTimed || c.ms < best->ms))
+      best = &c;
+    else if ((c.state == State::kPrepared || c.state == State::kUnproven) && !best)
+      best = &c;
+  if (best) out.tuning.kernel = best->tactic;
+  out.tuning.candidates = std::move(all);
+  // Declined by every group: not a candidate anywhere.
+  for (auto& d : declined)
+    if (!taken.count(backends::find_tactic(d.tactic))) out.declined.push_back(std::move(d));
+  return out;
+}
+
+DataType kernel_precision(const std::string& kernel, const ir::Graph& g, const ir::Node& n) {
+  if (const backends::Tactic* t = kernel == "reference" ? nullptr : backends::find_tactic(kernel))
+    if (t->info().compute != DataType::kUndefined) return t->info().compute;
+  for (const auto& name : n.inputs) {
+    if (name.empty()) continue;
+    if (auto init = g.initializers.find(name); init != g.initializers.end()) return init->second.dtype();
+    if (const ir::TypeInfo* type = type_in_scope(g, name); type && type->is_tensor()) return type->elem;
+    break;
+  }
+  return DataType::kUndefined;
 }
 
 std::vector<std::string> reference_reasons(const ir::Node& n, const LayerChoice& c, const TacticFilter& filter) {
@@ -299,6 +361,8 @@ std::shared_ptr<const backends::PreparedLayer> TacticRuntime::get(const ir::Grap
   if (it != l.by_shapes.end()) return it->second;
   const ir::Node& n = g.nodes[i];
   backends::LayerSignature sig = signature_of(g, n, target_);
+  // The layer computes in its tactic's precision, which the build chose (engine/precision.h).
+  if (l.tactic->info().compute != DataType::kUndefined) sig.compute = l.tactic->info().compute;
   for (size_t k = 0; k < types.size() && k < sig.inputs.size(); ++k) {
     if (!types[k].present) continue;
     sig.inputs[k].present = true;

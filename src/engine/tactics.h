@@ -69,8 +69,15 @@ struct LayerChoice {
   tune::LayerTuning tuning;
   std::vector<Declined> declined;
 };
+// `precisions`: the compute dtypes the layer may use (engine/precision.h), in order; empty: the
+// target's. The candidates of every precision are timed against each other (each with the signature of
+// its precision, so the timing cache keys them apart); the fastest wins, ties going to the earlier
+// precision. A tactic that computes in no particular precision (data movement) is a candidate once.
 LayerChoice choose_tactic(const ir::Graph& g, const ir::Node& n, const Target& target, const TacticFilter& filter,
-                          tune::Tuner& tuner);
+                          tune::Tuner& tuner, const std::vector<DataType>& precisions = {});
+// The precision a layer running `kernel` computes in: its tactic's (TacticInfo::compute), or, for the
+// reference kernel and tactics of no particular precision, the dtype of the layer's first input.
+DataType kernel_precision(const std::string& kernel, const ir::Graph& g, const ir::Node& n);
 
 // Why a layer that runs its reference kernel does, one reason per line: "TACTIC: REASON" for every
 // tactic of its op that declined it or failed to prepare or run, or "no tactic implements OP".

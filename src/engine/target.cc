@@ -65,14 +65,9 @@ Result<Target> target_for(const BuilderConfig& cfg) {
                          "oneDNN) — leave the option out or use 0");
     t.layout_block = cfg.layout_block;
   }
-  switch (cfg.precision) {
-    case Precision::kFP32: t.precision = DataType::kFloat32; break;
-    case Precision::kFP16: t.precision = DataType::kFloat16; break;
-    case Precision::kBF16: t.precision = DataType::kBFloat16; break;
-    case Precision::kINT8: t.precision = DataType::kInt8; break;
-    // Mixed chooses per layer; the layers' default stays float32.
-    case Precision::kMixed: t.precision = DataType::kFloat32; break;
-  }
+  // The layers' default compute precision: float32 whatever the flags allow. Which other precisions a
+  // layer may use is resolved per layer (engine/precision.h) and recorded with the layer.
+  t.precision = DataType::kFloat32;
   return t;
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "engine/precision.h"
 #include "tools/cli_common.h"
 
 namespace kiln::tools {
@@ -30,10 +31,25 @@ std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const ch
       "small=x:1x3x224x224/2x3x224x224/4x3x224x224 (dims separated by x; INPUT:DIMS fixes an input). Inputs whose "
       "symbolic dims another input of the profile binds may be left out. At run time the first profile holding "
       "every input shape is used. --min/--opt/--max-shapes (or the fixed shapes) form the first profile when given");
-  flag("--fp32", f.fp32, "FP32 precision (default)");
-  flag("--fp16", f.fp16, "FP16 precision (not implemented yet)");
-  flag("--bf16", f.bf16, "BF16 precision (not implemented yet)");
+  flag("--fp32", f.fp32, "FP32 precision (default; always allowed, whatever else is)");
+  flag("--fp16", f.fp16,
+       "allow FP16: refused on the CPU, which has no FP16 kernels in kiln (CPUs without AVX-512 FP16, such as AMD "
+       "Zen 4, have no FP16 arithmetic; FP16 storage with FP32 compute would only add conversions)");
+  flag("--bf16", f.bf16,
+       "allow BF16 (oneDNN's AVX-512 BF16 kernels for convolutions and matrix products: bf16 inputs and weights, "
+       "fp32 accumulation and outputs), timed per layer against FP32, the faster kept. Without avx512_bf16: a "
+       "warning, and the layers stay FP32");
   flag("--int8", f.int8, "INT8 precision (not implemented yet)");
+  flag("--best", f.best, "allow every precision that has kernels here; the fastest per layer, by timing");
+  opt("--layer-precisions", f.layer_precisions,
+      "NAME_OR_GLOB:fp32|bf16|fp16|int8,... the precision of the layers whose name (or source ONNX node's name) "
+      "matches; the first matching entry wins; honoured as --precision-constraints says");
+  opt("--precision-constraints", f.precision_constraints,
+      "obey (a layer precision that no kernel meets fails the build, naming the layer), prefer (default: warn and "
+      "use the build's precisions) or none (ignore --layer-precisions)");
+  flag("--strongly-typed", f.strongly_typed,
+       "every layer computes in the type the graph gives its tensors: reduced precision only where the graph "
+       "says so (no --bf16/--fp16/--best/--layer-precisions with it)");
   opt("--isa", f.isa,
       "instruction set kiln's own kernels may use: native (this machine's best, default), portable, avx2, avx512, "
       "avx512_vnni, avx512_bf16, amx (each includes the ones before it; at most what this machine has). Recorded in "
@@ -85,6 +101,20 @@ Result<BuilderConfig> builder_config(const BuildFlags& f) {
     cfg.profiles.push_back(std::move(p));
   }
   cfg.precision = f.fp16 ? Precision::kFP16 : f.bf16 ? Precision::kBF16 : f.int8 ? Precision::kINT8 : Precision::kFP32;
+  // The flags combine (TensorRT's builder flags): each one given allows its precision.
+  if (f.bf16 && cfg.precision != Precision::kBF16) cfg.extra_precisions.push_back(Precision::kBF16);
+  if (f.int8 && cfg.precision != Precision::kINT8) cfg.extra_precisions.push_back(Precision::kINT8);
+  if (f.best) cfg.extra_precisions.push_back(Precision::kMixed);
+  cfg.strongly_typed = f.strongly_typed;
+  KILN_ASSIGN_OR_RETURN(cfg.layer_precisions, layer_precisions_from_flag(f.layer_precisions));
+  if (f.precision_constraints == "obey")
+    cfg.precision_constraints = PrecisionConstraints::kObey;
+  else if (f.precision_constraints == "prefer")
+    cfg.precision_constraints = PrecisionConstraints::kPrefer;
+  else if (f.precision_constraints == "none")
+    cfg.precision_constraints = PrecisionConstraints::kNone;
+  else
+    return InvalidArgument("--precision-constraints '", f.precision_constraints, "': one of obey, prefer, none");
   KILN_ASSIGN_OR_RETURN(cfg.workspace_bytes, parse_size(f.workspace, "--workspace"));
   KILN_ASSIGN_OR_RETURN(cfg.activation_bytes, parse_size(f.activation_memory, "--activation-memory"));
   cfg.disabled_passes = f.disabled_passes;
@@ -101,6 +131,25 @@ Result<BuilderConfig> builder_config(const BuildFlags& f) {
   cfg.strict_tactics = f.strict_tactics;
   cfg.verbose = f.verbose;
   return cfg;
+}
+
+Result<std::vector<LayerPrecision>> layer_precisions_from_flag(const std::string& spec) {
+  std::vector<LayerPrecision> out;
+  if (spec.empty()) return out;
+  for (size_t pos = 0; pos <= spec.size();) {
+    size_t comma = spec.find(',', pos);
+    std::string item = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? spec.size() + 1 : comma + 1;
+    size_t c = item.rfind(':');
+    LayerPrecision lp;
+    if (c == std::string::npos || c == 0 || !engine::parse_precision(item.substr(c + 1), &lp.precision))
+      return InvalidArgument("--layer-precisions item '", item,
+                             "' must look like NAME_OR_GLOB:PRECISION with PRECISION one of fp32, bf16, fp16, int8 "
+                             "(e.g. '/encoder/layer.0/*:fp32')");
+    lp.pattern = item.substr(0, c);
+    out.push_back(std::move(lp));
+  }
+  return out;
 }
 
 // One --profile value: "[PROFILE=]INPUT:MIN/OPT/MAX[,INPUT:MIN/OPT/MAX...]" with dims like 1x3x224x224;

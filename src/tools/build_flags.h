@@ -24,11 +24,15 @@ struct BuildFlags {
   std::string timing_cache;
   std::string isa = "native", layout_block = "auto";
   bool strict_tactics = false, verbose = false;
+  bool best = false, strongly_typed = false;  // --best, --strongly-typed
+  std::string layer_precisions;               // NAME_OR_GLOB:fp32|bf16|fp16|int8,...
+  std::string precision_constraints = "prefer";
 };
 // As kiln compare's repro bundles record them (bundle.json "options"; flat, beside compare's own).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BuildFlags, min_shapes, opt_shapes, max_shapes, build_shapes, profiles,
                                                 fp32, fp16, bf16, int8, workspace, activation_memory, disabled_passes,
-                                                tactics, timing_cache, isa, layout_block, strict_tactics, verbose)
+                                                tactics, timing_cache, isa, layout_block, strict_tactics, verbose, best,
+                                                strongly_typed, layer_precisions, precision_constraints)
 
 // Registers the build flags on `cmd` in the option group "Engine build": --min-shapes, --opt-shapes,
 // --max-shapes, --profile, --fp32/--fp16/--bf16/--int8, --isa, --layout-block, --workspace, --activation-memory,
@@ -46,6 +50,8 @@ void warn_ignored_build_flags(const std::vector<std::string>& given, const std::
 // to the caller (the builder's defaults print to stderr).
 Result<BuilderConfig> builder_config(const BuildFlags& f);
 
+// --layer-precisions: "NAME_OR_GLOB:PRECISION,..." (fp32, bf16, fp16, int8).
+Result<std::vector<LayerPrecision>> layer_precisions_from_flag(const std::string& spec);
 // One --profile value: "[PROFILE=]INPUT:MIN/OPT/MAX[,INPUT:MIN/OPT/MAX...]" with dims like 1x3x224x224;
 // "INPUT:DIMS" alone fixes that input (min = opt = max).
 Result<Profile> profile_from_flag(const std::string& spec);

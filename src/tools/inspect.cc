@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <map>
 
 #include "kiln/kiln.h"
 #include "tools/commands.h"
@@ -142,6 +143,16 @@ void print_text(const nlohmann::json& j, bool passes_only) {
             : (" (timing cache " + t["timing_cache"].get<std::string>() + ")").c_str());
   }
   print_reference(j);
+  {  // Layers per precision (engine/precision.h), and the build's precision settings.
+    std::map<std::string, int> per;
+    for (const auto& l : j["layers"]) per[l.value("precision", std::string("fp32"))]++;
+    std::string counts;
+    for (const auto& [p, n] : per) counts += (counts.empty() ? "" : ", ") + p + " x" + std::to_string(n);
+    std::string allowed;
+    if (b.contains("config") && b["config"].contains("precisions"))
+      allowed = " (allowed: " + b["config"]["precisions"].dump() + ")";
+    std::printf("precision layers: %s%s\n", counts.c_str(), allowed.c_str());
+  }
   int i = 0;
   for (const auto& l : j["layers"]) {
     std::string out = l["outputs"].empty() ? "" : l["outputs"][0]["type"].get<std::string>();
@@ -149,9 +160,9 @@ void print_text(const nlohmann::json& j, bool passes_only) {
     for (const auto& s : l["sources"]) src += (src.empty() ? "" : ",") + s.get<std::string>();
     const size_t ws = l.value("workspace_bytes", size_t{0});
     std::string wss = ws ? " ws " + mib(static_cast<double>(ws)) : "";
-    std::printf("  %4d %-32s %-24s %-10s %-26s%s <- %s\n", i++, l["name"].get<std::string>().c_str(),
-                l["op"].get<std::string>().c_str(), l["kernel"].get<std::string>().c_str(), out.c_str(), wss.c_str(),
-                src.c_str());
+    std::printf("  %4d %-32s %-24s %-10s %-4s %-26s%s <- %s\n", i++, l["name"].get<std::string>().c_str(),
+                l["op"].get<std::string>().c_str(), l["kernel"].get<std::string>().c_str(),
+                l.value("precision", std::string("fp32")).c_str(), out.c_str(), wss.c_str(), src.c_str());
     print_candidates(l);
     if (l.contains("bodies")) print_bodies(l["bodies"], 0);
   }

@@ -60,7 +60,8 @@ std::string Tuner::key(const backends::LayerSignature& sig) const {
   return "threads=" + std::to_string(threads_) + "|" + layer_key(sig);
 }
 
-LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<const backends::Tactic*>& candidates) {
+LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<const backends::Tactic*>& candidates,
+                        bool force_timing) {
   using State = CandidateResult::State;
   LayerTuning r;
   if (candidates.empty()) return r;
@@ -75,7 +76,7 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
     return r;
   }
   const std::string k = key(sig);
-  const bool timing = candidates.size() > 1;
+  const bool timing = candidates.size() > 1 || force_timing;
   Timer* timer = timing ? timer_for(sig.device.kind) : nullptr;
   std::vector<Tensor> inputs;  // made on first use, shared by the candidates
   std::vector<const Tensor*> in_ptrs;

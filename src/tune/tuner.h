@@ -80,7 +80,10 @@ class Tuner {
 
   // Chooses among `candidates` (tactics supporting `sig`, in priority order). Shapes of `sig` may be
   // partly unknown (data-dependent): then nothing can run and the first candidate is taken unproven.
-  LayerTuning tune(const backends::LayerSignature& sig, const std::vector<const backends::Tactic*>& candidates);
+  // `force_timing`: time even a single candidate (its layer has candidates in other precisions,
+  // tuned with signatures of their own: engine/tactics.h choose_tactic).
+  LayerTuning tune(const backends::LayerSignature& sig, const std::vector<const backends::Tactic*>& candidates,
+                   bool force_timing = false);
 
   int threads() const { return threads_; }
   // The cache key of a layer at this tuner's thread count.

@@ -289,6 +289,24 @@ TEST(NoAlloc, MlpAttentionSteadyStateRunAllocatesNothing) {
   expect_steady_state_free(*build(mlp_attention()), "mlp+attention");
 }
 
+// BF16 layers (backends/cpu/onednn_bf16.cc) convert their input to bf16 inside the workspace: a BF16
+// engine's steady-state run allocates nothing either. Every layer that has a BF16 kernel is asked to
+// use it (--layer-precisions '*:bf16', prefer), so the check does not depend on timings.
+TEST(NoAlloc, Bf16SteadyStateRunAllocatesNothing) {
+  if (!(host_isa() & kIsaAvx512Bf16)) GTEST_SKIP() << "this CPU lacks AVX-512 BF16";
+  for (const auto& [m, what] : {std::pair{cnn(), "cnn bf16"}, std::pair{mlp_attention(), "mlp+attention bf16"}}) {
+    BuilderConfig cfg;
+    cfg.precision = Precision::kBF16;
+    cfg.layer_precisions = {{"*", Precision::kBF16}};
+    cfg.warn = [](const std::string&) {};
+    auto e = Builder(cfg).build_from_memory(onnx_import::serialize_model(m).value());
+    int bf16 = 0;
+    for (const auto& l : e->impl().layers) bf16 += l.precision == "bf16";
+    EXPECT_GT(bf16, 0) << what;
+    expect_steady_state_free(*e, what);
+  }
+}
+
 // The check can fail: reference kernels (the interpreter's loop) allocate their outputs and frames.
 TEST(NoAlloc, ReferenceKernelsDoAllocate) {
   auto e = build(cnn(), {"reference"});

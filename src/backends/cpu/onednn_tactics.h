@@ -28,5 +28,8 @@ const Tactic* pool2d_onednn_nchwc();
 const Tactic* pool2d_onednn_nchwc_single_thread();  // small inputs, timed against the threaded one
 const Tactic* reorder_onednn_nchwc();
 const Tactic* conv2d_onednn_nchwc_dw();  // kiln.BlockedConvDw
+// BF16 (AVX-512 BF16; onednn_bf16.cc): kiln.BlockedConv, and MatMul/Gemm with constant weights.
+const Tactic* conv2d_onednn_nchwc_bf16();
+const Tactic* matmul_onednn_bf16_packed();
 
 }  // namespace kiln::backends::cpu::onednn

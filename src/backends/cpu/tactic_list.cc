@@ -76,6 +76,9 @@ const std::vector<const Tactic*>& tactic_list() {
     v.push_back(dnn::reorder_onednn_nchwc());
     // kiln.BlockedConvDw (src/passes/layout_fuse_dw.cc): 1x1 conv with the depthwise conv as post-op
     v.push_back(dnn::conv2d_onednn_nchwc_dw());
+    // BF16 (computing in bfloat16: candidates only where the build allows it, engine/precision.h)
+    v.push_back(dnn::conv2d_onednn_nchwc_bf16());
+    v.push_back(dnn::matmul_onednn_bf16_packed());
 #endif
     // kiln's own transformer kernels: LayerNormalization, Softmax / LogSoftmax, kiln.Attention,
     // kiln.FusedElementwise, Gelu

@@ -59,10 +59,9 @@ TEST(Target, OptionsCapTheInstructionSetAndSetTheBlockAndPrecision) {
   cfg.layout_block = 0;
   EXPECT_EQ(engine::target_for(cfg).value().layout_block, 0);
   cfg.layout_block = -1;
-  cfg.precision = Precision::kFP16;
-  EXPECT_EQ(engine::target_for(cfg).value().precision, DataType::kFloat16);
-  cfg.precision = Precision::kINT8;
-  EXPECT_EQ(engine::target_for(cfg).value().precision, DataType::kInt8);
+  // Reduced precisions are resolved per layer (engine/precision.h): the default stays float32.
+  cfg.precision = Precision::kBF16;
+  EXPECT_EQ(engine::target_for(cfg).value().precision, DataType::kFloat32);
 }
 
 TEST(Target, BadOptionsAreClearErrors) {

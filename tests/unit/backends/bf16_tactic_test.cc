@@ -1,0 +1,237 @@
+// The BF16 tactics (backends/cpu/onednn_bf16.cc) against the reference kernel (float32) on random
+// layers with odd sizes: kiln.BlockedConv (group 1, depthwise, groups of whole blocks; X plain or
+// blocked; strides, dilations, pads; bias, residual, every epilogue) and MatMul / Gemm / kiln.Fused*
+// with constant weights (A of rank 2 to 4, transposes, alpha, beta, every C shape).
+//
+// The tolerance, per output element. A BF16 layer rounds each activation x and weight w once to
+// bf16 (8 significant bits, round to nearest even: relative error at most u = 2^-8), multiplies
+// exactly (a product of two 8-bit significands fits in fp32) and accumulates in fp32. So each product
+// carries a relative error of at most 2u + u^2, and the sum of K of them an absolute error of at
+// most (2u + u^2 + K * 2^-24) * S, where S = sum_k |x_k| |w_k| (the last term: fp32 accumulation of
+// K terms in any order, K * eps32 / 2 per term, a loose bound). S is computed by the reference kernel
+// itself on |X| and |W| (no bias, residual or activation: those add exactly in fp32). The epilogue
+// activation is at most 1.5-Lipschitz (HardSwish's steepest slope; ReLU, Tanh, Clip 1; SiLU and GELU
+// about 1.1), so the bound is scaled by 1.5, plus the fp32 tolerance of tactic_test.cc (1e-4
+// relative) for the epilogue's own rounding. A wrong layout, a lost block or an un-rounded-back sum
+// puts errors of order S, far outside it; the typical error is about sqrt(K) * u * S / K.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "../graph_builder.h"
+#include "backends/registry.h"
+#include "layer_case.h"
+#include "ops/kiln_layout.h"
+
+namespace kiln {
+namespace {
+
+using testing::LayerCase;
+using testing::make_node;
+using testing::pick;
+
+bool has_bf16_cpu() { return (host_isa() & kIsaAvx512Bf16) != 0; }
+
+LayerCase blocked_conv_case(std::mt19937& rng, uint64_t seed) {
+  const int64_t n = pick(rng, 1, 2);
+  int64_t c, m, group;
+  switch (rng() % 3) {
+    case 0: group = 1, c = pick(rng, 1, 40), m = pick(rng, 1, 37); break;
+    // depthwise: mostly whole blocks of 16 (the BF16 tactic declines others: oneDNN 2.6 has no BF16 kernel)
+    case 1: group = c = m = rng() % 4 ? 16 * pick(rng, 1, 2) : pick(rng, 1, 35); break;
+    default: group = 2, c = 2 * 16 * pick(rng, 1, 2), m = 2 * 16 * pick(rng, 1, 2); break;  // whole blocks
+  }
+  const int64_t k = rng() % 3 == 0 ? 1 : pick(rng, 2, 5), s = pick(rng, 1, 2), d = rng() % 4 ? 1 : 2;
+  const int64_t p = pick(rng, 0, k / 2 + 1);
+  const int64_t h = pick(rng, (k - 1) * d + 1, 17), w = pick(rng, (k - 1) * d + 1, 19);
+  const bool bias = rng() % 2, residual = rng() % 2;
+  LayerCase lc;
+  lc.node = make_node("kiln", "FusedConv", residual ? 4 : (bias ? 3 : 2));
+  if (residual && !bias) lc.node.inputs[2] = "";
+  testing::GraphBuilder::set_int(lc.node, "group", group);
+  testing::GraphBuilder::set_ints(lc.node, "strides", {s, s});
+  testing::GraphBuilder::set_ints(lc.node, "dilations", {d, d});
+  testing::GraphBuilder::set_ints(lc.node, "pads", {p, p, p, p});
+  testing::add_epilogue(rng, lc.node);
+  testing::add_conv_inputs(lc, seed, {n, c, h, w}, {m, c / group, k, k}, bias, residual);
+  lc.node.domain = "kiln", lc.node.op_type = "BlockedConv", lc.node.opset = 1;
+  testing::GraphBuilder::set_int(lc.node, "block", 16);
+  if (rng() % 4) lc.inputs[0] = ops::to_channel_blocked(lc.inputs[0], 16).value();  // else plain X (first layer)
+  if (residual) lc.inputs[3] = ops::to_channel_blocked(lc.inputs[3], 16).value();
+  return lc;
+}
+
+LayerCase matmul_case(std::mt19937& rng, uint64_t seed) {
+  const bool fused = rng() % 2;
+  const int64_t rank = pick(rng, 2, 4), m = pick(rng, 1, 37), k = pick(rng, 1, 300), n = pick(rng, 1, 45);
+  Dims a;
+  for (int64_t i = 0; i + 2 < rank; ++i) a.push_back(pick(rng, 1, 3));
+  a.insert(a.end(), {m, k});
+  const bool bias = fused && rng() % 2, residual = fused && rng() % 2;
+  LayerCase lc;
+  lc.node = make_node(fused ? "kiln" : "", fused ? "FusedMatMul" : "MatMul", residual ? 4 : (bias ? 3 : 2));
+  if (residual && !bias) lc.node.inputs[2] = "";
+  if (fused) testing::add_epilogue(rng, lc.node);
+  lc.inputs = {testing::random_tensor(a, seed), testing::random_tensor({k, n}, seed + 1),
+               bias ? testing::random_tensor({n}, seed + 2) : Tensor()};
+  lc.constant = {false, true, true, false};
+  if (residual) {
+    Dims y = a;
+    y.back() = n;
+    lc.inputs.push_back(testing::random_tensor(y, seed + 3));
+  }
+  return lc;
+}
+
+LayerCase gemm_case(std::mt19937& rng, uint64_t seed) {
+  const bool fused = rng() % 2, ta = rng() % 2, tb = rng() % 2;
+  const int64_t m = pick(rng, 1, 33), k = pick(rng, 1, 260), n = pick(rng, 1, 41);
+  const std::vector<Dims> c_shapes = {{}, {n}, {1, n}, {m, n}, {m, 1}, {1}};
+  const int which = static_cast<int>(rng() % 7);  // 6: no C
+  const bool residual = fused && rng() % 2;
+  LayerCase lc;
+  lc.node = make_node(fused ? "kiln" : "", fused ? "FusedGemm" : "Gemm", residual ? 4 : (which < 6 ? 3 : 2));
+  if (residual && which == 6) lc.node.inputs[2] = "";
+  testing::GraphBuilder::set_int(lc.node, "transA", ta);
+  testing::GraphBuilder::set_int(lc.node, "transB", tb);
+  if (rng() % 2) testing::GraphBuilder::set_float(lc.node, "alpha", 0.75f);
+  if (rng() % 2) testing::GraphBuilder::set_float(lc.node, "beta", 1.5f);
+  if (fused) testing::add_epilogue(rng, lc.node);
+  lc.inputs = {testing::random_tensor(ta ? Dims{k, m} : Dims{m, k}, seed),
+               testing::random_tensor(tb ? Dims{n, k} : Dims{k, n}, seed + 1),
+               which < 6 ? testing::random_tensor(c_shapes[which], seed + 2) : Tensor()};
+  lc.constant = {false, true, true, false};
+  if (residual) lc.inputs.push_back(testing::random_tensor({m, n}, seed + 3));
+  return lc;
+}
+
+Tensor abs_of(const Tensor& t) {
+  Tensor r = t;  // copies
+  Tensor out(t.dtype(), t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = std::fabs(r.data<float>()[i]);
+  return out;
+}
+
+// S = sum_k |x_k| |w_k| per output element: the layer on |X|, |W| without bias, residual or activation.
+Tensor abs_product_sums(const LayerCase& lc) {
+  LayerCase s = lc;
+  for (auto it = s.node.attrs.begin(); it != s.node.attrs.end();)
+    it = it->first.rfind("activation", 0) == 0 || it->first == "beta" ? s.node.attrs.erase(it) : std::next(it);
+  s.node.inputs.resize(2);
+  s.inputs.resize(2);
+  s.inputs[0] = abs_of(lc.inputs[0]);
+  s.inputs[1] = abs_of(lc.inputs[1]);
+  return testing::reference_output(s);
+}
+
+// The reduction length of the case: C/group * kH * kW for a conv, K for a matrix product.
+int64_t reduction_length(const LayerCase& lc) {
+  const Dims& w = lc.inputs[1].shape();
+  if (lc.node.op_type == "BlockedConv") return w[1] * w[2] * w[3];
+  if (lc.node.op_type == "Gemm" || lc.node.op_type == "FusedGemm") return lc.node.attr_int("transB", 0) ? w[1] : w[0];
+  return w[0];
+}
+
+// Checks `tactic` on `lc` against the reference; returns false when the tactic declines it.
+bool check_bf16(const backends::Tactic& tactic, const LayerCase& lc, int iter) {
+  backends::LayerSignature sig = testing::layer_signature(lc);
+  sig.compute = DataType::kBFloat16;
+  if (!backends::why_declined(tactic, sig).empty()) return false;
+  std::vector<Tensor> want = testing::reference_outputs(lc);
+  if (want.empty()) return false;
+  Tensor sums = abs_product_sums(lc);
+  EXPECT_EQ(sums.shape(), want[0].shape());
+  auto prepared = tactic.prepare(sig);
+  // oneDNN 2.6's BF16 depthwise kernel does not take every geometry (e.g. 4x4, stride 2, pads 2 on a
+  // 4x6 X): the tactic then declines at prepare, naming its reference implementation, and the tuner
+  // keeps FP32. Allowed for depthwise / grouped layers only: group 1 convs and matrix products prepare.
+  if (!prepared.ok() && lc.node.attr_int("group", 1) > 1 &&
+      prepared.status().message().find("only its reference kernel") != std::string::npos)
+    return false;
+  EXPECT_TRUE(prepared.ok()) << tactic.name() << " case " << iter << " (x " << dims_str(lc.inputs[0].shape()) << " w "
+                             << dims_str(lc.inputs[1].shape()) << " group " << lc.node.attr_int("group", 1)
+                             << " strides " << dims_str(lc.node.attr_ints("strides", {})) << " dilations "
+                             << dims_str(lc.node.attr_ints("dilations", {})) << " pads "
+                             << dims_str(lc.node.attr_ints("pads", {})) << "): " << prepared.status().to_string();
+  if (!prepared.ok()) return true;
+  EXPECT_EQ(prepared.value()->output_shapes()[0], want[0].shape());
+  Tensor got(DataType::kFloat32, want[0].shape());
+  std::vector<const Tensor*> ins;
+  for (size_t i = 0; i < lc.node.inputs.size(); ++i)
+    ins.push_back(lc.node.inputs[i].empty() || !lc.inputs[i].defined() ? nullptr : &lc.inputs[i]);
+  std::vector<Tensor*> outs{&got};
+  Status st = prepared.value()->run_standalone(ins, outs);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  const double u = std::ldexp(1.0, -8), k = static_cast<double>(reduction_length(lc));
+  const double per_sum = 1.5 * (2 * u + u * u + k * std::ldexp(1.0, -24));
+  int bad = 0;
+  for (int64_t i = 0; i < want[0].numel(); ++i) {
+    const double w = want[0].data<float>()[i], g = got.data<float>()[i];
+    const double tol = per_sum * sums.data<float>()[i] + 1e-4 * std::max(1.0, std::fabs(w));
+    if (!(std::fabs(w - g) <= tol)) {
+      if (bad++ < 3)
+        ADD_FAILURE() << tactic.name() << " case " << iter << " element " << i << ": want " << w << ", got " << g
+                      << " (tolerance " << tol << ", K " << k << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << tactic.name() << " case " << iter << " " << dims_str(lc.inputs[0].shape()) << " w "
+                    << dims_str(lc.inputs[1].shape());
+  return true;
+}
+
+TEST(Bf16Tactics, MatchTheReferenceWithinBf16RoundingOfTheirOperands) {
+  if (!has_bf16_cpu()) GTEST_SKIP() << "this CPU lacks AVX-512 BF16: the BF16 tactics decline every layer";
+  const backends::Tactic* conv = backends::find_tactic("conv2d_onednn_nchwc_bf16");
+  const backends::Tactic* mm = backends::find_tactic("matmul_onednn_bf16_packed");
+  if (!conv || !mm) GTEST_SKIP() << "built without oneDNN";
+  std::mt19937 rng(2024);
+  int convs = 0, mms = 0;
+  for (int iter = 0; iter < 360; ++iter) {
+    const uint64_t seed = 7000 + 10 * static_cast<uint64_t>(iter);
+    const int family = iter % 3;
+    LayerCase lc = family == 0   ? blocked_conv_case(rng, seed)
+                   : family == 1 ? matmul_case(rng, seed)
+                                 : gemm_case(rng, seed);
+    if (family == 0)
+      convs += check_bf16(*conv, lc, iter);
+    else
+      mms += check_bf16(*mm, lc, iter);
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(convs, 45);  // of 120: plain X and depthwise geometries oneDNN lacks in BF16 are declined
+  EXPECT_GT(mms, 200);
+}
+
+// The error is bf16's and not zero: a long reduction of random values differs from the float32
+// reference by more than float32 rounding could (so a tactic that quietly ran float32 would fail).
+TEST(Bf16Tactics, RoundToBf16ForReal) {
+  if (!has_bf16_cpu()) GTEST_SKIP() << "this CPU lacks AVX-512 BF16";
+  const backends::Tactic* mm = backends::find_tactic("matmul_onednn_bf16_packed");
+  if (!mm) GTEST_SKIP() << "built without oneDNN";
+  LayerCase lc;
+  lc.node = make_node("", "MatMul", 2);
+  lc.inputs = {testing::random_tensor({8, 512}, 11), testing::random_tensor({512, 16}, 12)};
+  lc.constant = {false, true};
+  backends::LayerSignature sig = testing::layer_signature(lc);
+  sig.compute = DataType::kBFloat16;
+  auto p = mm->prepare(sig);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  Tensor want = testing::reference_output(lc), got(DataType::kFloat32, want.shape());
+  std::vector<const Tensor*> ins{&lc.inputs[0], &lc.inputs[1]};
+  std::vector<Tensor*> outs{&got};
+  ASSERT_TRUE(p.value()->run_standalone(ins, outs).ok());
+  double max_err = 0;
+  for (int64_t i = 0; i < want.numel(); ++i)
+    max_err = std::max(max_err, static_cast<double>(std::fabs(want.data<float>()[i] - got.data<float>()[i])));
+  EXPECT_GT(max_err, 1e-4);  // float32 over K = 512 of values in [-1, 1]: ~1e-6
+  // A float32 layer is declined by the BF16 tactic, and a BF16 layer by the float32 one.
+  sig.compute = DataType::kFloat32;
+  EXPECT_NE(backends::why_declined(*mm, sig), "");
+  sig.compute = DataType::kBFloat16;
+  EXPECT_NE(backends::why_declined(*backends::find_tactic("matmul_onednn_packed"), sig), "");
+}
+
+}  // namespace
+}  // namespace kiln
