@@ -170,6 +170,7 @@ LayerChoice choose_tactic(const ir::Graph& g, const ir::Node& n, const Target& t
 DataType kernel_precision(const std::string& kernel, const ir::Graph& g, const ir::Node& n) {
   if (const backends::Tactic* t = kernel == "reference" ? nullptr : backends::find_tactic(kernel))
     if (t->info().compute != DataType::kUndefined) return t->info().compute;
+  if (ops::computes_in_int8(n)) return DataType::kInt8;  // quantized by the graph (its input may be float)
   for (const auto& name : n.inputs) {
     if (name.empty()) continue;
     if (auto init = g.initializers.find(name); init != g.initializers.end()) return init->second.dtype();
