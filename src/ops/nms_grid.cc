@@ -29,11 +29,4 @@ Axis Axis::of(const Box* all, size_t n, bool finite, double Box::*lo_of, double 
   return a;
 }
 
-size_t Axis::cell(double v) const {
-  if (step <= 0) return 0;
-  double at = std::floor((v - lo) / step);
-  if (!(at > 0)) return 0;  // NaN too
-  return std::min(static_cast<size_t>(std::min(at, 1e18)), n - 1);
-}
-
 }  // namespace kiln::ops::nms

@@ -4,6 +4,8 @@
 // the same boxes; the arithmetic lives in nms_grid.cc, compiled once with the ops' flags.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 
 namespace kiln::ops::nms {
@@ -21,7 +23,14 @@ struct Axis {
   double lo = 0, step = 0, reach = 0, margin = 0;  // step 0: a single cell
   size_t n = 1;
   static Axis of(const Box* all, size_t n, bool finite, double Box::*lo_of, double Box::*hi_of);
-  size_t cell(double v) const;
+  // Inline: the greedy pass calls it four times per candidate. No product in it, so contraction
+  // cannot make the reference's and the tactic's cells differ.
+  size_t cell(double v) const {
+    if (step <= 0) return 0;
+    double at = std::floor((v - lo) / step);
+    if (!(at > 0)) return 0;  // NaN too
+    return std::min(static_cast<size_t>(std::min(at, 1e18)), n - 1);
+  }
 };
 
 }  // namespace kiln::ops::nms
