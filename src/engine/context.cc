@@ -1,6 +1,7 @@
 // Engine (public) and ExecutionContext: running an engine with memory-planned activations.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "core/checked_size.h"
@@ -40,13 +41,23 @@ struct ContextImpl {
   // The steady-state path (engine/executor.h): bound at the first run of each input shape, taken by
   // the next runs at that shape while the forced profile stays what it was at binding.
   bool may_bind() const;
+  // One run of the bound path bound for `sig`: its status, or nullopt when the run must start again
+  // through the interpreter loop (see the definition).
+  std::optional<Status> run_bound(const std::string& sig);
   int bound_forced = -1;
-  std::string unbound_reason;
+  std::string unbound_reason;        // why the last shape runs through the interpreter loop ("": it does not)
   std::string bound_sig;             // the signature the bound path is for
-  std::set<std::string> never_bind;  // signatures whose bound run met a shape-inference mismatch  // why the last shape
-                                     // runs through the interpreter loop ("": it does not)
+  std::set<std::string> never_bind;  // signatures whose bound run met a shape-inference mismatch
   std::function<void(size_t, const ir::Node&)> bound_timer;  // layer_timer over run_bound's hook
   std::chrono::steady_clock::time_point layer_begin;
+  // The interpreter loop's arena slots per main-graph node output, for plan `slots_for`: looked up by
+  // node index instead of by value name in the plan's maps (a layer's outputs are placed per run).
+  struct Slot {
+    size_t offset = SIZE_MAX, bytes = 0;
+  };
+  std::vector<std::vector<Slot>> slots;
+  const engine::MemoryPlan* slots_for = nullptr;
+  const Slot* slot_of(const ir::Node& n, size_t o) const;
 };
 
 namespace {
@@ -70,6 +81,13 @@ Result<std::shared_ptr<LayerPlan>> ContextImpl::plan_for(const std::map<std::str
   return std::make_shared<LayerPlan>(std::move(planned));
 }
 
+const ContextImpl::Slot* ContextImpl::slot_of(const ir::Node& n, size_t o) const {
+  const auto& nodes = engine->model.graph->nodes;
+  if (&n < nodes.data() || &n >= nodes.data() + nodes.size()) return nullptr;
+  const auto& s = slots[static_cast<size_t>(&n - nodes.data())];
+  return o < s.size() && s[o].offset != SIZE_MAX ? &s[o] : nullptr;
+}
+
 bool ContextImpl::may_bind() const { return !interp->on_node; }
 
 void ContextImpl::plan_ahead() {
@@ -86,20 +104,25 @@ void ContextImpl::plan_ahead() {
   std::memset(arena.get(), 0, arena_capacity);
 }
 
+std::optional<Status> ContextImpl::run_bound(const std::string& sig) {
+  ops::DeadlineScope scope(deadline);
+  layer_begin = std::chrono::steady_clock::now();
+  Status s = interp->run_bound(inputs, outputs, layer_timer ? bound_timer : nullptr);
+  if (s.ok()) shape_state.ran_with_current = true;
+  if (s.ok() || !interp->bound_mismatch()) return s;
+  // A reference kernel's output disagreed with shape inference: these shapes take the interpreter
+  // loop from now on, and this run starts again there (layers compute from their inputs only).
+  never_bind.insert(sig);
+  interp->unbind();
+  unbound_reason = s.message();
+  return std::nullopt;
+}
+
 Status ContextImpl::run() {
   const ir::Graph& g = *engine->model.graph;
   // Steady state: the shapes of the last run, bound. Nothing below allocates (tests/noalloc).
-  if (shape_state.forced == bound_forced && interp->bound_accepts(inputs) && may_bind()) {
-    ops::DeadlineScope scope(deadline);
-    layer_begin = std::chrono::steady_clock::now();
-    Status s = interp->run_bound(inputs, outputs, layer_timer ? bound_timer : nullptr);
-    if (s.ok()) {
-      shape_state.ran_with_current = true;
-      return Status::Ok();
-    }
-    if (!interp->bound_mismatch()) return s;
-    never_bind.insert(bound_sig);  // a reference kernel disagreed with shape inference: interpreter loop
-  }
+  if (shape_state.forced == bound_forced && interp->bound_accepts(inputs) && may_bind())
+    if (auto done = run_bound(bound_sig)) return *done;
   interp->unbind();
   // Tensors know where their memory lives: this engine's layers read host memory.
   for (const auto& [name, v] : inputs)
@@ -146,18 +169,18 @@ Status ContextImpl::run() {
   if (unbound_reason.empty()) {
     bound_forced = shape_state.forced;
     bound_sig = sig;
-    ops::DeadlineScope scope(deadline);
-    layer_begin = std::chrono::steady_clock::now();
-    Status s = interp->run_bound(inputs, outputs, layer_timer ? bound_timer : nullptr);
-    if (s.ok()) {
-      shape_state.ran_with_current = true;
-      return Status::Ok();
-    }
-    if (!interp->bound_mismatch()) return s;
-    // Layers compute from their inputs only: the run starts again through the interpreter loop.
-    never_bind.insert(sig);
-    interp->unbind();
-    unbound_reason = s.message();
+    if (auto done = run_bound(sig)) return *done;
+  }
+  if (slots_for != &p) {
+    slots.assign(g.nodes.size(), {});
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (const auto& name : g.nodes[i].outputs) {
+        Slot sl;
+        if (auto off = p.offsets.find(name); !name.empty() && off != p.offsets.end())
+          sl = {off->second, p.sizes.at(name)};
+        slots[i].push_back(sl);
+      }
+    slots_for = &p;
   }
   size_t layer_index = 0;
   auto layer_begin = std::chrono::steady_clock::now();
@@ -165,8 +188,8 @@ Status ContextImpl::run() {
     for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i) {
       if (!outs[i].is_tensor()) continue;
       const Tensor& t = outs[i].tensor;
-      auto off = p.offsets.find(n.outputs[i]);
-      if (off == p.offsets.end() || t.dtype() == DataType::kString || t.nbytes() > p.sizes.at(n.outputs[i])) {
+      const Slot* sl = slot_of(n, i);
+      if (!sl || t.dtype() == DataType::kString || t.nbytes() > sl->bytes) {
         // Kept dynamic. A kernel may hand back a view of an input (an If branch or a Loop passing an
         // outer value through): when that lies in the arena, its slot is reused once the input dies,
         // so the output takes its own copy.
@@ -174,8 +197,8 @@ Status ContextImpl::run() {
         if (b && t.nbytes() && b >= arena.get() && b < arena.get() + arena_capacity) outs[i] = ops::Value(t.clone());
         continue;
       }
-      Tensor slot = Tensor::alias(t.dtype(), t.shape(), arena, off->second);
-      if (slot.raw() == t.raw()) continue;  // a tactic wrote it there already
+      if (t.raw() == arena.get() + sl->offset) continue;  // a tactic wrote it there already
+      Tensor slot = Tensor::alias(t.dtype(), t.shape(), arena, sl->offset);
       if (t.nbytes()) std::memmove(slot.raw(), t.raw(), t.nbytes());
       outs[i] = ops::Value(std::move(slot));
     }
@@ -191,10 +214,9 @@ Status ContextImpl::run() {
     }
   };
   interp->allocate_output = [&](const ir::Node& n, size_t i, DataType dt, const Dims& shape) -> Tensor {
-    auto off = i < n.outputs.size() ? p.offsets.find(n.outputs[i]) : p.offsets.end();
-    if (off == p.offsets.end() || static_cast<size_t>(dims_numel(shape)) * dtype_size(dt) > p.sizes.at(n.outputs[i]))
-      return Tensor();
-    return Tensor::alias(dt, shape, arena, off->second);
+    const Slot* sl = slot_of(n, i);
+    if (!sl || static_cast<size_t>(dims_numel(shape)) * dtype_size(dt) > sl->bytes) return Tensor();
+    return Tensor::alias(dt, shape, arena, sl->offset);
   };
   // The executor's layer loop, the interpreter and Loop/Scan iterations all check this scope's
   // deadline (one ops::check_deadline call each), whatever executes the layers.

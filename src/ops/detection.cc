@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "ops/conv_util.h"
+#include "ops/nms_grid.h"
 #include "ops/roi_align_grid.h"
 
 namespace kiln::ops {
@@ -183,9 +184,7 @@ Status max_roi_pool_kernel(KernelContext& ctx) {
 // ---- NonMaxSuppression: per batch and class, greedily keeps the highest-scoring boxes whose IoU
 // with every kept box is <= iou_threshold. Output rows: [batch, class, box].
 
-struct Box {
-  double x_min, x_max, y_min, y_max;
-};
+using nms::Box;
 
 Box read_box(const Tensor& boxes, int64_t at, bool center) {
   double a = boxes.get_f64(at), b = boxes.get_f64(at + 1), c = boxes.get_f64(at + 2), d = boxes.get_f64(at + 3);
@@ -204,11 +203,9 @@ class KeptBoxes {
  public:
   // `all`: every box of the batch (the candidates are among them).
   void reset(const std::vector<Box>& all) {
-    bool finite = !all.empty();
-    for (const Box& b : all)
-      finite &= std::isfinite(b.x_min) && std::isfinite(b.x_max) && std::isfinite(b.y_min) && std::isfinite(b.y_max);
-    x_ = Axis::of(all, finite, &Box::x_min, &Box::x_max);
-    y_ = Axis::of(all, finite, &Box::y_min, &Box::y_max);
+    const bool finite = nms::all_finite(all.data(), all.size());
+    x_ = Axis::of(all.data(), all.size(), finite, &Box::x_min, &Box::x_max);
+    y_ = Axis::of(all.data(), all.size(), finite, &Box::y_min, &Box::y_max);
     cells_.assign(x_.n * y_.n, {});
   }
   bool suppressed(const Box& p, double iou) const {
@@ -252,31 +249,7 @@ class KeptBoxes {
   struct Cell {  // the kept boxes of a cell, one array per coordinate
     std::vector<double> x_min, x_max, y_min, y_max, area;
   };
-  struct Axis {
-    double lo = 0, step = 0, reach = 0, margin = 0;  // step 0: a single cell
-    size_t n = 1;
-    static Axis of(const std::vector<Box>& all, bool finite, double Box::*lo_of, double Box::*hi_of) {
-      Axis a;
-      if (!finite) return a;
-      double lo = INFINITY, hi = -INFINITY, w = 0;
-      for (const Box& b : all)
-        lo = std::min(lo, b.*lo_of), hi = std::max(hi, b.*hi_of), w = std::max(w, b.*hi_of - b.*lo_of);
-      constexpr double kMaxCells = 128;  // per axis
-      a.lo = lo;
-      a.margin = 1e-6 * (std::fabs(lo) + std::fabs(hi) + w) + 1e-30;
-      a.reach = w + a.margin;
-      a.step = std::max(w, (hi - lo) / kMaxCells);
-      if (!(a.step > 0) || !std::isfinite(a.step)) return Axis{};
-      a.n = static_cast<size_t>(std::min(kMaxCells + 2, std::floor((hi - lo) / a.step) + 1));
-      return a;
-    }
-    size_t cell(double v) const {
-      if (step <= 0) return 0;
-      double at = std::floor((v - lo) / step);
-      if (!(at > 0)) return 0;  // NaN too
-      return std::min(static_cast<size_t>(std::min(at, 1e18)), n - 1);
-    }
-  };
+  using Axis = nms::Axis;
   Axis x_, y_;
   std::vector<Cell> cells_;
 };

@@ -67,13 +67,54 @@ Status check_input_value(const ir::ValueInfo& decl, const Value& v) {
 
 const Value* Interpreter::Frame::find(const std::string& name) const {
   for (const Frame* f = this; f; f = f->parent) {
-    auto it = f->values.find(name);
-    if (it != f->values.end()) return &it->second;
+    if (auto it = f->plan->slot_of.find(name); it != f->plan->slot_of.end() && f->present[it->second])
+      return &f->values[it->second];
+    if (auto c = f->plan->constants.find(name); c != f->plan->constants.end()) return &c->second;
   }
   return nullptr;
 }
 
 Interpreter::Interpreter(std::shared_ptr<const ir::Graph> graph) : graph_(std::move(graph)) {}
+
+Interpreter::Ref Interpreter::resolve(const ir::Graph& g, const Plan& plan, const std::string& name) {
+  Ref r;
+  if (name.empty()) return r;
+  r.name = &name;
+  if (auto it = plan.slot_of.find(name); it != plan.slot_of.end()) {
+    r.slot = it->second;
+    return r;
+  }
+  if (auto c = plan.constants.find(name); c != plan.constants.end()) {
+    r.constant = &c->second;
+    return r;
+  }
+  // An outer-scope read: the innermost enclosing graph that defines it. A graph run without its
+  // enclosing ones on the frame stack finds it by name at run time (lookup's fallback).
+  for (const ir::Graph* scope = g.parent; scope; scope = scope->parent) {
+    auto outer = plan_for(*scope);
+    if (!outer.ok()) break;
+    const Plan& p = *outer.value();
+    if (auto it = p.slot_of.find(name); it != p.slot_of.end()) {
+      r.slot = it->second, r.scope = scope;
+      return r;
+    }
+    if (auto c = p.constants.find(name); c != p.constants.end()) {
+      r.constant = &c->second;
+      return r;
+    }
+  }
+  return r;
+}
+
+const Value* Interpreter::lookup(const Frame& frame, const Ref& r) const {
+  if (r.constant) return r.constant;
+  if (r.slot >= 0) {
+    if (!r.scope) return frame.present[r.slot] ? &frame.values[r.slot] : nullptr;
+    for (const Frame* f = frame.parent; f; f = f->parent)
+      if (f->graph == r.scope) return f->present[r.slot] ? &f->values[r.slot] : nullptr;
+  }
+  return frame.parent ? frame.parent->find(*r.name) : nullptr;
+}
 
 Result<const Interpreter::Plan*> Interpreter::plan_for(const ir::Graph& g) {
   auto it = plans_.find(&g);
@@ -81,6 +122,12 @@ Result<const Interpreter::Plan*> Interpreter::plan_for(const ir::Graph& g) {
   KILN_RETURN_IF_ERROR(check_supported(g));
   auto plan = std::make_unique<Plan>();
   const OpRegistry& reg = OpRegistry::get();
+  auto slot = [&](const std::string& name) {
+    return plan->slot_of.emplace(name, static_cast<int>(plan->slot_of.size())).first->second;
+  };
+  for (const auto& in : g.inputs) plan->input_slots.push_back(slot(in.name));
+  for (const auto& [name, t] : g.initializers)
+    if (!plan->slot_of.count(name)) plan->constants.emplace(name, Value(t));
   std::unordered_map<std::string, size_t> last_use;
   std::unordered_set<std::string> keep;
   for (const auto& o : g.outputs) keep.insert(o.name);
@@ -95,17 +142,51 @@ Result<const Interpreter::Plan*> Interpreter::plan_for(const ir::Graph& g) {
       for (const auto& sg : subs)
         for (const auto& r : sg->outer_references()) last_use[r] = i;
     }
+    std::vector<int> outs;
+    for (const auto& o : n.outputs) outs.push_back(o.empty() ? -1 : slot(o));
+    plan->outputs.push_back(std::move(outs));
   }
-  std::unordered_set<std::string> local;
-  for (const auto& in : g.inputs) local.insert(in.name);
-  for (const auto& n : g.nodes)
-    for (const auto& o : n.outputs) local.insert(o);
+  // Inputs resolve after every output has its slot (a graph is sorted, but a read of a value produced
+  // later would otherwise resolve outward).
+  for (const auto& n : g.nodes) {
+    std::vector<Ref> ins;
+    for (const auto& in : n.inputs) ins.push_back(resolve(g, *plan, in));
+    plan->inputs.push_back(std::move(ins));
+  }
+  for (const auto& o : g.outputs) plan->results.push_back(resolve(g, *plan, o.name));
   plan->release_after.resize(g.nodes.size());
-  for (const auto& [name, idx] : last_use)
-    if (!keep.count(name) && local.count(name) && !g.initializers.count(name)) plan->release_after[idx].push_back(name);
+  for (const auto& [name, idx] : last_use) {
+    auto s = plan->slot_of.find(name);
+    if (!keep.count(name) && s != plan->slot_of.end() && !g.initializers.count(name))
+      plan->release_after[idx].push_back(s->second);
+  }
   const Plan* p = plan.get();
   plans_[&g] = std::move(plan);
   return p;
+}
+
+std::unique_ptr<Interpreter::Frame> Interpreter::acquire_frame(const ir::Graph& g, const Plan& plan) {
+  std::unique_ptr<Frame> f;
+  auto& spare = plan.spare;
+  if (!spare.empty()) {
+    f = std::move(spare.back());
+    spare.pop_back();
+  } else {
+    f = std::make_unique<Frame>();
+    f->values.resize(plan.slot_of.size());
+    f->present.assign(plan.slot_of.size(), 0);
+  }
+  f->graph = &g;
+  f->plan = &plan;
+  f->parent = frames_.empty() ? nullptr : frames_.back();
+  return f;
+}
+
+void Interpreter::release_frame(std::unique_ptr<Frame> f) {
+  for (size_t s = 0; s < f->present.size(); ++s)
+    if (f->present[s]) f->values[s] = Value(), f->present[s] = 0;
+  auto& spare = f->plan->spare;
+  if (spare.size() < 4) spare.push_back(std::move(f));
 }
 
 Result<std::vector<Value>> run_node(const ir::Node& node, const OpSchema& schema,
@@ -146,9 +227,7 @@ Result<std::vector<Value>> Interpreter::run_layer(const ir::Graph& g, size_t i, 
 }
 
 Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame, bool top_level) {
-  KILN_ASSIGN_OR_RETURN(const Plan* plan, plan_for(g));
-  for (const auto& [name, t] : g.initializers)
-    if (!frame.values.count(name)) frame.values.emplace(name, Value(t));
+  const Plan& plan = *frame.plan;
   frames_.push_back(&frame);
   struct Pop {
     std::vector<Frame*>& f;
@@ -159,16 +238,16 @@ Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame
     const ir::Node& n = g.nodes[i];
     KILN_RETURN_IF_ERROR(check_deadline(n));
     ins.clear();
-    for (const auto& name : n.inputs) {
-      if (name.empty()) {
+    for (const Ref& r : plan.inputs[i]) {
+      if (!r.name) {
         ins.push_back(nullptr);
         continue;
       }
-      const Value* v = frame.find(name);
-      if (!v) return Internal(n.where(), "input '", name, "' has no value at run time");
+      const Value* v = lookup(frame, r);
+      if (!v) return Internal(n.where(), "input '", *r.name, "' has no value at run time");
       ins.push_back(v);
     }
-    auto res = run_layer(g, i, *plan->schemas[i], ins, top_level);
+    auto res = run_layer(g, i, *plan.schemas[i], ins, top_level);
     if (!res.ok()) {
       const Status& st = res.status();
       if (st.message().rfind("node '", 0) == 0) return st;
@@ -177,14 +256,16 @@ Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame
     std::vector<Value> outs = std::move(res).value();
     if (top_level && place_outputs) place_outputs(n, outs);
     if (top_level && on_node) on_node(n, outs);
-    for (size_t o = 0; o < n.outputs.size(); ++o)
-      if (n.has_output(o)) frame.values[n.outputs[o]] = std::move(outs[o]);
-    for (const auto& dead : plan->release_after[i]) frame.values.erase(dead);
+    const std::vector<int>& slots = plan.outputs[i];
+    for (size_t o = 0; o < slots.size() && o < outs.size(); ++o)
+      if (slots[o] >= 0) frame.values[slots[o]] = std::move(outs[o]), frame.present[slots[o]] = 1;
+    for (int dead : plan.release_after[i]) frame.values[dead] = Value(), frame.present[dead] = 0;
   }
   std::vector<Value> results;
-  for (const auto& o : g.outputs) {
-    const Value* v = frame.find(o.name);
-    if (!v) return InvalidModel("graph '", g.name, "': output '", o.name, "' was never produced");
+  results.reserve(plan.results.size());
+  for (size_t o = 0; o < plan.results.size(); ++o) {
+    const Value* v = plan.results[o].name ? lookup(frame, plan.results[o]) : nullptr;
+    if (!v) return InvalidModel("graph '", g.name, "': output '", g.outputs[o].name, "' was never produced");
     results.push_back(*v);
   }
   return results;
@@ -192,7 +273,6 @@ Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame
 
 Result<std::vector<Value>> Interpreter::run(const std::map<std::string, Value>& inputs) {
   DeadlineScope deadline(deadline_);
-  Frame frame;
   for (const auto& decl : graph_->inputs) {
     auto it = inputs.find(decl.name);
     if (it == inputs.end()) {
@@ -200,23 +280,44 @@ Result<std::vector<Value>> Interpreter::run(const std::map<std::string, Value>& 
       return InvalidArgument("missing input '", decl.name, "' (", decl.type.str(), ")");
     }
     KILN_RETURN_IF_ERROR(check_input_value(decl, it->second));
-    frame.values[decl.name] = it->second;
   }
   for (const auto& [name, v] : inputs) {
     bool declared = false;
     for (const auto& decl : graph_->inputs) declared |= decl.name == name;
     if (!declared) return InvalidArgument("'", name, "' is not an input of the model");
   }
-  return execute(*graph_, frame, true);
+  KILN_ASSIGN_OR_RETURN(const Plan* plan, plan_for(*graph_));
+  std::unique_ptr<Frame> frame = acquire_frame(*graph_, *plan);
+  struct Release {
+    Interpreter& self;
+    std::unique_ptr<Frame>& frame;
+    ~Release() { self.release_frame(std::move(frame)); }
+  } release{*this, frame};
+  for (size_t k = 0; k < graph_->inputs.size(); ++k) {
+    const ir::ValueInfo& decl = graph_->inputs[k];
+    const int s = plan->input_slots[k];
+    auto it = inputs.find(decl.name);
+    frame->values[s] = it != inputs.end() ? it->second : Value(graph_->initializers.at(decl.name));
+    frame->present[s] = 1;
+  }
+  return execute(*graph_, *frame, true);
 }
 
 Result<std::vector<Value>> Interpreter::run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs) {
   if (inputs.size() != g.inputs.size())
     return InvalidModel("subgraph '", g.name, "' takes ", g.inputs.size(), " inputs, given ", inputs.size());
-  Frame frame;
-  frame.parent = frames_.empty() ? nullptr : frames_.back();
-  for (size_t i = 0; i < inputs.size(); ++i) frame.values[g.inputs[i].name] = inputs[i];
-  return execute(g, frame, false);
+  KILN_ASSIGN_OR_RETURN(const Plan* plan, plan_for(g));
+  std::unique_ptr<Frame> frame = acquire_frame(g, *plan);
+  struct Release {
+    Interpreter& self;
+    std::unique_ptr<Frame>& frame;
+    ~Release() { self.release_frame(std::move(frame)); }
+  } release{*this, frame};
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    frame->values[plan->input_slots[i]] = inputs[i];
+    frame->present[plan->input_slots[i]] = 1;
+  }
+  return execute(g, *frame, false);
 }
 
 }  // namespace kiln::ops

@@ -61,16 +61,41 @@ class Interpreter : public SubgraphRunner {
   }
 
  private:
+  struct Plan;
+  // A running graph's values, by slot (Plan::slot_of): a vector, not a map by name, so that a layer
+  // finds its inputs and stores its outputs without hashing strings (shape layers are mostly this).
   struct Frame {
-    std::unordered_map<std::string, Value> values;
+    const ir::Graph* graph = nullptr;
+    const Plan* plan = nullptr;
+    std::vector<Value> values;
+    std::vector<uint8_t> present;
     const Frame* parent = nullptr;
+    // By name, innermost graph first (its values, then its initializers), then the enclosing ones.
     const Value* find(const std::string& name) const;
+  };
+  // Where a node input (or a graph output) comes from, resolved when the graph is planned.
+  struct Ref {
+    int slot = -1;                      // a slot of this graph's frame, or of `scope`'s
+    const ir::Graph* scope = nullptr;   // an enclosing graph defining it (outer-scope read)
+    const Value* constant = nullptr;    // an initializer (of this graph or an enclosing one)
+    const std::string* name = nullptr;  // nullptr: an omitted optional input
   };
   struct Plan {
     std::vector<const OpSchema*> schemas;
-    std::vector<std::vector<std::string>> release_after;  // values dead after node i
+    std::unordered_map<std::string, int> slot_of;       // graph inputs and node outputs
+    std::unordered_map<std::string, Value> constants;   // initializers that are not graph inputs
+    std::vector<int> input_slots;                       // per graph input
+    std::vector<std::vector<Ref>> inputs;               // per node input
+    std::vector<std::vector<int>> outputs;              // per node output (-1: unnamed)
+    std::vector<std::vector<int>> release_after;        // slots dead after node i
+    std::vector<Ref> results;                           // per graph output
+    mutable std::vector<std::unique_ptr<Frame>> spare;  // frames of finished runs, reused
   };
   Result<const Plan*> plan_for(const ir::Graph& g);
+  Ref resolve(const ir::Graph& g, const Plan& plan, const std::string& name);
+  const Value* lookup(const Frame& frame, const Ref& r) const;
+  std::unique_ptr<Frame> acquire_frame(const ir::Graph& g, const Plan& plan);
+  void release_frame(std::unique_ptr<Frame> frame);
   Result<std::vector<Value>> execute(const ir::Graph& g, Frame& frame, bool top_level);
 
   std::shared_ptr<const ir::Graph> graph_;

@@ -2,51 +2,23 @@
 // reductions (none / add / mul / max / min), and TensorScatter (KV-cache update, opset 24).
 #include <algorithm>
 
+#include "ops/scatter_reduction.h"
 #include "ops/tensor_util.h"
 
 namespace kiln::ops {
 namespace {
 
-enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
+using Reduction = ScatterReduction;
 
 Result<Reduction> parse_reduction(const ir::Node& node) {
   std::string r = node.attr_string("reduction", "none");
-  if (r == "none") return Reduction::kNone;
-  if (r == "add") return Reduction::kAdd;
-  if (r == "mul") return Reduction::kMul;
-  if (r == "max") return Reduction::kMax;
-  if (r == "min") return Reduction::kMin;
+  if (auto red = scatter_reduction(r)) return *red;
   return InvalidArgument("unknown reduction '", r, "' (none, add, mul, max, min)");
 }
 
 template <typename T>
 T combine(T a, T b, Reduction r) {
-  if constexpr (std::is_same_v<T, bool>) {
-    switch (r) {
-      case Reduction::kAdd:
-      case Reduction::kMax: return a || b;
-      case Reduction::kMul:
-      case Reduction::kMin: return a && b;
-      default: return b;
-    }
-  } else if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;  // wraps instead of overflowing
-    switch (r) {
-      case Reduction::kAdd: return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-      case Reduction::kMul: return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-      case Reduction::kMax: return std::max(a, b);
-      case Reduction::kMin: return std::min(a, b);
-      default: return b;
-    }
-  } else {
-    switch (r) {
-      case Reduction::kAdd: return a + b;
-      case Reduction::kMul: return a * b;
-      case Reduction::kMax: return std::max(a, b);
-      case Reduction::kMin: return std::min(a, b);
-      default: return b;
-    }
-  }
+  return scatter_combine(a, b, r);
 }
 
 // Writes updates into a copy of data: element upd_off[i] + j of updates (j < block) goes to

@@ -21,8 +21,11 @@
 #include <random>
 #include <sstream>
 
+#include "../unit/backends/layer_case.h"
 #include "../unit/graph_builder.h"
+#include "backends/registry.h"
 #include "core/library_scope.h"
+#include "core/parallel.h"
 #include "engine/engine_impl.h"
 #include "kiln/kiln.h"
 #include "onnx/exporter.h"
@@ -333,6 +336,93 @@ TEST(NoAlloc, ShapeChangesAllocateThenSettle) {
     ctx->run();
     EXPECT_EQ(count([&] { ctx->run(); }).kiln, 0) << "batch " << batch;
   }
+}
+
+// A detector's post-processing layers with shapes known before the run (kiln's own tactics, which
+// declare their scratch as workspace): RoiAlign over rois, TopK of scores with a constant K, GatherND
+// and ScatterElements (a rows update, then an elementwise one with a reduction).
+ir::Model detector_head() {
+  GraphBuilder b(17);
+  b.input("x", {2, 8, 12, 12}).input("s", {1, 40}).input("d", {40, 3});
+  b.output("pooled").output("top").output("top_i").output("scattered").output("reduced");
+  b.init("rois", Tensor::from_vector<float>(DataType::kFloat32, {5, 4},
+                                            {0, 0, 5, 5, 1, 2, 9, 11, 3.5f, 1, 7, 6.5f, 0, 0, 11, 11, 2, 2, 2.5f, 8}));
+  b.init("bidx", Tensor::from_vector<int64_t>(DataType::kInt64, {5}, {0, 1, 1, 0, 1}));
+  b.init("k", Tensor::from_vector<int64_t>(DataType::kInt64, {1}, {8}));
+  b.init("gi", Tensor::from_vector<int64_t>(DataType::kInt64, {6, 1}, {3, 0, 39, 7, 7, 12}));
+  b.init("si", Tensor::from_vector<int64_t>(DataType::kInt64, {2, 3}, {5, 5, 5, 1, 1, 1}));
+  b.init("su", random_tensor({2, 3}, 3));
+  b.init("ei", Tensor::from_vector<int64_t>(DataType::kInt64, {2, 3}, {0, 2, 1, 2, 0, 0}));
+  auto& ra = b.node("RoiAlign", {"x", "rois", "bidx"}, {"pooled"});
+  GraphBuilder::set_int(ra, "output_height", 3);
+  GraphBuilder::set_int(ra, "output_width", 2);
+  GraphBuilder::set_int(ra, "sampling_ratio", 2);
+  b.node("TopK", {"s", "k"}, {"top", "top_i"});
+  b.node("GatherND", {"d", "gi"}, {"g"});
+  b.node("ScatterElements", {"g", "si", "su"}, {"scattered"});
+  auto& se = b.node("ScatterElements", {"scattered", "ei", "su"}, {"reduced"});
+  GraphBuilder::set_int(se, "axis", 1);
+  testing::set_string(se, "reduction", "add");
+  return b.finish();
+}
+
+TEST(NoAlloc, DetectorHeadSteadyStateRunAllocatesNothing) {
+  auto e = build(detector_head());
+  // The layers run kiln's tactics (their scratch in the plan's workspace), not reference kernels.
+  std::vector<std::string> kernels;
+  for (const auto& l : e->impl().layers) kernels.push_back(l.kernel);
+  for (const char* want : {"roi_align_kiln", "topk_kiln", "gather_nd_kiln", "scatter_elements_kiln"})
+    EXPECT_NE(std::find(kernels.begin(), kernels.end(), want), kernels.end()) << want;
+  expect_steady_state_free(*e, "detector head");
+}
+
+// NonMaxSuppression and NonZero write outputs whose size depends on the data, so they allocate those
+// (engine/executor.h); their scratch is workspace: a run allocates what the output tensor alone does.
+TEST(NoAlloc, DataDependentTacticsAllocateOnlyTheirOutput) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(0, 10);
+  auto run_counted = [&](const char* tactic_name, testing::LayerCase lc) {
+    const backends::Tactic* tactic = backends::find_tactic(tactic_name);
+    ASSERT_NE(tactic, nullptr) << tactic_name;
+    backends::LayerSignature sig = testing::layer_signature(lc);
+    auto prepared = tactic->prepare(sig);
+    ASSERT_TRUE(prepared.ok()) << prepared.status().to_string();
+    backends::RunContext ctx;
+    ctx.threads = kiln::max_threads();
+    ctx.workspace_bytes = prepared.value()->workspace_bytes(ctx.threads);
+    std::vector<uint8_t> ws(ctx.workspace_bytes + 64);
+    ctx.workspace = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(ws.data()) + 63) / 64 * 64);
+    std::vector<const Tensor*> ins;
+    for (const Tensor& t : lc.inputs) ins.push_back(t.defined() ? &t : nullptr);
+    Tensor y;
+    std::vector<Tensor*> outs = {&y};
+    ASSERT_TRUE(prepared.value()->run(ctx, ins, outs).ok());  // warms per-thread buffers
+    const Dims shape = y.shape();
+    Tensor again;
+    outs = {&again};
+    Counts run = count([&] { EXPECT_TRUE(prepared.value()->run(ctx, ins, outs).ok()); });
+    Counts output_alone = count([&] { Tensor t(DataType::kInt64, shape); });
+    EXPECT_EQ(again.shape(), shape) << tactic_name;
+    EXPECT_EQ(run.kiln, output_alone.kiln) << tactic_name << ": allocations besides its output";
+    std::printf("[noalloc] %s: %ld allocation(s) in run(), %ld for its output %s alone\n", tactic_name, run.kiln,
+                output_alone.kiln, dims_str(shape).c_str());
+  };
+  testing::LayerCase nms{testing::make_node("", "NonMaxSuppression", 5), {}, {false, false, true, true, true}};
+  Tensor boxes(DataType::kFloat32, {1, 300, 4}), scores(DataType::kFloat32, {1, 3, 300});
+  for (int64_t i = 0; i < boxes.numel(); i += 4) {
+    float x = u(rng) * 10, y = u(rng) * 10;
+    float* q = boxes.data<float>() + i;
+    q[0] = y, q[1] = x, q[2] = y + u(rng) + 1, q[3] = x + u(rng) + 1;
+  }
+  for (int64_t i = 0; i < scores.numel(); ++i) scores.data<float>()[i] = u(rng);
+  nms.inputs = {boxes, scores, Tensor::from_vector<int64_t>(DataType::kInt64, {1}, {40}),
+                Tensor::scalar<float>(DataType::kFloat32, 0.5f), Tensor::scalar<float>(DataType::kFloat32, 1.0f)};
+  run_counted("nms_kiln", nms);
+  testing::LayerCase nz{testing::make_node("", "NonZero", 1), {}, {false}};
+  Tensor x(DataType::kFloat32, {7, 9});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = rng() % 3 ? 0.f : u(rng);
+  nz.inputs = {x};
+  run_counted("nonzero_kiln", nz);
 }
 
 // Suite models (bench/out/suite/models, exported by bench/export_suite.py): skipped when absent.

@@ -14,14 +14,17 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernel_simd.h"
+#include "backends/cpu/thread_slices.h"
 #include "backends/tactic.h"
 #include "core/parallel.h"
+#include "ops/nms_grid.h"
 #include "ops/roi_align_grid.h"
 
 namespace kiln::backends::cpu {
@@ -34,9 +37,7 @@ std::string cpu_check(const LayerSignature& sig) {
 
 // ---- NonMaxSuppression
 
-struct Box {
-  double x_min, x_max, y_min, y_max;
-};
+using ops::nms::Box;
 
 // The kept boxes of a cell, one array per coordinate, padded to whole vectors with boxes that never
 // suppress (zero area).
@@ -103,17 +104,20 @@ using SuppressedFn = bool (*)(const Cell&, const Box&, double, double);
 // The kept boxes in a grid of cells by (x_min, y_min): the reference's KeptBoxes (ops/detection.cc,
 // where the argument for it is made), a candidate meeting only the cells that can hold a box
 // overlapping it.
+//
+// Its cells keep their arrays from run to run (one grid per thread, see PreparedNms::run): a cell's
+// arrays grow to the most boxes it held and are zeroed, not freed, when it is cleared, so that a run
+// at shapes seen before allocates nothing.
 class KeptGrid {
  public:
-  explicit KeptGrid(SuppressedFn fn, size_t lanes) : fn_(fn), lanes_(lanes) {}
-  void reset(const std::vector<Box>& all) {
-    bool finite = !all.empty();
-    for (const Box& b : all)
-      finite &= std::isfinite(b.x_min) && std::isfinite(b.x_max) && std::isfinite(b.y_min) && std::isfinite(b.y_max);
-    x_ = Axis::of(all, finite, &Box::x_min, &Box::x_max);
-    y_ = Axis::of(all, finite, &Box::y_min, &Box::y_max);
-    cells_.assign(x_.n * y_.n, {});
-    used_.clear();
+  void reset(SuppressedFn fn, size_t lanes, const Box* all, size_t n) {
+    clear();
+    if (lanes != lanes_) cells_.clear();  // arrays padded for another vector width
+    fn_ = fn, lanes_ = lanes;
+    const bool finite = ops::nms::all_finite(all, n);
+    x_ = Axis::of(all, n, finite, &Box::x_min, &Box::x_max);
+    y_ = Axis::of(all, n, finite, &Box::y_min, &Box::y_max);
+    if (cells_.size() < x_.n * y_.n) cells_.resize(x_.n * y_.n);
   }
   bool suppressed(const Box& p, double iou) const {
     const double a1 = (p.x_max - p.x_min) * (p.y_max - p.y_min);
@@ -148,33 +152,9 @@ class KeptGrid {
   }
 
  private:
-  struct Axis {  // as in ops/detection.cc
-    double lo = 0, step = 0, reach = 0, margin = 0;
-    size_t n = 1;
-    static Axis of(const std::vector<Box>& all, bool finite, double Box::*lo_of, double Box::*hi_of) {
-      Axis a;
-      if (!finite) return a;
-      double lo = INFINITY, hi = -INFINITY, w = 0;
-      for (const Box& b : all)
-        lo = std::min(lo, b.*lo_of), hi = std::max(hi, b.*hi_of), w = std::max(w, b.*hi_of - b.*lo_of);
-      constexpr double kMaxCells = 128;
-      a.lo = lo;
-      a.margin = 1e-6 * (std::fabs(lo) + std::fabs(hi) + w) + 1e-30;
-      a.reach = w + a.margin;
-      a.step = std::max(w, (hi - lo) / kMaxCells);
-      if (!(a.step > 0) || !std::isfinite(a.step)) return Axis{};
-      a.n = static_cast<size_t>(std::min(kMaxCells + 2, std::floor((hi - lo) / a.step) + 1));
-      return a;
-    }
-    size_t cell(double v) const {
-      if (step <= 0) return 0;
-      double at = std::floor((v - lo) / step);
-      if (!(at > 0)) return 0;
-      return std::min(static_cast<size_t>(std::min(at, 1e18)), n - 1);
-    }
-  };
-  SuppressedFn fn_;
-  size_t lanes_;
+  using Axis = ops::nms::Axis;  // the reference's cells (ops/nms_grid.h)
+  SuppressedFn fn_ = suppressed_scalar;
+  size_t lanes_ = 1;
   Axis x_, y_;
   std::vector<Cell> cells_;
   std::vector<size_t> used_;
@@ -190,21 +170,22 @@ inline uint32_t ordered_bits(float v) {
 
 // Sorts keys by their high 32 bits, stably (equal high bits keep their order): three passes of 11 bits
 // (LSD radix) for long lists, std::stable_sort's result for short ones.
-void sort_by_high_bits(std::vector<uint64_t>& v, std::vector<uint64_t>& tmp) {
-  const size_t n = v.size();
+// The n keys at v end sorted in v; tmp holds n keys of scratch.
+void sort_by_high_bits(uint64_t* v, size_t n, uint64_t* tmp) {
   if (n < 512) {
-    std::sort(v.begin(), v.end());  // the low bits (the index) already break ties in order
+    std::sort(v, v + n);  // the low bits (the index) already break ties in order
     return;
   }
-  tmp.resize(n);
+  uint64_t *from = v, *to = tmp;
   for (int pass = 0; pass < 3; ++pass) {
     const int shift = 32 + 11 * pass;
     size_t count[2049] = {0};
-    for (uint64_t x : v) ++count[((x >> shift) & 2047) + 1];
+    for (size_t i = 0; i < n; ++i) ++count[((from[i] >> shift) & 2047) + 1];
     for (size_t b = 1; b < 2049; ++b) count[b] += count[b - 1];
-    for (uint64_t x : v) tmp[count[(x >> shift) & 2047]++] = x;
-    v.swap(tmp);
+    for (size_t i = 0; i < n; ++i) to[count[(from[i] >> shift) & 2047]++] = from[i];
+    std::swap(from, to);
   }
+  if (from != v) std::memcpy(v, from, n * sizeof(uint64_t));
 }
 
 class PreparedNms : public PreparedLayer {
@@ -213,13 +194,26 @@ class PreparedNms : public PreparedLayer {
   SuppressedFn fn = suppressed_scalar;
   size_t lanes = 1;
 
+  int64_t batches = 0, classes = 0, spatial = 0;  // boxes [batches, spatial, 4], scores [batches, classes, spatial]
+
   std::vector<Dims> output_shapes() const override { return {{-1, 3}}; }
   std::vector<DataType> output_dtypes() const override { return {DataType::kInt64}; }
+  // The boxes as doubles, the sort keys and their scratch, and the selected rows (at most every box of
+  // every class); the output, whose row count depends on the data, is allocated.
+  size_t boxes_bytes() const { return workspace_piece(static_cast<size_t>(spatial) * sizeof(Box)); }
+  size_t keys_bytes() const { return workspace_piece(static_cast<size_t>(spatial) * sizeof(uint64_t)); }
+  size_t selected_bytes() const {
+    return workspace_piece(static_cast<size_t>(batches * classes * spatial) * 3 * sizeof(int64_t));
+  }
+  size_t workspace_bytes(int) const override { return boxes_bytes() + 2 * keys_bytes() + selected_bytes(); }
 
-  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     const Tensor& boxes = *in[0];
     const Tensor& scores = *in[1];
+    if (boxes.dim(0) != batches || boxes.dim(1) != spatial || scores.dim(1) != classes)
+      return Internal("nms_kiln prepared for boxes [", batches, ", ", spatial, ", 4] and ", classes,
+                      " classes, run on boxes ", boxes.describe(), " and scores ", scores.describe());
     auto scalar = [&](size_t i, const char* name) -> Result<const Tensor*> {
       if (i >= in.size() || !in[i] || in[i]->numel() == 0) return static_cast<const Tensor*>(nullptr);
       if (in[i]->numel() != 1) return InvalidArgument(name, " must hold one value, got ", in[i]->describe());
@@ -235,44 +229,48 @@ class PreparedNms : public PreparedLayer {
     const int64_t B = boxes.dim(0), K = scores.dim(1), S = boxes.dim(1);
     const float* pb = boxes.data<float>();
     const float* ps = scores.data<float>();
-    std::vector<int64_t> selected;
-    std::vector<uint64_t> order, scratch;
-    std::vector<Box> all(static_cast<size_t>(S));
-    KeptGrid kept(fn, lanes);
+    WorkspaceSlicer ws(ctx);
+    auto* all = static_cast<Box*>(ws.take(boxes_bytes()));
+    auto* order = static_cast<uint64_t*>(ws.take(keys_bytes()));
+    auto* scratch = static_cast<uint64_t*>(ws.take(keys_bytes()));
+    auto* selected = static_cast<int64_t*>(ws.take(selected_bytes()));
+    size_t n_selected = 0;       // int64s written to `selected`
+    thread_local KeptGrid kept;  // its cells' arrays are reused by later runs (see KeptGrid)
     for (int64_t b = 0; b < B && max_out > 0; ++b) {
       for (int64_t i = 0; i < S; ++i) {
         const float* q = pb + (b * S + i) * 4;
         const double a = q[0], bb = q[1], c = q[2], d = q[3];
-        all[static_cast<size_t>(i)] = center ? Box{a - c / 2, a + c / 2, bb - d / 2, bb + d / 2}
-                                             : Box{std::min(bb, d), std::max(bb, d), std::min(a, c), std::max(a, c)};
+        all[i] = center ? Box{a - c / 2, a + c / 2, bb - d / 2, bb + d / 2}
+                        : Box{std::min(bb, d), std::max(bb, d), std::min(a, c), std::max(a, c)};
       }
-      kept.reset(all);
+      kept.reset(fn, lanes, all, static_cast<size_t>(S));
       for (int64_t k = 0; k < K; ++k) {
         const float* sc = ps + (b * K + k) * S;
         // Highest score first, ties by lower index (the reference's stable sort); NaN as -inf.
-        order.clear();
+        size_t n_order = 0;
         for (int64_t i = 0; i < S; ++i) {
           const float v = sc[i];
           if (has_score && !(static_cast<double>(v) > score_min)) continue;
           const uint32_t key = std::isnan(v) ? ordered_bits(-INFINITY) : ordered_bits(v);
-          order.push_back((static_cast<uint64_t>(~key) << 32) | static_cast<uint64_t>(i));
+          order[n_order++] = (static_cast<uint64_t>(~key) << 32) | static_cast<uint64_t>(i);
         }
-        sort_by_high_bits(order, scratch);  // built in index order: ties stay by lower index
+        sort_by_high_bits(order, n_order, scratch);  // built in index order: ties stay by lower index
         kept.clear();
         int64_t n_kept = 0;
-        for (uint64_t o : order) {
+        for (size_t o = 0; o < n_order; ++o) {
           if (n_kept >= max_out) break;
-          const int64_t i = static_cast<int64_t>(o & 0xffffffffu);
-          const Box& cand = all[static_cast<size_t>(i)];
+          const int64_t i = static_cast<int64_t>(order[o] & 0xffffffffu);
+          const Box& cand = all[i];
           if (kept.suppressed(cand, iou)) continue;
           kept.add(cand);
           ++n_kept;
-          selected.insert(selected.end(), {b, k, i});
+          selected[n_selected++] = b, selected[n_selected++] = k, selected[n_selected++] = i;
         }
       }
     }
-    Tensor y(DataType::kInt64, {static_cast<int64_t>(selected.size() / 3), 3});
-    if (!selected.empty()) std::memcpy(y.raw(), selected.data(), selected.size() * sizeof(int64_t));
+    kept.clear();  // zeroed for the next run
+    Tensor y(DataType::kInt64, {static_cast<int64_t>(n_selected / 3), 3});
+    if (n_selected) std::memcpy(y.raw(), selected, n_selected * sizeof(int64_t));
     *out[0] = std::move(y);
     return Status::Ok();
   }
@@ -311,6 +309,11 @@ class NmsKiln : public Tactic {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     auto p = std::make_unique<PreparedNms>();
     p->center = sig.node->attr_int("center_point_box", 0) == 1;
+    if (sig.inputs[0].shape.size() == 3 && sig.inputs[1].shape.size() == 3) {
+      p->batches = std::max<int64_t>(sig.inputs[0].shape[0], 0),
+      p->spatial = std::max<int64_t>(sig.inputs[0].shape[1], 0);
+      p->classes = std::max<int64_t>(sig.inputs[1].shape[1], 0);
+    }
     Isa isa = cpu_isa(sig.isa);
     if (isa == Isa::kAvx512)
       p->fn = suppressed_avx512, p->lanes = 8;
@@ -403,8 +406,6 @@ void pool_scalar(const float* xp, int64_t C, const Sample* s, int64_t n, bool av
   pool_tail(xp, C, 0, s, n, avg, count, out);
 }
 
-// Largest per-bin sampling grid and per-roi sample count the reference accepts (ops/detection.cc).
-
 class PreparedRoiAlign : public PreparedLayer {
  public:
   int64_t oh = 1, ow = 1, sampling_ratio = 0;
@@ -413,14 +414,36 @@ class PreparedRoiAlign : public PreparedLayer {
   Dims out_shape;
   PoolFn pool = pool_scalar;
 
-  std::vector<Dims> output_shapes() const override { return {out_shape}; }
+  Dims x_shape;  // [N, C, H, W]
 
-  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+  std::vector<Dims> output_shapes() const override { return {out_shape}; }
+  // Which feature maps the rois use, those maps channels-last, and per thread a roi's [bins, C] block.
+  size_t used_bytes() const { return workspace_piece(static_cast<size_t>(std::max<int64_t>(x_shape[0], 0))); }
+  size_t maps_bytes() const {
+    int64_t n = 1;
+    for (int64_t d : x_shape) n *= std::max<int64_t>(d, 0);
+    return workspace_piece(static_cast<size_t>(n) * sizeof(float));
+  }
+  size_t binned_bytes() const {
+    return workspace_piece(static_cast<size_t>(std::max<int64_t>(x_shape[1], 0) * oh * ow) * sizeof(float));
+  }
+  size_t workspace_bytes(int threads) const override {
+    return used_bytes() + maps_bytes() + static_cast<size_t>(std::max(threads, 1)) * binned_bytes();
+  }
+
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     const Tensor& x = *in[0];
     const Tensor& rois = *in[1];
     const Tensor& bidx = *in[2];
     const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), R = rois.dim(0);
+    if (x.shape() != x_shape)
+      return Internal("roi_align_kiln prepared for X ", dims_str(x_shape), ", run on ", x.describe());
+    WorkspaceSlicer ws(ctx);
+    auto* used = static_cast<char*>(ws.take(used_bytes()));
+    auto* xt = static_cast<float*>(ws.take(maps_bytes()));
+    auto* binned_of_threads =
+        static_cast<uint8_t*>(ws.take(static_cast<size_t>(std::max(ctx.threads, 1)) * binned_bytes()));
     const float* px = x.data<float>();
     float* py = out[0]->data<float>();
     // Checked first: a bad roi is the user's error, reported as the reference reports it.
@@ -428,14 +451,13 @@ class PreparedRoiAlign : public PreparedLayer {
       const int64_t b = bidx.get_i64(r);
       if (b < 0 || b >= N) return InvalidArgument("batch index ", b, " of roi ", r, " is outside [0, ", N, ")");
     }
-    std::vector<char> used(static_cast<size_t>(N), 0);
-    for (int64_t r = 0; r < R; ++r) used[static_cast<size_t>(bidx.get_i64(r))] = 1;
+    if (N) std::memset(used, 0, static_cast<size_t>(N));
+    for (int64_t r = 0; r < R; ++r) used[bidx.get_i64(r)] = 1;
     // The feature maps the rois use, channels-last.
     const int64_t HW = H * W;
-    std::vector<float> xt(static_cast<size_t>(N * HW * C));
     for (int64_t b = 0; b < N; ++b) {
-      if (!used[static_cast<size_t>(b)]) continue;
-      float* dst = xt.data() + b * HW * C;
+      if (!used[b]) continue;
+      float* dst = xt + b * HW * C;
       const float* src = px + b * C * HW;
       // Tiles of 64 positions: each channel's run read contiguously, the tile's [64, C] block written
       // while it stays in cache.
@@ -452,26 +474,31 @@ class PreparedRoiAlign : public PreparedLayer {
                    });
     }
     const bool rois_f32 = rois.dtype() == DataType::kFloat32;
-    std::vector<Status> errors(static_cast<size_t>(R), Status::Ok());
+    auto region_of = [&](int64_t r, ops::roi_align::Region* reg) {
+      auto coord = [&](int k) {
+        return rois_f32 ? static_cast<double>(rois.data<float>()[r * 4 + k]) : rois.get_f64(r * 4 + k);
+      };
+      return ops::roi_align::resolve_region(coord(0) * scale, coord(1) * scale, coord(2) * scale, coord(3) * scale,
+                                            half_pixel, oh, ow, sampling_ratio, reg);
+    };
+    std::atomic<int64_t> first_bad{R};  // the lowest roi without a valid region (its error is reported)
     parallel_for(R, 1, [&](int64_t r0, int64_t r1) {
-      std::vector<Sample> samples;
-      std::vector<float> binned(static_cast<size_t>(C * oh * ow));
+      auto* binned = static_cast<float*>(thread_slice(binned_of_threads, binned_bytes(), ctx.threads));
+      // A roi's samples: their count depends on its size when sampling_ratio is 0 (adaptive), so they
+      // live in a per-thread buffer that grows to the largest roi seen and is reused by later runs.
+      thread_local std::vector<Sample> samples;
       for (int64_t r = r0; r < r1; ++r) {
-        auto coord = [&](int k) {
-          return rois_f32 ? static_cast<double>(rois.data<float>()[r * 4 + k]) : rois.get_f64(r * 4 + k);
-        };
         const int64_t b = bidx.get_i64(r);
         ops::roi_align::Region reg;
-        if (std::string e = ops::roi_align::resolve_region(coord(0) * scale, coord(1) * scale, coord(2) * scale,
-                                                           coord(3) * scale, half_pixel, oh, ow, sampling_ratio, &reg);
-            !e.empty()) {
-          errors[static_cast<size_t>(r)] = InvalidArgument("roi ", r, " ", e);
+        if (!region_of(r, &reg).empty()) {
+          for (int64_t seen = first_bad.load(); r < seen && !first_bad.compare_exchange_weak(seen, r);) {
+          }
           continue;
         }
         const int64_t gh = reg.gh, gw = reg.gw;
         const double count = reg.count;
         ops::roi_align::sample_grid(reg, oh, ow, H, W, samples);
-        const float* xp = xt.data() + b * HW * C;
+        const float* xp = xt + b * HW * C;
         const int64_t per_bin = gh * gw, bins = oh * ow;
         float* yr = py + r * C * bins;
         if (per_bin == 0) {
@@ -480,13 +507,15 @@ class PreparedRoiAlign : public PreparedLayer {
         }
         // [bins, C] first (contiguous vector stores), then transposed into the output's [C, bins].
         for (int64_t bin = 0; bin < bins; ++bin)
-          pool(xp, C, samples.data() + bin * per_bin, per_bin, avg, count, binned.data() + bin * C);
+          pool(xp, C, samples.data() + bin * per_bin, per_bin, avg, count, binned + bin * C);
         for (int64_t c = 0; c < C; ++c)
           for (int64_t bin = 0; bin < bins; ++bin) yr[c * bins + bin] = binned[static_cast<size_t>(bin * C + c)];
       }
     });
-    for (const Status& st : errors)
-      if (!st.ok()) return st;
+    if (const int64_t r = first_bad.load(); r < R) {
+      ops::roi_align::Region reg;
+      return InvalidArgument("roi ", r, " ", region_of(r, &reg));
+    }
     return Status::Ok();
   }
 };
@@ -533,6 +562,7 @@ class RoiAlignKiln : public Tactic {
     p->half_pixel = n.attr_string("coordinate_transformation_mode",
                                   n.opset >= 16 ? "half_pixel" : "output_half_pixel") == "half_pixel";
     const Dims& x = sig.inputs[0].shape;
+    p->x_shape = x;
     p->out_shape = {sig.inputs[1].shape[0], x[1], p->oh, p->ow};
     Isa isa = cpu_isa(sig.isa);
     p->pool = isa == Isa::kAvx512 ? pool_avx512 : isa == Isa::kAvx2 ? pool_avx2 : pool_scalar;

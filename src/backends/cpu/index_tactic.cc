@@ -10,9 +10,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/thread_slices.h"
 #include "backends/tactic.h"
 #include "core/checked_size.h"
 #include "core/parallel.h"
+#include "ops/scatter_reduction.h"
 
 namespace kiln::backends::cpu {
 namespace {
@@ -36,6 +38,14 @@ int64_t index_at(const Tensor& t, int64_t i) {
 }
 
 bool int_indices(DataType dt) { return dt == DataType::kInt64 || dt == DataType::kInt32; }
+
+// A count for a workspace size: 0 for a dim not known (a layer prepared before its shapes are).
+size_t known_count(int64_t n) { return n > 0 ? static_cast<size_t>(n) : 0; }
+size_t known_numel(const Dims& d) {
+  for (int64_t x : d)
+    if (x < 0) return 0;
+  return known_count(dims_numel(d));
+}
 
 // ---- TopK
 
@@ -63,8 +73,11 @@ class PreparedTopK : public PreparedLayer {
   }
   std::vector<Dims> output_shapes() const override { return {shape_for(k), shape_for(k)}; }
   std::vector<DataType> output_dtypes() const override { return {DataType::kFloat32, DataType::kInt64}; }
+  // Per thread: the keys of one row.
+  size_t row_bytes() const { return workspace_piece(known_count(len) * sizeof(uint64_t)); }
+  size_t workspace_bytes(int threads) const override { return static_cast<size_t>(std::max(threads, 1)) * row_bytes(); }
 
-  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     int64_t kk = k;
     if (kk < 0) {
@@ -81,20 +94,22 @@ class PreparedTopK : public PreparedLayer {
     int64_t* pi = out[1]->data<int64_t>();
     if (kk == 0) return Status::Ok();
     const int64_t rows = outer * inner;
+    WorkspaceSlicer ws(ctx);
+    auto* keys_of_threads = static_cast<uint8_t*>(ws.take(workspace_bytes(ctx.threads)));
     parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(len, 1)), [&](int64_t r0, int64_t r1) {
-      std::vector<uint64_t> keys(static_cast<size_t>(len));
+      auto* keys = static_cast<uint64_t*>(thread_slice(keys_of_threads, row_bytes(), ctx.threads));
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t o = r / inner, c = r % inner;
         const float* x = px + o * len * inner + c;
         for (int64_t a = 0; a < len; ++a) {
           uint32_t b = ordered_bits(x[a * inner]);
-          keys[static_cast<size_t>(a)] = (static_cast<uint64_t>(largest ? ~b : b) << 32) | static_cast<uint64_t>(a);
+          keys[a] = (static_cast<uint64_t>(largest ? ~b : b) << 32) | static_cast<uint64_t>(a);
         }
-        if (kk < len) std::nth_element(keys.begin(), keys.begin() + kk, keys.end());
-        std::sort(keys.begin(), keys.begin() + kk);
+        if (kk < len) std::nth_element(keys, keys + kk, keys + len);
+        std::sort(keys, keys + kk);
         const int64_t base = o * kk * inner + c;
         for (int64_t j = 0; j < kk; ++j) {
-          const int64_t a = static_cast<int64_t>(keys[static_cast<size_t>(j)] & 0xffffffffu);
+          const int64_t a = static_cast<int64_t>(keys[j] & 0xffffffffu);
           pv[base + j * inner] = x[a * inner];
           pi[base + j * inner] = a;
         }
@@ -159,18 +174,24 @@ class PreparedGatherND : public PreparedLayer {
   DataType dtype = DataType::kFloat32;
   int64_t b = 0, k = 1, batches = 1, per_batch = 1, inner = 1;
 
+  Dims strides;  // of data
+
   std::vector<Dims> output_shapes() const override { return {out_shape}; }
   std::vector<DataType> output_dtypes() const override { return {dtype}; }
+  // The offset in data of every index tuple.
+  size_t workspace_bytes(int) const override {
+    return workspace_piece(known_count(batches * per_batch) * sizeof(int64_t));
+  }
 
-  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     const Tensor& data = *in[0];
     const Tensor& ind = *in[1];
-    const Dims strides = strides_of(data_shape);
     const int64_t batch_stride = b > 0 ? strides[static_cast<size_t>(b - 1)] : 0;
     const int64_t tuples = batches * per_batch;
     // Offsets first, checked: a bad index is the user's error, nothing is copied.
-    std::vector<int64_t> off(static_cast<size_t>(tuples));
+    WorkspaceSlicer ws(ctx);
+    auto* off = static_cast<int64_t*>(ws.take(static_cast<size_t>(tuples) * sizeof(int64_t)));
     for (int64_t t = 0; t < tuples; ++t) {
       int64_t o = (t / per_batch) * batch_stride;
       for (int64_t j = 0; j < k; ++j) {
@@ -179,14 +200,14 @@ class PreparedGatherND : public PreparedLayer {
           return InvalidArgument("index ", x, " is out of range for dim ", b + j, " of data ", data.describe());
         o += (x < 0 ? x + d : x) * strides[static_cast<size_t>(b + j)];
       }
-      off[static_cast<size_t>(t)] = o;
+      off[t] = o;
     }
     const size_t es = dtype_size(dtype), run = static_cast<size_t>(inner) * es;
     const auto* s = static_cast<const uint8_t*>(data.raw());
     auto* d = static_cast<uint8_t*>(out[0]->raw());
     parallel_for(tuples, std::max<int64_t>(1, kGrain / std::max<int64_t>(inner, 1)), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
-        std::memcpy(d + static_cast<size_t>(t) * run, s + static_cast<size_t>(off[static_cast<size_t>(t)]) * es, run);
+        std::memcpy(d + static_cast<size_t>(t) * run, s + static_cast<size_t>(off[t]) * es, run);
     });
     return Status::Ok();
   }
@@ -219,6 +240,7 @@ class GatherNDKiln : public Tactic {
     const Dims &data = sig.inputs[0].shape, &ind = sig.inputs[1].shape;
     p->dtype = sig.inputs[0].dtype;
     p->data_shape = data;
+    p->strides = strides_of(data);
     p->b = sig.node->attr_int("batch_dims", 0);
     const int64_t r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(ind.size());
     p->k = ind.back();
@@ -241,37 +263,45 @@ class PreparedNonZero : public PreparedLayer {
   std::vector<Dims> output_shapes() const override { return {{static_cast<int64_t>(shape.size()), -1}}; }
   std::vector<DataType> output_dtypes() const override { return {DataType::kInt64}; }
 
+  Dims strides;  // of the input
+
+  // The flat positions of the non-zero elements (at most all of them); the output, whose size
+  // depends on them, is allocated.
+  size_t workspace_bytes(int) const override { return workspace_piece(known_numel(shape) * sizeof(int64_t)); }
+
   template <class T>
-  static void hits_of(const T* p, int64_t n, std::vector<int64_t>& hits) {
+  static int64_t hits_of(const T* p, int64_t n, int64_t* hits) {
+    int64_t h = 0;
     for (int64_t i = 0; i < n; ++i)
-      if (p[i] != T(0)) hits.push_back(i);
+      if (p[i] != T(0)) hits[h++] = i;
+    return h;
   }
 
-  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     const Tensor& x = *in[0];
     const int64_t total = x.numel(), r = static_cast<int64_t>(shape.size());
-    std::vector<int64_t> hits;
+    WorkspaceSlicer ws(ctx);
+    auto* hits = static_cast<int64_t*>(ws.take(static_cast<size_t>(total) * sizeof(int64_t)));
+    int64_t n = 0;
     switch (dtype) {
-      case DataType::kFloat32: hits_of(x.data<float>(), total, hits); break;
-      case DataType::kFloat64: hits_of(x.data<double>(), total, hits); break;
-      case DataType::kInt64: hits_of(x.data<int64_t>(), total, hits); break;
-      case DataType::kInt32: hits_of(x.data<int32_t>(), total, hits); break;
-      case DataType::kInt8: hits_of(x.data<int8_t>(), total, hits); break;
-      default: hits_of(static_cast<const uint8_t*>(x.raw()), total, hits); break;  // bool, uint8
+      case DataType::kFloat32: n = hits_of(x.data<float>(), total, hits); break;
+      case DataType::kFloat64: n = hits_of(x.data<double>(), total, hits); break;
+      case DataType::kInt64: n = hits_of(x.data<int64_t>(), total, hits); break;
+      case DataType::kInt32: n = hits_of(x.data<int32_t>(), total, hits); break;
+      case DataType::kInt8: n = hits_of(x.data<int8_t>(), total, hits); break;
+      default: n = hits_of(static_cast<const uint8_t*>(x.raw()), total, hits); break;  // bool, uint8
     }
     if (r == 0) {  // a scalar: [0, nnz], as the reference gives it
-      *out[0] = Tensor(DataType::kInt64, {0, static_cast<int64_t>(hits.size())});
+      *out[0] = Tensor(DataType::kInt64, {0, n});
       return Status::Ok();
     }
-    const int64_t n = static_cast<int64_t>(hits.size());
     Tensor y = Tensor::uninitialized(DataType::kInt64, {r, n});
     int64_t* po = y.data<int64_t>();
-    const Dims strides = strides_of(shape);
     for (int64_t k = 0; k < r; ++k) {
       const int64_t st = strides[static_cast<size_t>(k)], d = shape[static_cast<size_t>(k)];
       int64_t* row = po + k * n;
-      for (int64_t j = 0; j < n; ++j) row[j] = hits[static_cast<size_t>(j)] / st % d;
+      for (int64_t j = 0; j < n; ++j) row[j] = hits[j] / st % d;
     }
     *out[0] = std::move(y);
     return Status::Ok();
@@ -301,6 +331,7 @@ class NonZeroKiln : public Tactic {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     auto p = std::make_unique<PreparedNonZero>();
     p->shape = sig.inputs[0].shape;
+    p->strides = strides_of(p->shape);
     p->dtype = sig.inputs[0].dtype;
     return std::unique_ptr<PreparedLayer>(std::move(p));
   }
@@ -308,50 +339,33 @@ class NonZeroKiln : public Tactic {
 
 // ---- ScatterElements
 
-enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
-
-template <class T>
-inline T combine(T a, T b, Reduction r) {  // ops/tensor_scatter.cc's combine for float / integer T
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    switch (r) {
-      case Reduction::kAdd: return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-      case Reduction::kMul: return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-      case Reduction::kMax: return std::max(a, b);
-      case Reduction::kMin: return std::min(a, b);
-      default: return b;
-    }
-  } else {
-    switch (r) {
-      case Reduction::kAdd: return a + b;
-      case Reduction::kMul: return a * b;
-      case Reduction::kMax: return std::max(a, b);
-      case Reduction::kMin: return std::min(a, b);
-      default: return b;
-    }
-  }
-}
+using Reduction = ops::ScatterReduction;
+using ops::scatter_combine;
 
 class PreparedScatter : public PreparedLayer {
  public:
-  Dims data_shape, ind_shape;
+  Dims data_shape, ind_shape, ds;  // ds: data's strides
   DataType dtype = DataType::kFloat32;
   int64_t axis = 0;
   Reduction red = Reduction::kNone;
 
   std::vector<Dims> output_shapes() const override { return {data_shape}; }
   std::vector<DataType> output_dtypes() const override { return {dtype}; }
+  // The walk's position; scatter_rows' destination per index row and which rows of data they take.
+  size_t pos_bytes() const { return workspace_piece(data_shape.size() * sizeof(int64_t)); }
+  size_t dest_bytes() const { return workspace_piece(known_count(ind_shape.empty() ? 0 : ind_shape[0]) * 8); }
+  size_t taken_bytes() const { return workspace_piece(known_count(data_shape.empty() ? 0 : data_shape[0])); }
+  size_t workspace_bytes(int) const override { return pos_bytes() + dest_bytes() + taken_bytes(); }
 
   template <class T>
-  Status scatter(const Tensor& ind, const T* pu, T* po) const {
+  Status scatter(const Tensor& ind, const T* pu, T* po, int64_t* pos) const {
     const int64_t rank = static_cast<int64_t>(data_shape.size());
-    const Dims ds = strides_of(data_shape);
     const int64_t dim = data_shape[static_cast<size_t>(axis)], axis_stride = ds[static_cast<size_t>(axis)];
     const int64_t last = ind_shape.back(), rows = last ? dims_numel(ind_shape) / last : 0;
     const bool on_last = axis == rank - 1;
     // Updates in the reference's order (the last index dim fastest): a row of the index tensor at a
     // time, its offset in data without the axis term walked as an odometer.
-    Dims pos(static_cast<size_t>(rank), 0);
+    std::fill(pos, pos + rank, int64_t{0});
     int64_t base = 0;
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t j0 = row * last;
@@ -360,7 +374,7 @@ class PreparedScatter : public PreparedLayer {
         if (x < -dim || x >= dim)
           return InvalidArgument("indices[", j0 + j, "] = ", x, " is out of range for axis ", axis, " of size ", dim);
         const int64_t off = base + (on_last ? 0 : j) + (x < 0 ? x + dim : x) * axis_stride;
-        po[off] = red == Reduction::kNone ? pu[j0 + j] : combine(po[off], pu[j0 + j], red);
+        po[off] = red == Reduction::kNone ? pu[j0 + j] : scatter_combine(po[off], pu[j0 + j], red);
       }
       for (int64_t k = rank - 2; k >= 0; --k) {
         const size_t uk = static_cast<size_t>(k);
@@ -379,23 +393,23 @@ class PreparedScatter : public PreparedLayer {
   // in range, and no two rows share it (a detector's multi-level RoI pooling: indices expanded from one
   // per roi), the scatter with no reduction is a copy of whole rows, in any order, and the rows it does
   // not write are data's. Else false, nothing written.
-  bool scatter_rows(const Tensor& data, const Tensor& ind, const Tensor& upd, Tensor& out) const {
+  bool scatter_rows(const Tensor& data, const Tensor& ind, const Tensor& upd, Tensor& out, int64_t* dest,
+                    char* taken) const {
     if (red != Reduction::kNone || axis != 0 || ind_shape.size() < 2) return false;
     for (size_t k = 1; k < ind_shape.size(); ++k)
       if (ind_shape[k] != data_shape[k]) return false;
     const int64_t rows = ind_shape[0], dim = data_shape[0], inner = dims_numel(ind_shape) / std::max<int64_t>(rows, 1);
     if (rows == 0 || inner == 0) return false;
-    std::vector<int64_t> dest(static_cast<size_t>(rows));
-    std::vector<char> taken(static_cast<size_t>(dim), 0);
+    std::memset(taken, 0, static_cast<size_t>(dim));
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t x = index_at(ind, r * inner);
       if (x < -dim || x >= dim) return false;  // the general walk reports it
       for (int64_t i = 1; i < inner; ++i)
         if (index_at(ind, r * inner + i) != x) return false;
       const int64_t d = x < 0 ? x + dim : x;
-      if (taken[static_cast<size_t>(d)]) return false;
-      taken[static_cast<size_t>(d)] = 1;
-      dest[static_cast<size_t>(r)] = d;
+      if (taken[d]) return false;
+      taken[d] = 1;
+      dest[r] = d;
     }
     const size_t row_bytes = static_cast<size_t>(inner) * dtype_size(dtype);
     const auto* s = static_cast<const uint8_t*>(data.raw());
@@ -404,21 +418,24 @@ class PreparedScatter : public PreparedLayer {
     const int64_t grain = std::max<int64_t>(1, kGrain / inner);
     parallel_for(dim, grain, [&](int64_t d0, int64_t d1) {
       for (int64_t d = d0; d < d1; ++d)
-        if (!taken[static_cast<size_t>(d)])
+        if (!taken[d])
           std::memcpy(o + static_cast<size_t>(d) * row_bytes, s + static_cast<size_t>(d) * row_bytes, row_bytes);
     });
     parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)
-        std::memcpy(o + static_cast<size_t>(dest[static_cast<size_t>(r)]) * row_bytes,
-                    u + static_cast<size_t>(r) * row_bytes, row_bytes);
+        std::memcpy(o + static_cast<size_t>(dest[r]) * row_bytes, u + static_cast<size_t>(r) * row_bytes, row_bytes);
     });
     return true;
   }
 
-  Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     const Tensor& data = *in[0];
-    if (scatter_rows(data, *in[1], *in[2], *out[0])) return Status::Ok();
+    WorkspaceSlicer ws(ctx);
+    auto* pos = static_cast<int64_t*>(ws.take(pos_bytes()));
+    auto* dest = static_cast<int64_t*>(ws.take(dest_bytes()));
+    auto* taken = static_cast<char*>(ws.take(taken_bytes()));
+    if (scatter_rows(data, *in[1], *in[2], *out[0], dest, taken)) return Status::Ok();
     const size_t bytes = data.nbytes();
     const auto* s = static_cast<const uint8_t*>(data.raw());
     auto* d = static_cast<uint8_t*>(out[0]->raw());
@@ -429,10 +446,10 @@ class PreparedScatter : public PreparedLayer {
     });
     if (dims_numel(ind_shape) == 0) return Status::Ok();
     switch (dtype) {
-      case DataType::kFloat32: return scatter(*in[1], in[2]->data<float>(), out[0]->data<float>());
-      case DataType::kFloat64: return scatter(*in[1], in[2]->data<double>(), out[0]->data<double>());
-      case DataType::kInt64: return scatter(*in[1], in[2]->data<int64_t>(), out[0]->data<int64_t>());
-      default: return scatter(*in[1], in[2]->data<int32_t>(), out[0]->data<int32_t>());
+      case DataType::kFloat32: return scatter(*in[1], in[2]->data<float>(), out[0]->data<float>(), pos);
+      case DataType::kFloat64: return scatter(*in[1], in[2]->data<double>(), out[0]->data<double>(), pos);
+      case DataType::kInt64: return scatter(*in[1], in[2]->data<int64_t>(), out[0]->data<int64_t>(), pos);
+      default: return scatter(*in[1], in[2]->data<int32_t>(), out[0]->data<int32_t>(), pos);
     }
   }
 };
@@ -452,7 +469,7 @@ class ScatterElementsKiln : public Tactic {
     if (sig.inputs[2].dtype != dt) return "updates differ in dtype from data";
     if (!int_indices(sig.inputs[1].dtype)) return "indices are not int64 / int32";
     std::string red = sig.node->attr_string("reduction", "none");
-    if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min") return "reduction '" + red + "'";
+    if (!ops::scatter_reduction(red)) return "reduction '" + red + "'";
     const Dims &data = sig.inputs[0].shape, &ind = sig.inputs[1].shape;
     const int64_t r = static_cast<int64_t>(data.size()), axis = sig.node->attr_int("axis", 0);
     if (r == 0) return "data is a scalar";
@@ -469,17 +486,13 @@ class ScatterElementsKiln : public Tactic {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
     auto p = std::make_unique<PreparedScatter>();
     p->data_shape = sig.inputs[0].shape;
+    p->ds = strides_of(p->data_shape);
     p->ind_shape = sig.inputs[1].shape;
     p->dtype = sig.inputs[0].dtype;
     const int64_t r = static_cast<int64_t>(p->data_shape.size());
     p->axis = sig.node->attr_int("axis", 0);
     if (p->axis < 0) p->axis += r;
-    std::string red = sig.node->attr_string("reduction", "none");
-    p->red = red == "add"   ? Reduction::kAdd
-             : red == "mul" ? Reduction::kMul
-             : red == "max" ? Reduction::kMax
-             : red == "min" ? Reduction::kMin
-                            : Reduction::kNone;
+    p->red = ops::scatter_reduction(sig.node->attr_string("reduction", "none")).value_or(Reduction::kNone);
     return std::unique_ptr<PreparedLayer>(std::move(p));
   }
 };
