@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/parallel.h"
+#include "engine/calibration.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
 #include "engine/profiles.h"
@@ -379,11 +380,20 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   };
   auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&]() { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  if (cfg.precision != Precision::kFP32)
+  if (cfg.precision != Precision::kFP32 && cfg.precision != Precision::kINT8)
     return Unsupported(
-        "only --fp32 engines can be built so far; reduced precision (FP16/BF16/INT8/mixed) is not "
+        "only --fp32 and --int8 engines can be built so far; reduced precision (FP16/BF16/mixed) is not "
         "implemented yet — build with --fp32");
-  KILN_ASSIGN_OR_RETURN(Target target, engine::target_for(cfg));
+  // INT8: calibration (or the calibration cache) rewrites the model with Q/DQ nodes (engine/calibration.h).
+  nlohmann::json int8;
+  if (cfg.precision == Precision::kINT8) {
+    KILN_ASSIGN_OR_RETURN(int8, quantize_for_int8(model, cfg, log, warner(cfg)));
+  }
+  // An INT8 engine's layers compute in FP32 except where its Q/DQ nodes say otherwise (the pass folding
+  // them into INT8 layers decides per layer), so its target, which every layer's signature carries, is FP32.
+  BuilderConfig target_cfg = cfg;
+  if (cfg.precision == Precision::kINT8) target_cfg.precision = Precision::kFP32;
+  KILN_ASSIGN_OR_RETURN(Target target, engine::target_for(target_cfg));
   KILN_RETURN_IF_ERROR(ops::check_supported(*model.graph));
   auto e = std::make_shared<EngineImpl>();
   e->built_for = target;
@@ -396,6 +406,7 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   int bns = 0;
   for (const auto& n : model.graph->nodes) bns += n.op_type == "BatchNormalization";
   e->build["source"]["batch_norms"] = bns;
+  if (!int8.is_null()) e->build["int8"] = int8;
   log("[kiln build] imported: " + std::to_string(count_nodes(*model.graph)) + " nodes");
 
   // Profiles: checked against the model's inputs (and completed), stored with the memory they plan.
@@ -430,7 +441,7 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
     tuned_at = "profile 0 '" + profiles[0].name + "' opt shapes";
   }
   e->build["config"] = {
-      {"precision", "fp32"},
+      {"precision", cfg.precision == Precision::kINT8 ? "int8" : "fp32"},
       {"workspace_bytes", cfg.workspace_bytes},
       {"activation_bytes", cfg.activation_bytes},
       {"disabled_passes", cfg.disabled_passes},

@@ -24,11 +24,17 @@ struct BuildFlags {
   std::string timing_cache;
   std::string isa = "native", layout_block = "auto";
   bool strict_tactics = false, verbose = false;
+  // --int8 calibration (BuilderConfig::calib_*)
+  std::string calib_data, calibrator = "minmax", calib_cache;
+  int calib_batches = 0, calib_batch_size = 32;
+  double calib_percentile = 99.99;
 };
 // As kiln compare's repro bundles record them (bundle.json "options"; flat, beside compare's own).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BuildFlags, min_shapes, opt_shapes, max_shapes, build_shapes, profiles,
                                                 fp32, fp16, bf16, int8, workspace, activation_memory, disabled_passes,
-                                                tactics, timing_cache, isa, layout_block, strict_tactics, verbose)
+                                                tactics, timing_cache, isa, layout_block, strict_tactics, verbose,
+                                                calib_data, calibrator, calib_cache, calib_batches, calib_batch_size,
+                                                calib_percentile)
 
 // Registers the build flags on `cmd` in the option group "Engine build": --min-shapes, --opt-shapes,
 // --max-shapes, --profile, --fp32/--fp16/--bf16/--int8, --isa, --layout-block, --workspace, --activation-memory,
