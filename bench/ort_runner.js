@@ -10,9 +10,10 @@ const ort = require('onnxruntime-node');
 
 function readNpy(path) {
   const b = fs.readFileSync(path);
-  const hlen = b[8] === 1 ? b.readUInt16LE(8 + 2) : b.readUInt32LE(8 + 2);
-  const start = b[8] === 1 ? 10 + hlen : 12 + hlen;
-  const header = b.toString('latin1', b[8] === 1 ? 10 : 12, start);
+  const v1 = b[6] === 1;  // format version: 1 has a 2-byte header length, 2 and 3 a 4-byte one
+  const hlen = v1 ? b.readUInt16LE(8) : b.readUInt32LE(8);
+  const start = (v1 ? 10 : 12) + hlen;
+  const header = b.toString('latin1', v1 ? 10 : 12, start);
   if (!header.includes("'<f4'") || header.includes("'fortran_order': True"))
     throw new Error(`${path}: only float32 C-order .npy inputs`);
   const dims = header.match(/'shape': \(([^)]*)\)/)[1].split(',').filter((d) => d.trim()).map(Number);

@@ -34,6 +34,10 @@ void Histogram::add(const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     double a = std::fabs(static_cast<double>(x[i]));
     if (!std::isfinite(a)) continue;
+    if (a == 0) {
+      zeros += 1;
+      continue;
+    }
     int64_t b = static_cast<int64_t>(a * inv);
     counts[static_cast<size_t>(std::min(std::max<int64_t>(b, 0), last))] += 1;
   }
@@ -80,12 +84,13 @@ double entropy_threshold(const Histogram& h, int levels) {
 }
 
 double percentile_threshold(const Histogram& h, double percentile) {
-  double total = 0;
+  double total = h.zeros;
   for (double v : h.counts) total += v;
   if (total <= 0 || h.amax <= 0) return 0;
   if (percentile >= 100) return h.amax;
   const double target = total * std::max(percentile, 0.0) / 100;
-  double cum = 0;
+  double cum = h.zeros;
+  if (cum >= target) return h.bin_width();
   for (size_t b = 0; b < h.counts.size(); ++b) {
     cum += h.counts[b];
     if (cum >= target) return h.bin_width() * static_cast<double>(b + 1);

@@ -31,8 +31,14 @@ bool uses_histogram(Calibrator c);
 constexpr int kHistogramBins = 2048;
 
 // Counts of |x| in kHistogramBins equal bins over [0, amax]; values beyond amax land in the last bin.
+// Exact zeros are counted apart: every range represents 0 exactly, so they cost no information and no
+// error whatever the threshold, yet in bin 0 they would dominate (half of a ReLU's outputs), and the
+// entropy calibrator, spreading each bucket's mass over its bins, would shrink the threshold until bin 0
+// is a bucket of its own (a quarter of the range on resnet18's ReLUs, 12 points of top-1 lost).
+// The percentile calibrator counts them (they lie below any threshold).
 struct Histogram {
   double amax = 0;
+  double zeros = 0;
   std::vector<double> counts;
   explicit Histogram(double amax = 0, int bins = kHistogramBins) : amax(amax), counts(static_cast<size_t>(bins), 0) {}
   double bin_width() const { return counts.empty() ? 0 : amax / static_cast<double>(counts.size()); }
