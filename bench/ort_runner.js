@@ -2,16 +2,66 @@
 // ONNX Runtime (onnxruntime-node, CPU) latency runner for bench/run.sh.
 // usage: node ort_runner.js MODEL.onnx --threads N --warmup N --iterations N [--shapes NAME:1x3x224x224,...]
 // Random inputs (floats in [-1, 1), integers in [0, 10)); prints one JSON line with the median latency.
+// Outputs instead (bench/fmnist): --inputs NAME=FILE.npy (float32, C order) --batch B --save-outputs FILE.npy
+// runs the model on FILE's rows B at a time and saves its first output's rows stacked (float32).
 'use strict';
+const fs = require('fs');
 const ort = require('onnxruntime-node');
 
+function readNpy(path) {
+  const b = fs.readFileSync(path);
+  const v1 = b[6] === 1;  // format version: 1 has a 2-byte header length, 2 and 3 a 4-byte one
+  const hlen = v1 ? b.readUInt16LE(8) : b.readUInt32LE(8);
+  const start = (v1 ? 10 : 12) + hlen;
+  const header = b.toString('latin1', v1 ? 10 : 12, start);
+  if (!header.includes("'<f4'") || header.includes("'fortran_order': True"))
+    throw new Error(`${path}: only float32 C-order .npy inputs`);
+  const dims = header.match(/'shape': \(([^)]*)\)/)[1].split(',').filter((d) => d.trim()).map(Number);
+  const data = new Float32Array(b.buffer.slice(b.byteOffset + start, b.byteOffset + b.length));
+  return { dims, data };
+}
+
+function writeNpy(path, dims, data) {
+  let header = `{'descr': '<f4', 'fortran_order': False, 'shape': (${dims.join(', ')}${dims.length === 1 ? ',' : ''}), }`;
+  while ((10 + header.length + 1) % 64) header += ' ';
+  header += '\n';
+  const pre = Buffer.alloc(10);
+  pre.write('\x93NUMPY', 0, 'latin1');
+  pre[6] = 1, pre[7] = 0;
+  pre.writeUInt16LE(header.length, 8);
+  fs.writeFileSync(path, Buffer.concat([pre, Buffer.from(header, 'latin1'), Buffer.from(data.buffer, data.byteOffset, data.byteLength)]));
+}
+
+async function saveOutputs(session, o) {
+  const [name, file] = o.inputs.split('=');
+  const x = readNpy(file);
+  const n = x.dims[0], row = x.data.length / n, parts = [];
+  let outDims = null;
+  for (let b = 0; b < n; b += o.batch) {
+    const e = Math.min(n, b + o.batch);
+    const t = new ort.Tensor('float32', x.data.subarray(b * row, e * row), [e - b, ...x.dims.slice(1)]);
+    const r = await session.run({ [name]: t });
+    const y = r[session.outputNames[0]];
+    outDims = y.dims;
+    parts.push(Float32Array.from(y.data));
+  }
+  const total = parts.reduce((a, p) => a + p.length, 0), all = new Float32Array(total);
+  let off = 0;
+  for (const p of parts) all.set(p, off), off += p.length;
+  writeNpy(o.saveOutputs, [n, ...outDims.slice(1)], all);
+  console.log(JSON.stringify({ runtime: 'onnxruntime-node', rows: n, output: session.outputNames[0], file: o.saveOutputs }));
+}
+
 function parseArgs(argv) {
-  const o = { model: null, threads: 1, warmup: 3, iterations: 10, shapes: {} };
+  const o = { model: null, threads: 1, warmup: 3, iterations: 10, shapes: {}, batch: 256 };
   for (let i = 0; i < argv.length; ++i) {
     const a = argv[i];
     if (a === '--threads') o.threads = parseInt(argv[++i], 10);
     else if (a === '--warmup') o.warmup = parseInt(argv[++i], 10);
     else if (a === '--iterations') o.iterations = parseInt(argv[++i], 10);
+    else if (a === '--inputs') o.inputs = argv[++i];
+    else if (a === '--batch') o.batch = parseInt(argv[++i], 10);
+    else if (a === '--save-outputs') o.saveOutputs = argv[++i];
     else if (a === '--shapes') {
       for (const item of argv[++i].split(',')) {
         const c = item.lastIndexOf(':');
@@ -52,6 +102,7 @@ async function main() {
     interOpNumThreads: 1,
     executionMode: 'sequential',
   });
+  if (o.saveOutputs) return saveOutputs(session, o);
   const feeds = {};
   const meta = session.inputMetadata || [];
   session.inputNames.forEach((name, idx) => {

@@ -11,6 +11,7 @@ PACKAGES=(
   clang libclang-rt-14-dev   # the libFuzzer targets (ASan + UBSan tree of tests/fuzz/run_fuzz_sanitized.sh)
   chromium
   python3-numpy python3-onnx python3-torch python3-torchvision
+  dataset-fashion-mnist      # the INT8 accuracy test and bench/fmnist (/usr/share/datasets/fashion-mnist)
 )
 
 missing=()

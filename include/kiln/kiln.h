@@ -141,6 +141,25 @@ struct BuilderConfig {
   /// Warnings (layers left on reference kernels, disturbed timings, a bad timing cache); default prints
   /// "kiln: warning: MESSAGE" on stderr.
   std::function<void(const std::string&)> warn;
+  /// INT8 (precision kINT8) by post-training calibration: the FP32 engine runs the calibration batches,
+  /// a calibrator turns each activation's statistics into a range, and the model gets ONNX
+  /// QuantizeLinear/DequantizeLinear nodes in ONNX Runtime's quantize_static pattern (src/quant/
+  /// qdq_insert.h): per-channel symmetric int8 weights, per-tensor asymmetric uint8 activations.
+  /// A model that has Q/DQ nodes already is built as it is (explicit quantization) without data.
+  /// calib_data: a directory of .npy/.npz files (each one batch; .npz entries named by input) or one
+  /// .npz of stacked inputs (cut into batches of calib_batch_size along dim 0).
+  std::string calib_data;
+  int calib_batches = 0;              ///< use at most this many batches (0: all)
+  int calib_batch_size = 32;          ///< rows per batch when calib_data is one stacked .npz
+  std::string calibrator = "minmax";  ///< minmax, entropy (TensorRT's KL divergence), percentile, mse
+  double calib_percentile = 99.99;    ///< the percentile calibrator's percentile of |x|
+  /// Calibration cache: ranges written after calibrating and read back by later builds (no data needed),
+  /// keyed by the model's hash, the calibrator and kiln's version; a stale, foreign or corrupt one is
+  /// refused with a warning (then calibration data is needed, and the file is rewritten).
+  std::string calib_cache;
+  /// Nodes (ONNX names, or fnmatch globs such as "/layer4/*") left in FP32 by INT8 calibration: their
+  /// inputs get no Q/DQ. The per-layer precision flags fill this.
+  std::vector<std::string> int8_exclude;
 };
 
 struct TensorDesc {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/parallel.h"
+#include "engine/calibration.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
 #include "engine/precision.h"
@@ -408,6 +409,17 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   auto elapsed = [&]() { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   KILN_ASSIGN_OR_RETURN(Target target, engine::target_for(cfg));
   KILN_ASSIGN_OR_RETURN(engine::PrecisionPolicy precision, engine::precision_policy(cfg, target, warner(cfg)));
+  // INT8: calibration (or the calibration cache) rewrites the model with Q/DQ nodes (engine/calibration.h);
+  // the pass folding them into INT8 layers then decides per layer. Layers that --layer-precisions keeps
+  // out of int8 get no Q/DQ.
+  nlohmann::json int8;
+  if (engine::int8_requested(cfg)) {
+    BuilderConfig qcfg = cfg;
+    for (const LayerPrecision& r : cfg.layer_precisions)
+      if (cfg.precision_constraints != PrecisionConstraints::kNone && r.precision != Precision::kINT8)
+        qcfg.int8_exclude.push_back(r.pattern);
+    KILN_ASSIGN_OR_RETURN(int8, quantize_for_int8(model, qcfg, log, warner(cfg)));
+  }
   KILN_RETURN_IF_ERROR(ops::check_supported(*model.graph));
   auto e = std::make_shared<EngineImpl>();
   e->built_for = target;
@@ -420,6 +432,7 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   int bns = 0;
   for (const auto& n : model.graph->nodes) bns += n.op_type == "BatchNormalization";
   e->build["source"]["batch_norms"] = bns;
+  if (!int8.is_null()) e->build["int8"] = int8;
   log("[kiln build] imported: " + std::to_string(count_nodes(*model.graph)) + " nodes");
 
   // Profiles: checked against the model's inputs (and completed), stored with the memory they plan.
@@ -459,7 +472,7 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
     layer_precisions.push_back(r.pattern + ":" + engine::precision_name(r.precision));
   static const char* constraint_names[] = {"none", "prefer", "obey"};
   e->build["config"] = {
-      {"precision", precisions.size() == 1 ? "fp32" : "mixed"},
+      {"precision", !int8.is_null() ? "int8" : precisions.size() == 1 ? "fp32" : "mixed"},
       {"precisions", precision.strongly_typed ? nlohmann::json("strongly typed") : precisions},
       {"layer_precisions", layer_precisions},
       {"precision_constraints", constraint_names[static_cast<int>(precision.constraints)]},

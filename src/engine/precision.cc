@@ -171,4 +171,11 @@ bool layer_pinned_fp32(const PrecisionPolicy& p, const std::vector<std::string>&
   return r && r->precision == DataType::kFloat32;
 }
 
+bool int8_requested(const BuilderConfig& cfg) {
+  std::vector<Precision> asked{cfg.precision};
+  asked.insert(asked.end(), cfg.extra_precisions.begin(), cfg.extra_precisions.end());
+  auto has = [&](Precision x) { return std::find(asked.begin(), asked.end(), x) != asked.end(); };
+  return has(Precision::kINT8) || (has(Precision::kMixed) && (!cfg.calib_data.empty() || !cfg.calib_cache.empty()));
+}
+
 }  // namespace kiln::engine

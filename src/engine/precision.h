@@ -62,6 +62,10 @@ LayerPrecisions layer_precisions(const PrecisionPolicy& p, const std::vector<std
 // Whether a --layer-precisions entry keeps the layer in FP32: what INT8 calibration leaves out.
 bool layer_pinned_fp32(const PrecisionPolicy& p, const std::vector<std::string>& names);
 
+/// Whether the build asks for INT8 (--int8, or --best with calibration data or a cache): the builder
+/// then calibrates (or takes the model's own Q/DQ nodes) before the passes (engine/calibration.h).
+bool int8_requested(const BuilderConfig& cfg);
+
 // "fp32", "bf16", "fp16", "int8" (and dtype_name for the others); parse: the flag's spelling.
 std::string precision_name(DataType t);
 bool parse_precision(const std::string& name, Precision* out);

@@ -39,7 +39,6 @@ std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const ch
        "allow BF16 (oneDNN's AVX-512 BF16 kernels for convolutions and matrix products: bf16 inputs and weights, "
        "fp32 accumulation and outputs), timed per layer against FP32, the faster kept. Without avx512_bf16: a "
        "warning, and the layers stay FP32");
-  flag("--int8", f.int8, "INT8 precision (not implemented yet)");
   flag("--best", f.best, "allow every precision that has kernels here; the fastest per layer, by timing");
   opt("--layer-precisions", f.layer_precisions,
       "NAME_OR_GLOB:fp32|bf16|fp16|int8,... the precision of the layers whose name (or source ONNX node's name) "
@@ -50,6 +49,21 @@ std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const ch
   flag("--strongly-typed", f.strongly_typed,
        "every layer computes in the type the graph gives its tensors: reduced precision only where the graph "
        "says so (no --bf16/--fp16/--best/--layer-precisions with it)");
+  flag("--int8", f.int8,
+       "INT8: calibrate on --calib-data (or reuse --calib-cache) and insert QuantizeLinear/DequantizeLinear nodes "
+       "(per-channel int8 weights, per-tensor uint8 activations); a model with Q/DQ nodes builds as it is");
+  opt("--calib-data", f.calib_data,
+      "INT8 calibration inputs: a directory of .npy/.npz files (each a batch; .npz entries named by input) or one "
+      ".npz of stacked inputs (cut into --calib-batch-size rows)");
+  opt("--calib-batches", f.calib_batches, "use at most N calibration batches (default: all)");
+  opt("--calib-batch-size", f.calib_batch_size, "rows per batch of a stacked --calib-data .npz (default 32)");
+  opt("--calibrator", f.calibrator,
+      "minmax (default: observed range), entropy (TensorRT's KL divergence), percentile, mse")
+      ->check(CLI::IsMember({"minmax", "entropy", "percentile", "mse"}));
+  opt("--calib-percentile", f.calib_percentile, "the percentile calibrator's percentile of |x| (default 99.99)");
+  opt("--calib-cache", f.calib_cache,
+      "calibration ranges file: written after calibrating, reused by later builds of the same model and calibrator "
+      "without data (a stale, foreign or corrupt one is refused with a warning)");
   opt("--isa", f.isa,
       "instruction set kiln's own kernels may use: native (this machine's best, default), portable, avx2, avx512, "
       "avx512_vnni, avx512_bf16, amx (each includes the ones before it; at most what this machine has). Recorded in "
@@ -130,6 +144,14 @@ Result<BuilderConfig> builder_config(const BuildFlags& f) {
   }
   cfg.strict_tactics = f.strict_tactics;
   cfg.verbose = f.verbose;
+  if (!f.int8 && !f.best && (!f.calib_data.empty() || !f.calib_cache.empty()))
+    return InvalidArgument("--calib-data / --calib-cache calibrate an INT8 build: add --int8 (or --best)");
+  cfg.calib_data = f.calib_data;
+  cfg.calib_batches = f.calib_batches;
+  cfg.calib_batch_size = f.calib_batch_size;
+  cfg.calibrator = f.calibrator;
+  cfg.calib_percentile = f.calib_percentile;
+  cfg.calib_cache = f.calib_cache;
   return cfg;
 }
 

@@ -27,12 +27,18 @@ struct BuildFlags {
   bool best = false, strongly_typed = false;  // --best, --strongly-typed
   std::string layer_precisions;               // NAME_OR_GLOB:fp32|bf16|fp16|int8,...
   std::string precision_constraints = "prefer";
+  // --int8 calibration (BuilderConfig::calib_*)
+  std::string calib_data, calibrator = "minmax", calib_cache;
+  int calib_batches = 0, calib_batch_size = 32;
+  double calib_percentile = 99.99;
 };
 // As kiln compare's repro bundles record them (bundle.json "options"; flat, beside compare's own).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BuildFlags, min_shapes, opt_shapes, max_shapes, build_shapes, profiles,
                                                 fp32, fp16, bf16, int8, workspace, activation_memory, disabled_passes,
                                                 tactics, timing_cache, isa, layout_block, strict_tactics, verbose, best,
-                                                strongly_typed, layer_precisions, precision_constraints)
+                                                strongly_typed, layer_precisions, precision_constraints, calib_data,
+                                                calibrator, calib_cache, calib_batches, calib_batch_size,
+                                                calib_percentile)
 
 // Registers the build flags on `cmd` in the option group "Engine build": --min-shapes, --opt-shapes,
 // --max-shapes, --profile, --fp32/--fp16/--bf16/--int8, --isa, --layout-block, --workspace, --activation-memory,

@@ -105,6 +105,26 @@ void print_bodies(const nlohmann::json& bodies, int depth) {
   }
 }
 
+// INT8 calibration (engine/calibration.h): how, and each quantized activation's range and parameters.
+void print_int8(const nlohmann::json& q) {
+  if (q.value("mode", "") != "calibrated") {
+    std::printf("int8     explicit quantization (the model's own QuantizeLinear/DequantizeLinear nodes)\n");
+    return;
+  }
+  std::string how = q.value("from_cache", false) ? "ranges from the calibration cache " + q.value("calib_cache", "")
+                                                 : std::to_string(q.value("batches", 0)) + " calibration batches";
+  std::printf(
+      "int8     calibrator %s%s, %s: Q/DQ on %d nodes, %d int8 weights, %d int32 biases, %zu uint8 "
+      "activations, %zu excluded\n",
+      q.value("calibrator", "").c_str(),
+      q.contains("percentile") ? (" " + std::to_string(q["percentile"].get<double>())).c_str() : "", how.c_str(),
+      q.value("quantized_nodes", 0), q.value("weights", 0), q.value("biases", 0), q["tensors"].size(),
+      q["excluded"].size());
+  for (const auto& t : q["tensors"])
+    std::printf("  %-56s range [%.6g, %.6g] scale %.6g zero point %d\n", t["name"].get<std::string>().c_str(),
+                t["min"].get<double>(), t["max"].get<double>(), t["scale"].get<double>(), t["zero_point"].get<int>());
+}
+
 void print_text(const nlohmann::json& j, bool passes_only) {
   const auto& b = j["build"];
   if (!passes_only) {
@@ -142,6 +162,7 @@ void print_text(const nlohmann::json& j, bool passes_only) {
             ? ""
             : (" (timing cache " + t["timing_cache"].get<std::string>() + ")").c_str());
   }
+  if (b.contains("int8")) print_int8(b["int8"]);
   print_reference(j);
   {  // Layers per precision (engine/precision.h), and the build's precision settings.
     std::map<std::string, int> per;
