@@ -21,6 +21,25 @@
 // Leaves alone: other grouped convs, 1-D/3-D convs, non-constant weights, other dtypes, convs and
 // pools with a pad as large as their window (no blocked tactic takes them), and every other op.
 //
+// The cost of the reorders decides (layout_blocked; layout_blocked_with_block with decide_by_cost):
+// the blocked nodes form islands (connected through the blocked values they pass each other and the
+// ReorderToBlocked they share), and an island stays blocked only when what its convs gain is at least
+// what its boundary reorders cost, both counted in bytes a reorder moves:
+//   - cost: each ReorderToBlocked / ReorderFromBlocked reads a map and writes it once: 2 x its bytes;
+//   - gain of a conv: the blocked kernels are faster than the plain ones (kiln build with and without
+//     this pass, AMD EPYC, 2 threads, a loaded machine: mobilenet_v2 15-27% slower plain, resnext50
+//     17-23%), counted as
+//     kBlockedComputeGain of the conv's FLOPs at kReorderBytesPerFlop (a reorder moves ~15 GB/s where
+//     the convs run ~450 GFLOP/s); and a conv that kiln's plain NCHW kernels do not take directly
+//     (those take unpadded 1x1 group-1 convs, conv2d_kiln_1x1, and depthwise ones,
+//     conv2d_kiln_depthwise) would, left plain, run oneDNN's blocked kernel between reorders of its
+//     own (conv2d_onednn_blocked): 2 x the bytes of its X (unless a plain X with fewer channels than a
+//     block), of its residual and of its Y.
+// So a backbone stays blocked (its reorders are at its two ends), and a lone depthwise or 1x1 conv
+// between layers that cannot run blocked (ConvNeXt's 7x7 depthwise conv between its residual Add
+// and a Transpose, ResNeXt's 1x1 convs around grouped convs of fewer channels than a block) stays
+// plain instead of paying a reorder on each side. An island with a map of unknown size (symbolic
+// dims) stays blocked, as every island did before the cost model.
 // The block is the target's (Target::layout_block, kiln build --layout-block): by default the vector
 // width in floats of the target's instruction set, 16 with AVX-512, 8 with AVX2; 0 (the pass changes
 // nothing) without either or without oneDNN, whose kernels are the point (backends/cpu/tactic_list.h).
@@ -130,9 +149,23 @@ void no_sources(ir::Node& n) {
   n.attrs["kiln.sources"] = std::move(a);  // stands for no ONNX node
 }
 
+constexpr double kBlockedComputeGain = 0.15;  // share of a conv's time the blocked kernels save
+constexpr double kReorderBytesPerFlop = 1.0 / 30;
+
+// An unpadded 1x1 group-1 conv or a depthwise conv: kiln's plain NCHW kernels take it as it is.
+bool has_direct_plain_kernel(const ir::Graph& g, const ir::Node& n) {
+  const Tensor* w = ir::constant_value(g, n.inputs[1]);
+  const int64_t group = n.attr_int("group", 1);
+  if (group > 1 && group == w->dim(0) && w->dim(1) == 1) return true;
+  if (group != 1 || w->dim(2) != 1 || w->dim(3) != 1 || n.attr_string("auto_pad", "NOTSET") != "NOTSET") return false;
+  for (int64_t p : n.attr_ints("pads"))
+    if (p != 0) return false;
+  return true;
+}
+
 class Rewriter {
  public:
-  Rewriter(ir::Graph& g, int64_t block) : g_(g), block_(block) {
+  Rewriter(ir::Graph& g, int64_t block, bool decide_by_cost) : g_(g), block_(block), decide_by_cost_(decide_by_cost) {
     for (const auto& n : g.nodes) {
       taken_.insert(n.name);
       for (const auto& o : n.outputs) taken_.insert(o);
@@ -145,43 +178,17 @@ class Rewriter {
   int run() {
     ir::UseIndex uses(g_);
     const size_t count = g_.nodes.size();
-    // Which nodes go blocked, in order: pools and elementwise ops follow their producers' decisions.
-    kind_.assign(count, Kind::kPlain);
-    std::map<std::string, int64_t> blocked_channels;  // value -> channels, for values made blocked
-    int changed = 0;
-    for (size_t i = 0; i < count; ++i) {
-      const ir::Node& n = g_.nodes[i];
-      int64_t c = 0;
-      if (is_blockable_conv(g_, n, block_, &c)) {
-        kind_[i] = Kind::kConv;
-        blocked_channels[n.outputs[0]] = ir::constant_value(g_, n.inputs[1])->dim(0);
-      } else if (is_blockable_pool(g_, n) && blocked_channels.count(n.inputs[0])) {
-        kind_[i] = Kind::kPool;
-        blocked_channels[n.outputs[0]] = blocked_channels[n.inputs[0]];
-      } else if (int64_t ch = elementwise_channels(n, blocked_channels); ch > 0) {
-        kind_[i] = Kind::kElementwise;
-        blocked_channels[n.outputs[0]] = ch;
-      } else if (int64_t cc = concat_channels(n, blocked_channels); cc > 0) {
-        kind_[i] = Kind::kConcat;
-        blocked_channels[n.outputs[0]] = cc;
-      }
-      if (kind_[i] != Kind::kPlain) ++changed, made_or_blocked_.insert(n.outputs[0]);
+    std::set<size_t> plain_convs;  // blockable convs the cost model keeps plain
+    int changed = decide(plain_convs);
+    if (decide_by_cost_ && changed) {
+      for (const Island& is : islands(uses))
+        if (is.goes_plain()) plain_convs.insert(is.convs.begin(), is.convs.end());
+      if (!plain_convs.empty()) changed = decide(plain_convs);
     }
     if (!changed) return 0;
-    // A blocked value needs its plain form when a graph output or read by a plain node (or by a
-    // blocked one in a position it reads plain: W, B, a subgraph).
     std::map<std::string, bool> needs_plain;
-    for (const auto& [v, c] : blocked_channels) {
-      bool plain = uses.is_graph_output(v);
-      for (int k : uses.consumers(v)) {
-        const ir::Node& r = g_.nodes[static_cast<size_t>(k)];
-        int reads = 0, blocked_reads = 0;
-        for (size_t j = 0; j < r.inputs.size(); ++j)
-          if (r.inputs[j] == v) ++reads, blocked_reads += reads_blocked(static_cast<size_t>(k), j);
-        plain |= reads == 0 || blocked_reads != reads;
-      }
-      needs_plain[v] = plain;
-    }
+    for (const auto& [v, c] : blocked_channels_) needs_plain[v] = needs_plain_form(v, uses);
+    std::map<std::string, int64_t>& blocked_channels = blocked_channels_;
     std::vector<ir::Node> out;
     out.reserve(count + 8);
     for (size_t i = 0; i < count; ++i) {
@@ -238,6 +245,128 @@ class Rewriter {
 
  private:
   enum class Kind { kPlain, kConv, kPool, kElementwise, kConcat };
+
+  // Which nodes go blocked, in order (convs but those in `plain_convs`; pools and elementwise ops
+  // follow their producers' decisions); fills kind_, blocked_channels_ and made_or_blocked_. Returns
+  // how many nodes go blocked.
+  int decide(const std::set<size_t>& plain_convs) {
+    const size_t count = g_.nodes.size();
+    kind_.assign(count, Kind::kPlain);
+    blocked_channels_.clear();
+    made_or_blocked_.clear();
+    int changed = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const ir::Node& n = g_.nodes[i];
+      int64_t c = 0;
+      if (!plain_convs.count(i) && is_blockable_conv(g_, n, block_, &c)) {
+        kind_[i] = Kind::kConv;
+        blocked_channels_[n.outputs[0]] = ir::constant_value(g_, n.inputs[1])->dim(0);
+      } else if (is_blockable_pool(g_, n) && blocked_channels_.count(n.inputs[0])) {
+        kind_[i] = Kind::kPool;
+        blocked_channels_[n.outputs[0]] = blocked_channels_[n.inputs[0]];
+      } else if (int64_t ch = elementwise_channels(n, blocked_channels_); ch > 0) {
+        kind_[i] = Kind::kElementwise;
+        blocked_channels_[n.outputs[0]] = ch;
+      } else if (int64_t cc = concat_channels(n, blocked_channels_); cc > 0) {
+        kind_[i] = Kind::kConcat;
+        blocked_channels_[n.outputs[0]] = cc;
+      }
+      if (kind_[i] != Kind::kPlain) ++changed, made_or_blocked_.insert(n.outputs[0]);
+    }
+    return changed;
+  }
+
+  // A blocked value needs its plain form when a graph output or read by a plain node (or by a
+  // blocked one in a position it reads plain: W, B, a subgraph).
+  bool needs_plain_form(const std::string& v, const ir::UseIndex& uses) const {
+    bool plain = uses.is_graph_output(v);
+    for (int k : uses.consumers(v)) {
+      const ir::Node& r = g_.nodes[static_cast<size_t>(k)];
+      int reads = 0, blocked_reads = 0;
+      for (size_t j = 0; j < r.inputs.size(); ++j)
+        if (r.inputs[j] == v) ++reads, blocked_reads += reads_blocked(static_cast<size_t>(k), j);
+      plain |= reads == 0 || blocked_reads != reads;
+    }
+    return plain;
+  }
+
+  // Bytes of a float32 value; -1 when a dim is not known.
+  double value_bytes(const std::string& v) const {
+    const ir::TypeInfo* t = fusion::type_of(g_, v);
+    if (!t || !t->shape.rank_known) return -1;
+    double n = 4;
+    for (const auto& d : t->shape.dims) {
+      if (!d.known()) return -1;
+      n *= static_cast<double>(d.value);
+    }
+    return n;
+  }
+
+  // What conv i gains blocked, in bytes a reorder moves (see the comment on top): its compute share,
+  // and the reorders its plain form would make on its own.
+  double conv_gain(size_t i) const {
+    const ir::Node& n = g_.nodes[i];
+    const Tensor* w = ir::constant_value(g_, n.inputs[1]);
+    // 2 x (multiply-adds per output element) x output elements.
+    const double flops = 2.0 * static_cast<double>(w->numel() / w->dim(0)) * value_bytes(n.outputs[0]) / 4;
+    const double compute = kBlockedComputeGain * kReorderBytesPerFlop * flops;
+    if (has_direct_plain_kernel(g_, n)) return compute;
+    double bytes = value_bytes(n.outputs[0]);
+    if (reads_blocked(i, 0)) bytes += value_bytes(n.inputs[0]);
+    if (n.has_input(3)) bytes += value_bytes(n.inputs[3]);
+    return compute + 2 * bytes;
+  }
+
+  struct Island {
+    std::vector<size_t> convs;
+    double gain = 0, cost = 0;  // bytes moved
+    bool unknown = false;       // a map of unknown size: kept blocked
+    bool goes_plain() const { return !unknown && gain < cost; }
+  };
+
+  // The islands of the decided blocked nodes, with their gain and the cost of their boundary reorders.
+  std::vector<Island> islands(const ir::UseIndex& uses) const {
+    const size_t count = g_.nodes.size();
+    std::vector<size_t> parent(count);
+    for (size_t i = 0; i < count; ++i) parent[i] = i;
+    auto find = [&](size_t i) {
+      while (parent[i] != i) i = parent[i] = parent[parent[i]];
+      return i;
+    };
+    std::map<std::string, size_t> producer, first_plain_reader;
+    for (size_t i = 0; i < count; ++i)
+      if (kind_[i] != Kind::kPlain) producer[g_.nodes[i].outputs[0]] = i;
+    for (size_t i = 0; i < count; ++i) {
+      if (kind_[i] == Kind::kPlain) continue;
+      const ir::Node& n = g_.nodes[i];
+      for (size_t j = 0; j < n.inputs.size(); ++j) {
+        if (!reads_blocked(i, j)) continue;
+        if (auto p = producer.find(n.inputs[j]); p != producer.end()) {
+          parent[find(i)] = find(p->second);
+        } else {
+          auto [it, fresh_value] = first_plain_reader.emplace(n.inputs[j], i);
+          if (!fresh_value) parent[find(i)] = find(it->second);  // one shared ReorderToBlocked
+        }
+      }
+    }
+    std::map<size_t, Island> by_root;
+    for (size_t i = 0; i < count; ++i) {
+      if (kind_[i] == Kind::kPlain) continue;
+      Island& is = by_root[find(i)];
+      const double y = value_bytes(g_.nodes[i].outputs[0]);
+      is.unknown |= y < 0;
+      if (kind_[i] == Kind::kConv) is.convs.push_back(i), is.gain += conv_gain(i);
+      if (needs_plain_form(g_.nodes[i].outputs[0], uses)) is.cost += 2 * y;
+    }
+    for (const auto& [v, reader] : first_plain_reader) {
+      Island& is = by_root[find(reader)];
+      is.unknown |= value_bytes(v) < 0;
+      is.cost += 2 * value_bytes(v);
+    }
+    std::vector<Island> out;
+    for (auto& [root, is] : by_root) out.push_back(std::move(is));
+    return out;
+  }
 
   // Whether node i (decided blocked) reads input j in the blocked layout: a conv its X (unless a
   // plain X with fewer channels than a block) and residual, a pool its X, an elementwise op every
@@ -362,7 +491,9 @@ class Rewriter {
 
   ir::Graph& g_;
   int64_t block_;
+  bool decide_by_cost_;
   std::vector<Kind> kind_;                                // per node of the original order
+  std::map<std::string, int64_t> blocked_channels_;       // value -> channels, for values made blocked
   std::set<std::string> made_or_blocked_;                 // values blocked nodes produce
   std::map<std::string, std::string> made_blocked_;       // plain value -> its blocked form
   std::map<std::string, std::string> blocked_constants_;  // per-channel constant -> its blocked form
@@ -371,13 +502,13 @@ class Rewriter {
 
 }  // namespace
 
-Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block) {
+Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block, bool decide_by_cost) {
   if (block <= 0) return 0;
-  return Rewriter(g, block).run();
+  return Rewriter(g, block, decide_by_cost).run();
 }
 
 Result<int> layout_blocked(ir::Graph& g, const Target& target) {
-  return layout_blocked_with_block(g, target.device.kind == DeviceKind::kCPU ? target.layout_block : 0);
+  return layout_blocked_with_block(g, target.device.kind == DeviceKind::kCPU ? target.layout_block : 0, true);
 }
 
 }  // namespace kiln::passes

@@ -65,9 +65,11 @@ Result<int> fuse_activation(ir::Graph& g);
 Result<int> fuse_horizontal_matmul(ir::Graph& g);
 Result<int> fuse_elementwise(ir::Graph& g);
 // The layout pass at the target's block (Target::layout_block; 0 or a non-CPU target: no change),
-// and with an explicit block (channels per block; <= 0: no change).
+// islands of blocked nodes kept only where the reorders they need cost less than their convs gain;
+// and with an explicit block (channels per block; <= 0: no change), every blockable conv blocked
+// unless decide_by_cost (layout_blocked.cc says how the cost is counted).
 Result<int> layout_blocked(ir::Graph& g, const Target& target);
-Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block);
+Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block, bool decide_by_cost = false);
 Result<int> layout_fuse_conv_dw(ir::Graph& g);
 Result<int> layout_fuse_concat_elementwise(ir::Graph& g);  // in layout_fuse_concat.cc
 Result<int> fold_qdq_matmul(ir::Graph& g);

@@ -26,6 +26,11 @@ constexpr int kMaxInputs = 16;
 // 0.1 ms instead of the 0.03 ms of running it on one thread; on a busy machine a region can also wait
 // milliseconds for a descheduled worker.
 constexpr int64_t kGrainElements = int64_t{1} << 20;
+// kiln.BlockedConcatElementwise's threaded variant splits from 32K elements a thread (128 KB in,
+// 128 KB out): DenseNet's at batch 1 (25K-800K elements) never reached kGrainElements and ran on one
+// thread. Whether the split pays for the region it costs depends on the layer and the machine, so
+// the tuner times it against the single-thread variant.
+constexpr int64_t kConcatGrainElements = int64_t{1} << 15;
 
 const ir::Graph* body_of(const ir::Node& n) {
   const ir::Attribute* a = n.attr("body");
@@ -350,6 +355,7 @@ class PreparedConcatProgram : public PreparedLayer {
   std::vector<Piece> pieces;
   std::vector<bool> per_channel;         // per operand after the pieces: [.., Cb, 1, 1, B] (else one value)
   int64_t n = 0, blocks = 0, plane = 0;  // images, output channel blocks, H * W * B
+  bool single_thread = false;            // all on the calling thread (else from kConcatGrainElements a thread)
   Dims out;
 
   std::vector<Dims> output_shapes() const override { return {out}; }
@@ -360,33 +366,37 @@ class PreparedConcatProgram : public PreparedLayer {
     const size_t np = pieces.size();
     int64_t total = 0;
     for (const Piece& p : pieces) total += n * p.units;
-    parallel_for(total, std::max<int64_t>(1, kGrainElements / std::min(plane, xf::kEltChunk)),
-                 [&](int64_t b, int64_t e) {
-                   const float* ptrs[kMaxInputs];
-                   int64_t at = 0;  // first unit of (image i, piece p)
-                   for (int64_t i = 0; i < n; ++i)
-                     for (size_t p = 0; p < np; ++p) {
-                       const Piece& pc = pieces[p];
-                       const int64_t lo = std::max(b, at), hi = std::min(e, at + pc.units);
-                       if (lo < hi) {
-                         const int64_t piece_blocks = in[p]->dim(1);
-                         ptrs[0] = in[p]->data<float>() + i * piece_blocks * plane;
-                         for (size_t j = 0; j < per_channel.size(); ++j) {
-                           const Tensor* t = in[np + j];
-                           ptrs[j + 1] = t->data<float>() + (per_channel[j] ? pc.block_begin * out[4] : 0);
-                         }
-                         k->eltwise(pc.prog, ptrs, y + (i * blocks + pc.block_begin) * plane, lo - at, hi - at);
-                       }
-                       at += pc.units;
-                     }
-                 });
+    const int64_t grain =
+        single_thread ? total : std::max<int64_t>(1, kConcatGrainElements / std::min(plane, xf::kEltChunk));
+    parallel_for(total, grain, [&](int64_t b, int64_t e) {
+      const float* ptrs[kMaxInputs];
+      int64_t at = 0;  // first unit of (image i, piece p)
+      for (int64_t i = 0; i < n; ++i)
+        for (size_t p = 0; p < np; ++p) {
+          const Piece& pc = pieces[p];
+          const int64_t lo = std::max(b, at), hi = std::min(e, at + pc.units);
+          if (lo < hi) {
+            const int64_t piece_blocks = in[p]->dim(1);
+            ptrs[0] = in[p]->data<float>() + i * piece_blocks * plane;
+            for (size_t j = 0; j < per_channel.size(); ++j) {
+              const Tensor* t = in[np + j];
+              ptrs[j + 1] = t->data<float>() + (per_channel[j] ? pc.block_begin * out[4] : 0);
+            }
+            k->eltwise(pc.prog, ptrs, y + (i * blocks + pc.block_begin) * plane, lo - at, hi - at);
+          }
+          at += pc.units;
+        }
+    });
     return Status::Ok();
   }
 };
 
 class BlockedConcatElementwiseKiln : public Tactic {
  public:
-  std::string name() const override { return "concat_elementwise_blocked_kiln"; }
+  explicit BlockedConcatElementwiseKiln(bool single_thread) : single_thread_(single_thread) {}
+  std::string name() const override {
+    return single_thread_ ? "concat_elementwise_blocked_kiln_single_thread" : "concat_elementwise_blocked_kiln";
+  }
   TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"kiln", "BlockedConcatElementwise"}};
@@ -431,6 +441,7 @@ class BlockedConcatElementwiseKiln : public Tactic {
     for (size_t i = 0; i < k; ++i) prep->blocks += sig.inputs[i].shape[1];
     prep->n = a[0];
     prep->plane = a[2] * a[3] * a[4];
+    prep->single_thread = single_thread_;
     prep->out = {a[0], prep->blocks, a[2], a[3], a[4]};
     for (size_t j = k; j < sig.inputs.size(); ++j) prep->per_channel.push_back(shape_numel(sig.inputs[j].shape) != 1);
     int64_t at = 0;
@@ -455,6 +466,7 @@ class BlockedConcatElementwiseKiln : public Tactic {
   }
 
  private:
+  bool single_thread_;
   static int64_t shape_numel(const Dims& d) {
     int64_t n = 1;
     for (int64_t x : d) n *= x;
@@ -551,7 +563,11 @@ const Tactic* fused_elementwise_kiln() {
   return &t;
 }
 const Tactic* concat_elementwise_blocked_kiln() {
-  static const BlockedConcatElementwiseKiln t;
+  static const BlockedConcatElementwiseKiln t(false);
+  return &t;
+}
+const Tactic* concat_elementwise_blocked_kiln_single_thread() {
+  static const BlockedConcatElementwiseKiln t(true);
   return &t;
 }
 const Tactic* gelu_kiln() {

@@ -91,6 +91,7 @@ const std::vector<const Tactic*>& tactic_list() {
     v.push_back(fused_elementwise_kiln());
     v.push_back(gelu_kiln());
     v.push_back(concat_elementwise_blocked_kiln());
+    v.push_back(concat_elementwise_blocked_kiln_single_thread());
     // kiln's own GEMM, 1x1 and depthwise convolution, pooling (the auto-tuner times them against oneDNN's)
     v.push_back(gemm_kiln_packed());
     v.push_back(conv2d_kiln_1x1());

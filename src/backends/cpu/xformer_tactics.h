@@ -25,7 +25,8 @@ const Tactic* attention_kiln_fused();
 const Tactic* fused_elementwise_kiln();
 // Gelu (ONNX 20, kiln): erf or tanh form.
 const Tactic* gelu_kiln();
-const Tactic* concat_elementwise_blocked_kiln();  // kiln.BlockedConcatElementwise
+const Tactic* concat_elementwise_blocked_kiln();                // kiln.BlockedConcatElementwise
+const Tactic* concat_elementwise_blocked_kiln_single_thread();  // ... on one thread (the tuner times both)
 
 // "" when every present input is float32 and the layer computes in float32 on the CPU.
 std::string xf_float32_layer(const LayerSignature& sig);

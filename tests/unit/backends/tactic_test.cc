@@ -1052,6 +1052,7 @@ TEST(Tactics, FusedElementwiseOnBlockedPerChannelOperandsMatchesReference) {
   }
   EXPECT_EQ(checked["fused_elementwise_kiln"], 62 * static_cast<int>(isas.size()));  // once per ISA
   EXPECT_EQ(checked["concat_elementwise_blocked_kiln"], 60 * static_cast<int>(isas.size()));
+  EXPECT_EQ(checked["concat_elementwise_blocked_kiln_single_thread"], 60 * static_cast<int>(isas.size()));
 }
 
 // AveragePool with count_include_pad whose last ceil_mode window reaches past the declared pads

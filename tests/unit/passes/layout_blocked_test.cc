@@ -13,6 +13,7 @@ using namespace testing;  // NOLINT
 Result<int> blocked16(ir::Graph& g) { return passes::layout_blocked_with_block(g, 16); }
 Result<int> blocked8(ir::Graph& g) { return passes::layout_blocked_with_block(g, 8); }
 Result<int> blocked_off(ir::Graph& g) { return passes::layout_blocked_with_block(g, 0); }
+Result<int> blocked16_by_cost(ir::Graph& g) { return passes::layout_blocked_with_block(g, 16, true); }
 
 ir::Node& conv(GraphBuilder& b, const std::string& x, const std::string& w, const std::string& y, int64_t pad) {
   ir::Node& n = b.node("Conv", {x, w}, {y});
@@ -516,6 +517,86 @@ TEST(LayoutFuseConvDw, LeavesSharedExpansionsAlone) {
 // The pipeline takes its block from the target, not from the machine it runs on: an AVX2 target
 // (block 8) and an AVX-512 one (block 16) give their own layouts on any machine, a target with block 0
 // (or a CUDA one) the plain layout, and each equals the unblocked graph numerically.
+// The cost model (layout_blocked.cc): an island stays blocked when its convs gain at least the
+// bytes its boundary reorders move. Two 3x3 convs between two layers that cannot run blocked
+// (Softmax): plain, each would reorder its X and Y itself (gain 2 x (x + a) + 2 x (a + c) bytes),
+// blocked the island pays one reorder in and one out (2 x x + 2 x c): it stays blocked.
+TEST(LayoutBlocked, ByCostAnIslandOfConvsStaysBlocked) {
+  GraphBuilder b(13);
+  b.input("x", {1, 32, 9, 11}).output("y");
+  b.init("w1", random_tensor({32, 32, 3, 3}, 1)).init("w2", random_tensor({32, 32, 3, 3}, 2));
+  b.node("Softmax", {"x"}, {"s"});
+  conv(b, "s", "w1", "a", 1);
+  b.node("Relu", {"a"}, {"r"});
+  conv(b, "r", "w2", "c", 1);
+  b.node("Softmax", {"c"}, {"y"});
+  ir::Model before = b.finish();
+  int changed = 0;
+  ir::Model after = apply_pass(before, blocked16_by_cost, &changed);
+  const ir::Graph& g = *after.graph;
+  EXPECT_EQ(changed, 3);  // 2 convs, Relu
+  EXPECT_EQ(count_kiln(g, "BlockedConv"), 2);
+  EXPECT_EQ(count_kiln(g, "ReorderToBlocked"), 1);
+  EXPECT_EQ(count_kiln(g, "ReorderFromBlocked"), 1);
+  EXPECT_LT(max_abs_diff(before, after), 1e-5);
+  // One 3x3 conv alone between them: its own reorders equal the island's (a tie stays blocked).
+  GraphBuilder b1(13);
+  b1.input("x", {1, 32, 9, 11}).output("y");
+  b1.init("w1", random_tensor({48, 32, 3, 3}, 1));
+  b1.node("Softmax", {"x"}, {"s"});
+  conv(b1, "s", "w1", "a", 1);
+  b1.node("Softmax", {"a"}, {"y"});
+  ir::Model lone = b1.finish();
+  ir::Model lone_after = apply_pass(lone, blocked16_by_cost, &changed);
+  EXPECT_EQ(changed, 1);
+  EXPECT_EQ(count_kiln(*lone_after.graph, "BlockedConv"), 1);
+}
+
+// A depthwise conv and an unpadded 1x1 conv (kernels kiln runs on NCHW directly: they gain no
+// reorder blocked) between layers that cannot run blocked (ConvNeXt's depthwise conv between its
+// residual Add and a Transpose): blocked they would cost a reorder on each side, so they stay plain,
+// and nothing changes. Without the cost model they go blocked, as before.
+TEST(LayoutBlocked, ByCostAConvWithAPlainKernelBetweenPlainLayersStaysPlain) {
+  GraphBuilder b(13);
+  b.input("x", {1, 32, 9, 11}).output("y");
+  b.init("wd", random_tensor({32, 1, 7, 7}, 1)).init("w1", random_tensor({32, 32, 1, 1}, 2));
+  b.node("Softmax", {"x"}, {"s"});
+  auto& dw = conv(b, "s", "wd", "d", 3);
+  GraphBuilder::set_int(dw, "group", 32);
+  auto& t = b.node("Transpose", {"d"}, {"t"});
+  GraphBuilder::set_ints(t, "perm", {0, 1, 3, 2});
+  conv(b, "t", "w1", "p", 0);
+  b.node("Softmax", {"p"}, {"y"});
+  ir::Model before = b.finish();
+  int changed = 0;
+  ir::Model after = apply_pass(before, blocked16_by_cost, &changed);
+  EXPECT_EQ(changed, 0);
+  EXPECT_EQ(count_kiln(*after.graph, "BlockedConv"), 0);
+  EXPECT_EQ(count_kiln(*after.graph, "ReorderToBlocked"), 0);
+  EXPECT_EQ(count_kiln(*after.graph, "ReorderFromBlocked"), 0);
+  EXPECT_EQ(count_op(*after.graph, "Conv"), 2);
+  ir::Model always = apply_pass(before, blocked16, &changed);
+  EXPECT_EQ(changed, 2);
+  EXPECT_EQ(count_kiln(*always.graph, "ReorderToBlocked"), 2);
+  EXPECT_EQ(count_kiln(*always.graph, "ReorderFromBlocked"), 2);
+  EXPECT_LT(max_abs_diff(before, always), 1e-5);
+  // The same depthwise conv followed by a 3x3 conv (whose own reorders pay for the island's) in one
+  // island: both go blocked.
+  GraphBuilder b2(13);
+  b2.input("x", {1, 32, 9, 11}).output("y");
+  b2.init("wd", random_tensor({32, 1, 7, 7}, 1)).init("w3", random_tensor({32, 32, 3, 3}, 2));
+  b2.node("Softmax", {"x"}, {"s"});
+  auto& dw2 = conv(b2, "s", "wd", "d", 3);
+  GraphBuilder::set_int(dw2, "group", 32);
+  conv(b2, "d", "w3", "c", 1);
+  b2.node("Softmax", {"c"}, {"y"});
+  ir::Model before2 = b2.finish();
+  ir::Model after2 = apply_pass(before2, blocked16_by_cost, &changed);
+  EXPECT_EQ(changed, 2);
+  EXPECT_EQ(count_kiln(*after2.graph, "BlockedConv"), 2);
+  EXPECT_LT(max_abs_diff(before2, after2), 1e-5);
+}
+
 TEST(LayoutBlocked, FollowsTheTargetsBlock) {
   Target avx2, avx512, plain, cuda;
   avx2.isa = kIsaAvx2, avx2.layout_block = 8;
