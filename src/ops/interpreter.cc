@@ -177,6 +177,7 @@ Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame
     std::vector<Value> outs = std::move(res).value();
     if (top_level && place_outputs) place_outputs(n, outs);
     if (top_level && on_node) on_node(n, outs);
+    if (on_layer) on_layer(g, n, ins, outs);
     for (size_t o = 0; o < n.outputs.size(); ++o)
       if (n.has_output(o)) frame.values[n.outputs[o]] = std::move(outs[o]);
     for (const auto& dead : plan->release_after[i]) frame.values.erase(dead);
