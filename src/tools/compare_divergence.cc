@@ -36,18 +36,25 @@ json find_divergence(const CompareOptions& o, const Runners& r, const std::map<s
   // Every reference tensor by name (the unoptimized graph keeps the ONNX names; a reference
   // engine's layers keep them where a layer stands for an ONNX node's output).
   std::map<std::string, Tensor> ref;
-  std::vector<std::string> ref_order;  // reference engine: its tensors in execution order
+  std::vector<std::string> ref_order;            // reference engine: its tensors in execution order
+  std::map<std::string, std::string> ref_alias;  // a blocked tensor's name -> the plain value it stands for
   if (r.ref_engine) {
     auto ro =
         detail::run_engine_observed(*r.ref_engine, inputs, [&](const ir::Node& n, const std::vector<ops::Value>& outs) {
           for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i) {
             if (!outs[i].is_tensor() || n.outputs[i].empty()) continue;
+            // Clones: the context's arena slots are reused by later layers. A channel-blocked tensor goes
+            // by both names: as it is (the engine under test may have the same blocked layer) and as the
+            // plain value it stands for.
             const Tensor* got = &outs[i].tensor;
+            ref[n.outputs[i]] = got->clone();
             Tensor unblocked;
             std::string plain = as_plain(n, got, unblocked);
-            const std::string& name = plain.empty() ? n.outputs[i] : plain;
-            ref[name] = got->clone();  // the context's arena slot is reused by later layers
-            ref_order.push_back(name);
+            if (!plain.empty()) {
+              ref[plain] = got->clone();
+              ref_alias[n.outputs[i]] = plain;
+            }
+            ref_order.push_back(plain.empty() ? n.outputs[i] : plain);
           }
         });
     if (!ro.ok()) {
@@ -118,6 +125,7 @@ json find_divergence(const CompareOptions& o, const Runners& r, const std::map<s
                                    : "no ONNX tensor has this name (internal to a rewrite)";
       } else {
         matched.insert(ref_name);
+        if (auto a = ref_alias.find(ref_name); a != ref_alias.end()) matched.insert(a->second);
         auto atol = tolerance_for(o.atol, ref_name, kDefaultAtol), rtol = tolerance_for(o.rtol, ref_name, kDefaultRtol);
         Stats s = compute_stats(rt->second, *got, atol.ok() ? atol.value() : kDefaultAtol,
                                 rtol.ok() ? rtol.value() : kDefaultRtol, o.rel_floor, o.check_error_stat, 3);
