@@ -196,6 +196,9 @@ std::string NumericsGuard::path_of(const ir::Graph& g, const ir::Node& n) const 
 
 void NumericsGuard::add(NumericsFinding f) {
   int k = static_cast<int>(f.kind);
+  ++kind_count_[k];
+  // A control-flow layer's output carries what its body layers (observed before it) found.
+  if (f.introduced && from_bodies_[k]) f.introduced = false;
   bool first_of_kind = !have_first_[k];
   have_first_[k] = true;
   // A problem an input already had is the earlier layer's: counted, not listed (the first of each
@@ -214,6 +217,8 @@ void NumericsGuard::add(NumericsFinding f) {
 void NumericsGuard::begin_run(const std::map<std::string, ops::Value>& inputs) {
   report_ = NumericsReport();
   produced_.clear();
+  last_counts_.clear();
+  std::fill(std::begin(kind_count_), std::end(kind_count_), 0);
   index_ = 0;
   std::fill(std::begin(have_first_), std::end(have_first_), false);
   for (const auto& [name, v] : inputs) {
@@ -243,6 +248,11 @@ void NumericsGuard::observe(const ir::Graph& g, const ir::Node& n, const std::ve
                             const std::vector<ops::Value>& outs) {
   const int64_t index = index_++;
   ++report_.layers_checked;
+  // Findings made since the last layer of this graph ran are its bodies' (they run inside it).
+  bool has_bodies = false;
+  for (const auto& [k, a] : n.attrs) has_bodies |= a.g != nullptr || !a.graphs.empty();
+  auto& last = last_counts_[&g];
+  for (int k = 0; k < 3; ++k) from_bodies_[k] = has_bodies && kind_count_[k] > last[k];
   const std::string precision = layer_precision(n, outs);
   std::vector<NumericsRange> in_ranges;  // computed once, when the layer has a finding
   bool in_done = false;
@@ -357,6 +367,8 @@ void NumericsGuard::observe(const ir::Graph& g, const ir::Node& n, const std::ve
       }
     }
   }
+  std::copy(std::begin(kind_count_), std::end(kind_count_), last.begin());
+  std::fill(std::begin(from_bodies_), std::end(from_bodies_), false);
 }
 
 namespace {

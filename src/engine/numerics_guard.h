@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,6 +66,9 @@ class NumericsGuard {
   std::unordered_map<std::string, NumericsRange> produced_;  // each value's range when it was made
   int64_t index_ = 0;
   bool have_first_[3] = {false, false, false};
+  int64_t kind_count_[3] = {0, 0, 0};            // findings of each kind this run (listed or not)
+  bool from_bodies_[3] = {false, false, false};  // the layer being observed: its bodies found this kind
+  std::unordered_map<const ir::Graph*, std::array<int64_t, 3>> last_counts_;  // kind_count_ after a graph's last layer
 };
 
 // The report as JSON (kiln compare's report "numerics"), and as the lines the CLI prints: the

@@ -296,6 +296,53 @@ TEST(NumericsGuard, BodyLayerOfAnIfIsNamedByItsPath) {
   EXPECT_EQ(rr.first_error()->layer, "cond/then_branch/then_Log");
 }
 
+// Loop (3 trips): v = v * 1000 in the body; the second iteration leaves FP16's range (1e6), first
+// seen inside the body, named by its path; the Loop's own output only carries it.
+TEST(NumericsGuard, BodyLayerOfALoopIsCheckedEveryIteration) {
+  GraphBuilder b(13);
+  b.input("v0", {3}).output("v");
+  b.init("trips", Tensor::scalar<int64_t>(DataType::kInt64, 3));
+  b.init("go", Tensor::scalar<bool>(DataType::kBool, true));
+  b.init("k", filled({3}, 1000.f));
+  auto body = std::make_shared<ir::Graph>();
+  body->name = "body";
+  body->inputs = {{"i", ir::TypeInfo::tensor(DataType::kInt64, SymShape::from_dims({}))},
+                  {"c", ir::TypeInfo::tensor(DataType::kBool, SymShape::from_dims({}))},
+                  {"vin", ir::TypeInfo::tensor(DataType::kFloat32, SymShape::from_dims({3}))}};
+  ir::Node id;
+  id.name = "keep_going";
+  id.op_type = "Identity";
+  id.opset = 13;
+  id.inputs = {"c"};
+  id.outputs = {"cout"};
+  ir::Node mul;
+  mul.name = "scale";
+  mul.op_type = "Mul";
+  mul.opset = 13;
+  mul.inputs = {"vin", "k"};
+  mul.outputs = {"vout"};
+  body->nodes = {id, mul};
+  body->outputs = {{"cout", ir::TypeInfo()}, {"vout", ir::TypeInfo()}};
+  ir::Node& loop = b.node("Loop", {"trips", "go", "v0"}, {"v"});
+  loop.name = "loop";
+  loop.attrs["body"] = ir::attr_graph(body);
+  ir::Model m = b.finish();
+  Tensor v0 = filled({3}, 1.f);
+  auto e = build(testing::clone(m));
+  for (const NumericsReport& r : {run_checked(*e, {{"v0", v0}}), run_reference_checked(m, {{"v0", ops::Value(v0)}})}) {
+    EXPECT_EQ(r.layers_checked, 7);  // 3 iterations of 2 body layers, then the Loop
+    ASSERT_EQ(r.findings.size(), 1u);
+    const NumericsFinding& f = r.findings[0];
+    EXPECT_EQ(f.kind, NumericsFinding::Kind::kFP16Overflow);
+    EXPECT_EQ(f.layer, "loop/body/scale");
+    EXPECT_EQ(f.index, 3) << "the second iteration's Mul";
+    EXPECT_EQ(f.range.max, 1e6);
+    ASSERT_GE(f.inputs.size(), 1u);
+    EXPECT_EQ(f.inputs[0].max, 1e3);
+    EXPECT_GE(r.propagated, 2);  // the third iteration and the Loop's output
+  }
+}
+
 // Off, a context binds the steady-state path as before; on, it runs the observing path; off again,
 // bound again.
 TEST(NumericsGuard, OffLeavesTheBoundPathAlone) {
