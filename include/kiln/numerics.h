@@ -5,7 +5,8 @@
 ///   - holds a value beyond FP16's range (|x| > 65504): an error where the layer runs in FP16, a
 ///     warning where it does not (an FP32 layer: the value predicts trouble under --fp16);
 ///   - saturates INT8: for a layer producing int8/uint8 values, the share of values clipped at the
-///     type's min/max (QuantizeLinear: exactly the elements its input put outside the range; other
+///     type's min/max (QuantizeLinear: exactly the elements its input put outside the range, except
+///     at a limit equal to the zero point, which clamps at real 0 like a folded ReLU; other
 ///     layers: the values at either limit, a limit equal to the output's zero point left out) above a
 ///     threshold (an error).
 /// Each finding carries the offending range, the count of bad values and the ranges of the layer's

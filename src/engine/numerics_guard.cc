@@ -74,7 +74,8 @@ int output_zero_point_input(const ir::Node& n) {
 }
 
 // QuantizeLinear's clipped elements, exactly: those whose round(x / scale) + zero point falls
-// outside the output type's range (per-tensor and per-axis scales; -1 for blocked ones).
+// outside the output type's range, except at a limit equal to the zero point (per-tensor and
+// per-axis scales; -1 for blocked ones).
 int64_t quantize_clipped(const ir::Node& n, const std::vector<const ops::Value*>& ins, int64_t lo, int64_t hi) {
   if (ins.size() < 2 || !ins[0] || !ins[1] || !ins[0]->is_tensor() || !ins[1]->is_tensor()) return -1;
   const Tensor& x = ins[0]->tensor;
@@ -96,8 +97,11 @@ int64_t quantize_clipped(const ir::Node& n, const std::vector<const ops::Value*>
     int64_t s = per_axis ? (i / inner) % dim : 0;
     double q = x.get_f64(i) / scale.get_f64(s);
     if (std::isnan(q)) continue;
-    double r = std::nearbyint(q) + (zp ? static_cast<double>(zp->get_i64(s)) : 0.0);
-    clipped += r < static_cast<double>(lo) || r > static_cast<double>(hi);
+    int64_t z = zp ? zp->get_i64(s) : 0;
+    double r = std::nearbyint(q) + static_cast<double>(z);
+    // Clamping at a limit that is the zero point clamps at real 0: a ReLU folded into the range
+    // (ONNX Runtime's QDQ models quantize a ReLU's input with uint8 zero point 0), not saturation.
+    clipped += (r < static_cast<double>(lo) && z != lo) || (r > static_cast<double>(hi) && z != hi);
   }
   return clipped;
 }
@@ -329,7 +333,8 @@ void NumericsGuard::observe(const ir::Graph& g, const ir::Node& n, const std::ve
       const Tensor& t = outs[o].tensor;
       int64_t clipped = n.op_type == "QuantizeLinear" && !overlaps_any(t, ins) ? quantize_clipped(n, ins, lo, hi) : -1;
       std::string how = "clipped by the quantization (round(x / scale) + zero point outside [" + std::to_string(lo) +
-                        ", " + std::to_string(hi) + "])";
+                        ", " + std::to_string(hi) +
+                        "]; clamping at a limit equal to the zero point, a folded ReLU, not counted)";
       if (clipped < 0) {
         // Not a QuantizeLinear (or a blocked one): the values at either limit, except a limit that is
         // the output's zero point (a real zero, as after a ReLU), when the op says where that is.

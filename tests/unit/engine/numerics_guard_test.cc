@@ -216,6 +216,12 @@ TEST(NumericsGuard, QuantizeLinearSaturationShare) {
   EXPECT_EQ(expected_clipped(x, 0.05f, 128, 0, 255), 0);
   NumericsReport r = run_reference_checked(fits, {{"x", ops::Value(x)}});
   EXPECT_TRUE(r.findings.empty()) << r.findings[0].message;
+  // uint8 with zero point 0 clamps every negative x at 0 (half the values): a ReLU folded into the
+  // quantization range, not saturation.
+  ir::Model relu_like = quantize_model(0.05f, DataType::kUInt8, 0);
+  ASSERT_EQ(expected_clipped(x, 0.05f, 0, 0, 255), 50);
+  NumericsReport folded = run_reference_checked(relu_like, {{"x", ops::Value(x)}});
+  EXPECT_TRUE(folded.findings.empty()) << folded.findings[0].message;
   // A little clipping (uint8, zero point 200: values above 55 * 0.05 = 2.75 clip) under the threshold
   // is not reported; above a lower threshold it is.
   ir::Model some = quantize_model(0.05f, DataType::kUInt8, 200);
