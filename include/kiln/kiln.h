@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kiln/device.h"
+#include "kiln/numerics.h"
 
 namespace kiln {
 
@@ -232,6 +233,11 @@ class ExecutionContext {
   /// The work of a single layer is not interrupted.
   void set_deadline(std::chrono::steady_clock::time_point deadline);
   void clear_deadline();
+  /// The numerics guard (kiln/numerics.h): while enabled, every run() checks each layer's outputs
+  /// (bodies included) for Inf/NaN, FP16 overflow and INT8 saturation, and numerics_report() says
+  /// what the last run found. Such runs take the observing path (slower); off (the default) costs nothing.
+  void set_numerics_check(const NumericsCheck& check);
+  NumericsReport numerics_report() const;            ///< the last run's findings (empty when the check is off)
   HostTensor output(const std::string& name) const;  ///< valid until the next run()
   std::vector<std::string> output_names() const;
   /// Peak bytes of planned activation memory used by the last run.

@@ -9,6 +9,7 @@
 #include "core/parallel.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
+#include "engine/numerics_guard.h"
 #include "engine/profiles.h"
 #include "ops/interpreter.h"
 
@@ -27,9 +28,10 @@ struct ContextImpl {
   std::shared_ptr<const engine::MemoryPlan> plan;
   std::shared_ptr<uint8_t[]> arena;
   size_t arena_capacity = 0;
-  ShapeState shape_state;  // declared shapes and profile choice (profiles.cc)
-  LayerTimer layer_timer;  // kiln bench's per-layer profile (set_layer_timer)
-  ops::Deadline deadline;  // set_deadline: installed around each run (ops/deadline.h)
+  ShapeState shape_state;                           // declared shapes and profile choice (profiles.cc)
+  LayerTimer layer_timer;                           // kiln bench's per-layer profile (set_layer_timer)
+  ops::Deadline deadline;                           // set_deadline: installed around each run (ops/deadline.h)
+  std::unique_ptr<engine::NumericsGuard> numerics;  // set_numerics_check: observes every layer of each run
 
   Status run();
   // The memory plan and arena for the engine's typical shapes, made when the context is: a first
@@ -88,7 +90,7 @@ const ContextImpl::Slot* ContextImpl::slot_of(const ir::Node& n, size_t o) const
   return o < s.size() && s[o].offset != SIZE_MAX ? &s[o] : nullptr;
 }
 
-bool ContextImpl::may_bind() const { return !interp->on_node; }
+bool ContextImpl::may_bind() const { return !interp->on_node && !interp->on_layer; }
 
 void ContextImpl::plan_ahead() {
   auto shapes = engine->typical_shapes();
@@ -256,6 +258,32 @@ Result<std::vector<ops::Value>> run_engine(
   return std::move(ctx.outputs);
 }
 
+void set_numerics_check(ContextImpl& ctx, const NumericsCheck& check) {
+  if (!check.enabled) {
+    ctx.numerics.reset();
+    ctx.interp->on_layer = nullptr;
+    return;
+  }
+  ctx.numerics = std::make_unique<engine::NumericsGuard>(ctx.engine->model.graph, check);
+  ctx.numerics->attach(*ctx.interp);
+}
+
+Result<std::vector<ops::Value>> run_engine_checked(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
+                                                   const NumericsCheck& check, NumericsReport* report, int profile,
+                                                   RunInfo* info) {
+  ContextImpl ctx;
+  ctx.engine = std::shared_ptr<const EngineImpl>(std::shared_ptr<const EngineImpl>(), &e);  // non-owning
+  ctx.interp = std::make_unique<engine::LayerExecutor>(e.model.graph, e.tactic_runtime());
+  set_numerics_check(ctx, check);
+  ctx.inputs = inputs;
+  ctx.shape_state.forced = profile;
+  if (ctx.numerics) ctx.numerics->begin_run(inputs);
+  KILN_RETURN_IF_ERROR(ctx.run());
+  if (info) *info = {ctx.shape_state.chosen, ctx.plan ? ctx.plan->arena_bytes : 0};
+  if (report && ctx.numerics) *report = ctx.numerics->report();
+  return std::move(ctx.outputs);
+}
+
 Result<std::vector<ops::Value>> run_engine_observed(
     const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
     std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer) {
@@ -419,6 +447,7 @@ std::vector<int64_t> ExecutionContext::output_shape(const std::string& name) con
 }
 
 void ExecutionContext::run() try {
+  if (impl_->numerics) impl_->numerics->begin_run(impl_->inputs);
   Status s = impl_->run();
   if (!s.ok()) detail::throw_error(s);
 } catch (...) {
@@ -454,6 +483,16 @@ HostTensor ExecutionContext::output(const std::string& name) const try {
   detail::throw_error(InvalidArgument("'", name, "' is not an output of the engine"));
 } catch (...) {
   detail::rethrow_as_error("reading output '" + name + "'");
+}
+
+void ExecutionContext::set_numerics_check(const NumericsCheck& check) try {
+  detail::set_numerics_check(*impl_, check);
+} catch (...) {
+  detail::rethrow_as_error("setting the numerics check");
+}
+
+NumericsReport ExecutionContext::numerics_report() const {
+  return impl_->numerics ? impl_->numerics->report() : NumericsReport();
 }
 
 size_t ExecutionContext::activation_bytes() const { return impl_->plan ? impl_->plan->arena_bytes : 0; }

@@ -148,6 +148,12 @@ Result<std::vector<ops::Value>> run_engine(
 Result<std::vector<ops::Value>> run_engine_observed(
     const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
     std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer);
+// run_engine with the numerics guard on (engine/numerics_guard.h): `report` receives what it found.
+Result<std::vector<ops::Value>> run_engine_checked(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
+                                                   const NumericsCheck& check, NumericsReport* report, int profile = -1,
+                                                   RunInfo* info = nullptr);
+// ExecutionContext::set_numerics_check: installs the guard on the context's runs (off: removes it).
+void set_numerics_check(ContextImpl& ctx, const NumericsCheck& check);
 // Per-layer timing (kiln bench --dump-profile): called after every layer of each run of the context
 // with the layer's index, its node, and the steady-clock times it began (the previous layer's end, or
 // the start of the graph run) and ended (outputs placed in the arena). nullptr turns it off.

@@ -256,6 +256,7 @@ Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame
     std::vector<Value> outs = std::move(res).value();
     if (top_level && place_outputs) place_outputs(n, outs);
     if (top_level && on_node) on_node(n, outs);
+    if (on_layer) on_layer(g, n, ins, outs);
     const std::vector<int>& slots = plan.outputs[i];
     for (size_t o = 0; o < slots.size() && o < outs.size(); ++o)
       if (slots[o] >= 0) frame.values[slots[o]] = std::move(outs[o]), frame.present[slots[o]] = 1;

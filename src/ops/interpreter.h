@@ -36,6 +36,14 @@ class Interpreter : public SubgraphRunner {
   // Called after every node of the main graph with its outputs (parity tools hook in here).
   std::function<void(const ir::Node&, const std::vector<Value>&)> on_node;
 
+  // Called after every node, the nodes of subgraph bodies included (If branches, each Loop/Scan
+  // iteration, nested bodies), in execution order, with the graph it belongs to, its inputs and its
+  // outputs: the numerics guard (engine/numerics_guard.h) hooks in here. A body's nodes come before
+  // the control-flow node that ran them. The tensors may live in an arena: clone what must outlive
+  // the call. An engine context takes the interpreter loop (not its bound path) while it is set.
+  std::function<void(const ir::Graph&, const ir::Node&, const std::vector<const Value*>&, const std::vector<Value>&)>
+      on_layer;
+
   // Called for every node of the main graph before its outputs are stored: the engine runtime
   // moves them into its memory-planned arena here.
   std::function<void(const ir::Node&, std::vector<Value>&)> place_outputs;

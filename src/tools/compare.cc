@@ -1,7 +1,9 @@
 // kiln compare: runs the same inputs through two runners (the reference interpreter on the
-// unoptimized model, an engine built with kiln build's options or loaded from a .kiln file, or
-// saved framework outputs) and compares every output; finds the first engine layer that leaves
-// tolerance with fusions still on; writes and replays repro bundles. This file runs the command;
+// unoptimized model, an engine built with kiln build's options or loaded from a .kiln file, a
+// reference engine (--ref-engine FP32.kiln, or the model built in memory at FP32: the precision
+// boundary), or saved framework outputs) and compares every output; finds the first engine layer
+// that leaves tolerance with fusions still on; runs the numerics guard on each runner
+// (--check-numerics); writes and replays repro bundles. This file runs the command;
 // compare_internal.h lists the other pieces (statistics, divergence search, reports, bundles).
 #include <algorithm>
 #include <cstdio>
@@ -12,6 +14,7 @@
 
 #include "core/npy.h"
 #include "engine/engine_impl.h"
+#include "engine/numerics_guard.h"
 #include "ir/rewrite.h"
 #include "onnx/importer.h"
 #include "ops/deadline.h"
@@ -34,10 +37,43 @@ void from_json(const json& j, CompareOptions& o) {
   o.build = j.get<BuildFlags>();
 }
 
+BuildFlags reference_build_flags(BuildFlags f) {
+  // New precision flags (per-layer precisions, calibration) must be cleared here too.
+  f.fp16 = f.bf16 = f.int8 = false;
+  f.fp32 = true;
+  return f;
+}
+
+std::string engine_precision(const detail::EngineImpl& e) {
+  return e.build.contains("config") ? e.build["config"].value("precision", "fp32") : "fp32";
+}
+
 namespace {
 
-Status compare_inputs(const CompareOptions& o, const ir::Graph& g, std::map<std::string, ops::Value>& inputs,
-                      json& info) {
+Result<std::shared_ptr<Engine>> load_engine(const std::string& path) {
+  try {
+    return Engine::load(path);
+  } catch (const Error& e) {
+    return detail_status(e);
+  }
+}
+
+std::shared_ptr<detail::EngineImpl> impl_of(const std::shared_ptr<Engine>& holder) {
+  return std::const_pointer_cast<detail::EngineImpl>(
+      std::shared_ptr<const detail::EngineImpl>(holder, &holder->impl()));
+}
+
+// Random inputs of dynamic dims take an engine's first profile's opt shapes (as kiln run does).
+std::map<std::string, Dims> engine_default_shapes(const Runners& r) {
+  std::map<std::string, Dims> shapes;
+  for (const auto* e : {r.engine.get(), r.ref_engine.get()})
+    if (e && shapes.empty() && !e->profiles.empty())
+      for (const auto& [name, range] : e->profiles[0].inputs) shapes[name] = range.opt;
+  return shapes;
+}
+
+Status compare_inputs(const CompareOptions& o, const ir::Graph& g, const std::map<std::string, Dims>& default_shapes,
+                      std::map<std::string, ops::Value>& inputs, json& info) {
   InputOptions in;
   in.inputs = o.inputs;
   in.files = o.input_files;
@@ -45,7 +81,7 @@ Status compare_inputs(const CompareOptions& o, const ir::Graph& g, std::map<std:
   in.ranges = o.input_ranges;
   in.seed = o.seed;
   in.random = o.random_inputs;
-  KILN_ASSIGN_OR_RETURN(LoadedInputs loaded, load_inputs(in, g));
+  KILN_ASSIGN_OR_RETURN(LoadedInputs loaded, load_inputs(in, g, default_shapes));
   inputs = std::move(loaded.values);
   if (!o.inputs.empty()) info["source"] = o.inputs;
   info["generated"] = loaded.generated;
@@ -56,30 +92,47 @@ Status compare_inputs(const CompareOptions& o, const ir::Graph& g, std::map<std:
   return Status::Ok();
 }
 
-Result<Runners> make_runners(const CompareOptions& o, json& build) {
-  Runners r;
-  KILN_ASSIGN_OR_RETURN(r.model, onnx_import::load_model(o.model));
-  KILN_RETURN_IF_ERROR(ops::check_supported(*r.model.graph));
-  if (o.test != "engine" && !o.find_divergence) return r;
-  if (!o.engine_file.empty()) {
-    warn_ignored_build_flags(o.build_flags_given, o.engine_file);
-    try {
-      r.engine_holder = Engine::load(o.engine_file);
-    } catch (const Error& e) {
-      return detail_status(e);
-    }
-    r.engine = std::const_pointer_cast<detail::EngineImpl>(
-        std::shared_ptr<const detail::EngineImpl>(r.engine_holder, &r.engine_holder->impl()));
-    build = r.engine->build;
-    build["engine_file"] = o.engine_file;
-    return r;
-  }
-  KILN_ASSIGN_OR_RETURN(BuilderConfig cfg, builder_config(o.build));
+Result<std::shared_ptr<detail::EngineImpl>> build_in_memory(const Runners& r, const BuildFlags& flags) {
+  KILN_ASSIGN_OR_RETURN(BuilderConfig cfg, builder_config(flags));
   ir::Model copy = r.model;
   copy.graph = ir::deep_copy(*r.model.graph);
-  KILN_ASSIGN_OR_RETURN(r.engine, detail::build_engine(std::move(copy), cfg));
-  build = r.engine->build;
-  build["engine_file"] = nullptr;
+  return detail::build_engine(std::move(copy), cfg);
+}
+
+Result<Runners> make_runners(const CompareOptions& o, json& build) {
+  Runners r;
+  if (!o.model.empty()) {
+    KILN_ASSIGN_OR_RETURN(r.model, onnx_import::load_model(o.model));
+    KILN_RETURN_IF_ERROR(ops::check_supported(*r.model.graph));
+    r.have_onnx_model = true;
+  }
+  if (o.ref == "engine") {
+    if (!o.ref_engine_file.empty()) {
+      KILN_ASSIGN_OR_RETURN(r.ref_engine_holder, load_engine(o.ref_engine_file));
+      r.ref_engine = impl_of(r.ref_engine_holder);
+      r.ref_build = r.ref_engine->build;
+      r.ref_build["engine_file"] = o.ref_engine_file;
+    } else {
+      KILN_ASSIGN_OR_RETURN(r.ref_engine, build_in_memory(r, reference_build_flags(o.build)));
+      r.ref_build = r.ref_engine->build;
+      r.ref_build["engine_file"] = nullptr;
+    }
+  }
+  if (o.test == "engine" || o.find_divergence) {
+    if (!o.engine_file.empty()) {
+      warn_ignored_build_flags(o.build_flags_given, o.engine_file);
+      KILN_ASSIGN_OR_RETURN(r.engine_holder, load_engine(o.engine_file));
+      r.engine = impl_of(r.engine_holder);
+      build = r.engine->build;
+      build["engine_file"] = o.engine_file;
+    } else {
+      KILN_ASSIGN_OR_RETURN(r.engine, build_in_memory(r, o.build));
+      build = r.engine->build;
+      build["engine_file"] = nullptr;
+    }
+  }
+  // Two engine files and no model: the reference engine's graph declares the inputs and outputs.
+  if (!r.have_onnx_model) r.model = r.ref_engine ? r.ref_engine->model : r.engine->model;
   return r;
 }
 
@@ -173,19 +226,43 @@ Result<json> detection_verdicts(const CompareOptions& o, const ir::Graph& g,
 
 Result<int> run_compare(CompareOptions o, const std::string& json_path, const std::string& html_path,
                         const json* replay_of) {
-  if (o.model.empty()) return InvalidArgument("give the model (model.onnx), or --replay DIR");
+  if (!o.ref_engine_file.empty()) {
+    if (o.ref != "onnx" && o.ref != "engine")
+      return InvalidArgument("--ref-engine cannot go with --ref ", o.ref, ": the reference is the engine");
+    o.ref = "engine";
+  }
+  if (o.model.empty() && !(o.ref == "engine" && !o.ref_engine_file.empty() && !o.engine_file.empty()))
+    return InvalidArgument(
+        "give the model (model.onnx), or --replay DIR, or two engine files (--ref-engine A.kiln --engine B.kiln)");
+  if (o.model.empty() && (o.test == "onnx" || (o.find_divergence && o.ref != "engine")))
+    return InvalidArgument("--test onnx and --find-divergence against the ONNX reference need the model (model.onnx)");
   if (o.test != "engine" && o.test != "onnx") return InvalidArgument("--test must be engine or onnx");
-  if (o.ref == o.test) return InvalidArgument("--ref and --test are both '", o.ref, "': nothing to compare");
+  if (o.ref == o.test && o.ref != "engine")
+    return InvalidArgument("--ref and --test are both '", o.ref, "': nothing to compare");
   if (o.check_error_stat != "elemwise" && o.check_error_stat != "max" && o.check_error_stat != "mean" &&
       o.check_error_stat != "median")
     return InvalidArgument("--check-error-stat must be max, mean, median or elemwise");
-  bool ref_is_file = o.ref != "onnx";
+  bool ref_is_file = o.ref != "onnx" && o.ref != "engine";
   json build = nullptr;
   KILN_ASSIGN_OR_RETURN(Runners r, make_runners(o, build));
   const ir::Graph& g = *r.model.graph;
   std::map<std::string, ops::Value> inputs;
   json in_info = json::object();
-  KILN_RETURN_IF_ERROR(compare_inputs(o, g, inputs, in_info));
+  KILN_RETURN_IF_ERROR(compare_inputs(o, g, engine_default_shapes(r), inputs, in_info));
+  NumericsCheck check;
+  check.enabled = o.check_numerics;
+  check.int8_saturation = o.int8_saturation;
+  std::optional<NumericsReport> ref_numerics, test_numerics;
+  // An engine's run, through the numerics guard when it is on.
+  auto run_engine_side = [&](const detail::EngineImpl& e,
+                             std::optional<NumericsReport>& report) -> Result<std::vector<ops::Value>> {
+    ops::DeadlineScope deadline(deadline_after(o.deadline_s));
+    if (!check.enabled) return detail::run_engine(e, inputs);
+    NumericsReport rep;
+    KILN_ASSIGN_OR_RETURN(auto outs, detail::run_engine_checked(e, inputs, check, &rep));
+    report = std::move(rep);
+    return outs;
+  };
   if (!o.save_inputs.empty()) {
     std::vector<std::pair<std::string, Tensor>> ins;
     for (const auto& [k, v] : inputs)
@@ -196,11 +273,19 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
   std::vector<std::pair<std::string, Tensor>> ref_out, test_out;
   std::vector<ops::Value> onnx_outs;
   bool have_onnx = false;
+  std::optional<NumericsReport> onnx_numerics;
   auto run_onnx = [&]() -> Status {
     if (have_onnx) return Status::Ok();
     ops::Interpreter interp(r.model.graph);
+    std::unique_ptr<engine::NumericsGuard> guard;
+    if (check.enabled) {
+      guard = std::make_unique<engine::NumericsGuard>(r.model.graph, check);
+      guard->attach(interp);
+      guard->begin_run(inputs);
+    }
     ops::DeadlineScope deadline(deadline_after(o.deadline_s));
     KILN_ASSIGN_OR_RETURN(onnx_outs, interp.run(inputs));
+    if (guard) onnx_numerics = guard->report();
     have_onnx = true;
     return Status::Ok();
   };
@@ -211,8 +296,13 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
       for (const auto& out : g.outputs) found |= out.name == name || sanitize_name(out.name) == name;
       if (!found) return InvalidArgument("'", o.ref, "' has '", name, "', which is not an output of the model");
     }
+  } else if (o.ref == "engine") {
+    KILN_ASSIGN_OR_RETURN(auto routs, run_engine_side(*r.ref_engine, ref_numerics));
+    for (size_t i = 0; i < routs.size() && i < g.outputs.size(); ++i)
+      if (routs[i].is_tensor()) ref_out.emplace_back(g.outputs[i].name, routs[i].tensor);
   } else {
     KILN_RETURN_IF_ERROR(run_onnx());
+    ref_numerics = onnx_numerics;
     for (size_t i = 0; i < onnx_outs.size(); ++i)
       if (onnx_outs[i].is_tensor()) ref_out.emplace_back(g.outputs[i].name, onnx_outs[i].tensor);
   }
@@ -221,28 +311,38 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
   if (o.test == "onnx") {
     KILN_RETURN_IF_ERROR(run_onnx());
     touts = onnx_outs;
+    test_numerics = onnx_numerics;
   } else {
-    ops::DeadlineScope deadline(deadline_after(o.deadline_s));
-    KILN_ASSIGN_OR_RETURN(touts, detail::run_engine(*r.engine, inputs));
+    KILN_ASSIGN_OR_RETURN(touts, run_engine_side(*r.engine, test_numerics));
   }
   for (size_t i = 0; i < touts.size() && i < g.outputs.size(); ++i)
     if (touts[i].is_tensor()) test_out.emplace_back(g.outputs[i].name, touts[i].tensor);
 
-  std::string ref_label =
-      ref_is_file ? "framework outputs " + o.ref : "onnx (reference interpreter, unoptimized model)";
+  auto engine_label = [](const detail::EngineImpl& e, const std::string& file) {
+    return "engine " + (file.empty() ? std::string("(built in memory, ") : file + " (") + engine_precision(e) + ", " +
+           std::to_string(e.layers.size()) + " layers)";
+  };
+  std::string ref_label = ref_is_file         ? "framework outputs " + o.ref
+                          : o.ref == "engine" ? engine_label(*r.ref_engine, o.ref_engine_file)
+                                              : "onnx (reference interpreter, unoptimized model)";
   std::string test_label =
-      o.test == "onnx"        ? "onnx (reference interpreter, unoptimized model)"
-      : o.engine_file.empty() ? "engine (built in memory, " + std::to_string(r.engine->layers.size()) + " layers)"
-                              : "engine " + o.engine_file + " (" + std::to_string(r.engine->layers.size()) + " layers)";
-  json rep = {{"model", o.model},
+      o.test == "onnx" ? "onnx (reference interpreter, unoptimized model)" : engine_label(*r.engine, o.engine_file);
+  std::string ref_side = ref_is_file ? "framework" : o.ref == "engine" ? "engine" : "onnx-reference";
+  std::string test_side = o.test == "onnx" ? "onnx-reference" : "engine";
+  // At the precision boundary both sides are engines: say which precision each runs.
+  if (o.ref == "engine" && o.test == "engine") {
+    ref_side = engine_precision(*r.ref_engine) + " engine";
+    test_side = engine_precision(*r.engine) + " engine";
+  }
+  json rep = {{"model", o.model.empty() ? o.ref_engine_file : o.model},
               {"ref", ref_label},
               {"test", test_label},
-              {"boundary", std::string(ref_is_file ? "framework" : "onnx-reference") + " -> " +
-                               (o.test == "onnx" ? "onnx-reference" : "engine")},
+              {"boundary", ref_side + " -> " + test_side},
               {"inputs", in_info},
               {"check_error_stat", o.check_error_stat},
               {"rel_floor", o.rel_floor},
               {"build", build},
+              {"ref_build", o.ref == "engine" ? r.ref_build : json(nullptr)},
               {"versions", versions_json(r.model)}};
   json outs = json::array();
   int passed = 0;
@@ -308,6 +408,27 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
     rep["divergence"] = d;
     all &= d["first"].is_null();
   }
+  if (check.enabled) {
+    // Fails on an error of the runner under test that the reference does not share (a model that
+    // makes Inf on purpose makes it on both sides: not a finding of this boundary).
+    json nj = json::object();
+    if (ref_numerics) nj["ref"] = engine::numerics_json(*ref_numerics);
+    if (test_numerics) nj["test"] = engine::numerics_json(*test_numerics);
+    nj["first_new_error"] = nullptr;
+    if (test_numerics)
+      for (const auto& f : test_numerics->findings) {
+        if (f.warning) continue;
+        bool shared = ref_numerics && std::any_of(ref_numerics->findings.begin(), ref_numerics->findings.end(),
+                                                  [&](const NumericsFinding& x) {
+                                                    return !x.warning && x.kind == f.kind && x.output == f.output;
+                                                  });
+        if (shared) continue;
+        nj["first_new_error"] = nj["test"]["findings"][static_cast<size_t>(&f - test_numerics->findings.data())];
+        break;
+      }
+    all &= nj["first_new_error"].is_null();
+    rep["numerics"] = nj;
+  }
   rep["pass"] = all;
   if (replay_of) {
     // Same numbers as the bundle: per output max/mean abs error and outside counts, and the same
@@ -337,6 +458,18 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
     rep["replay"] = {{"bundle_command", (*replay_of)["command"]}, {"reproduced", same}};
   }
   print_text(rep);
+  if (check.enabled) {
+    if (ref_numerics)
+      for (const auto& line : engine::numerics_lines(*ref_numerics, "reference: " + ref_label))
+        std::printf("%s\n", line.c_str());
+    if (test_numerics)
+      for (const auto& line : engine::numerics_lines(*test_numerics, "test: " + test_label))
+        std::printf("%s\n", line.c_str());
+    const json& fe = rep["numerics"]["first_new_error"];
+    if (!fe.is_null())
+      std::printf("numerics: FAIL, the runner under test makes %s at layer '%s' where the reference does not\n",
+                  fe["kind"].get<std::string>().c_str(), fe["layer"].get<std::string>().c_str());
+  }
   if (replay_of)
     std::printf("replay: %s\n", rep["replay"]["reproduced"].get<bool>()
                                     ? "reproduces the bundle's numbers exactly"
@@ -360,10 +493,15 @@ void add_compare_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "compare", "Compare runners on the same inputs (ONNX reference, engine, saved framework outputs)");
   cmd->add_option("model", o->model, "model.onnx");
-  cmd->add_option("--ref", o->ref, "reference: onnx (reference interpreter) or FILE.npz (framework outputs by name)");
+  cmd->add_option("--ref", o->ref,
+                  "reference: onnx (reference interpreter), engine (the model built in memory at FP32 with the other "
+                  "build flags; or --ref-engine FILE) or FILE.npz (framework outputs by name)");
   cmd->add_option("--test", o->test, "runner under test: engine (default) or onnx")
       ->check(CLI::IsMember({"engine", "onnx"}));
   cmd->add_option("--engine", o->engine_file, "test this engine file instead of building one in memory");
+  cmd->add_option("--ref-engine", o->ref_engine_file,
+                  "reference: this engine file (the precision boundary: --ref-engine FP32.kiln --engine INT8.kiln; "
+                  "the model may then be left out)");
   auto build_flags = add_build_flags(cmd, o->build, "--build-shapes");
   cmd->add_option("--inputs", o->inputs, "inputs: FILE.npz or a directory of NAME.npy / NAME.pb / input_<i>.pb");
   cmd->add_option("--input", o->input_files, "NAME=FILE (.npy or .pb), repeatable");
@@ -387,6 +525,12 @@ void add_compare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--worst", o->worst, "how many worst elements to list (default 10)");
   cmd->add_flag("--find-divergence", o->find_divergence,
                 "find the first engine layer (fusions on) whose output leaves tolerance vs the ONNX reference");
+  cmd->add_flag("--check-numerics", o->check_numerics,
+                "run the numerics guard on each runner: the first layer making Inf/NaN, exceeding FP16's range or "
+                "saturating INT8; fails on an error of the runner under test the reference does not share");
+  cmd->add_option("--int8-saturation", o->int8_saturation,
+                  "--check-numerics: share of clipped values that makes an int8/uint8 output a finding (default 0.01)")
+      ->check(bounded(0, 1));
   cmd->add_option("--detections", o->detections,
                   "BOXES,SCORES[,LABELS]: compare these outputs as detections, order-insensitive (repeatable; "
                   "default: outputs named boxes,scores[,labels]; none: elementwise)");

@@ -79,6 +79,10 @@ Status write_bundle(const CompareOptions& o, const std::string& dir, const std::
     fs::copy_file(o.engine_file, dir + "/engine.kiln", fs::copy_options::overwrite_existing, ec);
     if (!ec) files["engine"] = "engine.kiln";
   }
+  if (!o.ref_engine_file.empty()) {
+    fs::copy_file(o.ref_engine_file, dir + "/ref_engine.kiln", fs::copy_options::overwrite_existing, ec);
+    if (!ec) files["ref_engine"] = "ref_engine.kiln";
+  }
   std::string cmd = command_line();
   json bundle = {{"kind", "kiln compare repro bundle"},
                  {"command", cmd},
@@ -109,7 +113,8 @@ Result<int> replay(const std::string& dir, const std::string& json_path, const s
   const json& files = bundle["files"];
   if (files.contains("model")) o.model = dir + "/" + files["model"].get<std::string>();
   if (files.contains("engine")) o.engine_file = dir + "/" + files["engine"].get<std::string>();
-  if (o.ref != "onnx") o.ref = dir + "/ref_outputs.npz";
+  if (files.contains("ref_engine")) o.ref_engine_file = dir + "/" + files["ref_engine"].get<std::string>();
+  if (o.ref != "onnx" && o.ref != "engine") o.ref = dir + "/ref_outputs.npz";
   o.inputs = dir + "/inputs.npz";
   o.input_files.clear();
   o.input_ranges.clear();

@@ -30,9 +30,12 @@ using nlohmann::json;
 // What a bundle records (bundle.json "options") and --replay reruns.
 struct CompareSpec {
   std::string model;
-  std::string ref = "onnx";     // onnx | FILE.npz (framework outputs)
+  std::string ref = "onnx";     // onnx | engine | FILE.npz (framework outputs)
   std::string test = "engine";  // engine | onnx
   std::string engine_file;      // test this .kiln instead of building in memory
+  // ref "engine": this .kiln (--ref-engine), or, empty, the model built in memory at FP32 with the
+  // test's other build flags (reference_build_flags).
+  std::string ref_engine_file;
   // Inputs.
   std::string inputs;                    // .npz or a directory of .npy / .pb
   std::vector<std::string> input_files;  // NAME=FILE
@@ -55,11 +58,15 @@ struct CompareSpec {
   std::vector<std::string> detections;
   double det_iou = 0.99;
   std::string det_threshold;  // score threshold: VALUE, or empty to read it from the model
+  // The numerics guard on every runner that runs (engine/numerics_guard.h).
+  bool check_numerics = false;
+  double int8_saturation = 0.01;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CompareSpec, model, ref, test, engine_file, inputs, input_files, shapes,
                                                 seed, input_ranges, random_inputs, save_inputs, atol, rtol, rel_floor,
                                                 check_error_stat, top_k, classifiers, thresholds, worst,
-                                                find_divergence, detections, det_iou, det_threshold)
+                                                find_divergence, detections, det_iou, det_threshold, ref_engine_file,
+                                                check_numerics, int8_saturation)
 
 struct CompareOptions : CompareSpec {
   BuildFlags build;                            // as kiln build (build_flags.h)
@@ -131,17 +138,30 @@ Result<json> compare_detections(const DetectionHead& h, const DetectionSides& re
 // ---- runners (compare.cc)
 
 struct Runners {
-  ir::Model model;                             // unoptimized, for the reference
+  ir::Model model;  // unoptimized, for the reference; an engine's graph when compare got no model
+  bool have_onnx_model = false;
   std::shared_ptr<detail::EngineImpl> engine;  // built or loaded, when the test side is an engine
   std::shared_ptr<Engine> engine_holder;
-  json build;  // build record
+  json build;                                      // build record
+  std::shared_ptr<detail::EngineImpl> ref_engine;  // --ref engine / --ref-engine
+  std::shared_ptr<Engine> ref_engine_holder;
+  json ref_build;
 };
+
+// The build flags of the reference engine built in memory (--ref engine without --ref-engine): the
+// test's, at FP32. Every flag that lowers precision (or chooses it per layer) is cleared here.
+BuildFlags reference_build_flags(BuildFlags f);
+// An engine's precision as its build record states it ("fp32", "int8", ...).
+std::string engine_precision(const detail::EngineImpl& e);
 
 // ---- first divergence (compare_divergence.cc)
 
-// Runs the reference on the unoptimized model and the engine layer by layer, comparing every engine
-// value that has an ONNX name: "layers" (each layer's inputs and outputs), "first" (the first layer
-// that leaves tolerance, with a verdict), or null. An error of either run goes to *st.
+// Runs the reference (the unoptimized model on the reference interpreter, or the reference engine)
+// and the engine layer by layer, comparing every engine value that the reference has by name (an
+// ONNX name; a channel-blocked value as the plain value it stands for): "layers" (each layer's
+// inputs and outputs), "first" (the first layer that leaves tolerance, with a verdict), or null;
+// with a reference engine also "ref_only": its tensors the engine under test does not produce
+// (fused differently), skipped. An error of either run goes to *st.
 json find_divergence(const CompareOptions& o, const Runners& r, const std::map<std::string, ops::Value>& inputs,
                      Status* st);
 

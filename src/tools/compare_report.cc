@@ -183,7 +183,8 @@ std::string html_report(const json& rep) {
   }
   if (rep.contains("divergence")) {
     const json& d = rep["divergence"];
-    h << "<h2>per-layer error (engine vs ONNX reference, fusions on)</h2>" << svg_layers(d);
+    h << "<h2>per-layer error (engine vs " << html_escape(rep["ref"].get<std::string>()) << ", fusions on)</h2>"
+      << svg_layers(d);
     if (d["first"].is_null()) {
       h << "<p class=\"pass\">no layer leaves tolerance (" << d["observed_layers"] << " of " << d["total_layers"]
         << " layers observable)</p>";
@@ -321,6 +322,9 @@ void print_text(const json& rep) {
       if (!f["unobservable_before"].empty())
         std::printf("  unobservable layers just before it: %s\n", f["unobservable_before"].dump().c_str());
     }
+    if (d.contains("ref_only") && !d["ref_only"].empty())
+      std::printf("reference-engine tensors the engine under test does not make (fused differently), skipped: %s\n",
+                  d["ref_only"].dump().c_str());
   }
   const json dets = rep.value("detections", json::array());
   int det_pass = 0;

@@ -1,10 +1,14 @@
-// kiln run: runs a model with the reference interpreter and writes/prints its outputs.
+// kiln run: runs a model with the reference interpreter, or an engine, and writes/prints its
+// outputs; --check-numerics names the first layer producing Inf/NaN, exceeding FP16's range or
+// saturating INT8 (engine/numerics_guard.h).
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/npy.h"
 #include "engine/engine_impl.h"
+#include "engine/numerics_guard.h"
 #include "onnx/importer.h"
 #include "ops/deadline.h"
 #include "ops/interpreter.h"
@@ -23,7 +27,9 @@ struct RunOptions {
   int profile_index = -1;             // engines: force a profile
   std::string expect_outputs;         // .npz with expected outputs by name
   Tolerance tol{1e-3, 1e-4};
-  double deadline_s = 0;  // --deadline; 0: none
+  double deadline_s = 0;      // --deadline; 0: none
+  NumericsCheck numerics;     // --check-numerics, --int8-saturation
+  std::string numerics_json;  // --numerics-json FILE
 };
 
 // A directory to write into: created when missing; an existing file there is an error.
@@ -36,7 +42,8 @@ Status prepare_output_dir(const std::string& dir) {
   return Status::Ok();
 }
 
-// Returns whether every expected output matched (true when none were given).
+// Returns whether every expected output matched (true when none were given) and the numerics guard
+// found no error.
 Result<bool> run_model(const RunOptions& o) {
   // An engine file runs through an ExecutionContext, a model through the reference interpreter.
   bool is_engine = o.model.size() > 5 && o.model.compare(o.model.size() - 5, 5, ".kiln") == 0;
@@ -70,15 +77,39 @@ Result<bool> run_model(const RunOptions& o) {
   for (const auto& [name, v] : inputs) std::printf("input  %s\n", summarize(name, v).c_str());
   std::vector<ops::Value> outs;
   ops::DeadlineScope deadline(deadline_after(o.deadline_s));  // the engine's and the interpreter's run
+  NumericsReport numerics;
   if (is_engine) {
     detail::RunInfo info;
-    KILN_ASSIGN_OR_RETURN(outs, detail::run_engine(engine->impl(), inputs, o.profile_index, &info));
+    if (o.numerics.enabled) {
+      KILN_ASSIGN_OR_RETURN(
+          outs, detail::run_engine_checked(engine->impl(), inputs, o.numerics, &numerics, o.profile_index, &info));
+    } else {
+      KILN_ASSIGN_OR_RETURN(outs, detail::run_engine(engine->impl(), inputs, o.profile_index, &info));
+    }
     if (info.profile >= 0)
       std::printf("profile %d '%s'\n", info.profile, engine->profiles()[info.profile].name.c_str());
     std::printf("memory activation %zu bytes\n", info.activation_bytes);
   } else {
     ops::Interpreter interp(graph);
+    std::unique_ptr<engine::NumericsGuard> guard;
+    if (o.numerics.enabled) {
+      guard = std::make_unique<engine::NumericsGuard>(graph, o.numerics);
+      guard->attach(interp);
+      guard->begin_run(inputs);
+    }
     KILN_ASSIGN_OR_RETURN(outs, interp.run(inputs));
+    if (guard) numerics = guard->report();
+  }
+  bool numerics_ok = true;
+  if (o.numerics.enabled) {
+    std::string who = is_engine ? "engine " + o.model : "reference interpreter";
+    for (const auto& line : engine::numerics_lines(numerics, who)) std::printf("%s\n", line.c_str());
+    numerics_ok = numerics.first_error() == nullptr;
+    if (!o.numerics_json.empty()) {
+      std::ofstream f(o.numerics_json);
+      f << engine::numerics_json(numerics).dump(1) << "\n";
+      if (!f) return IOError("cannot write --numerics-json '", o.numerics_json, "'");
+    }
   }
   for (size_t i = 0; i < outs.size(); ++i) {
     const std::string& name = g.outputs[i].name;
@@ -115,7 +146,7 @@ Result<bool> run_model(const RunOptions& o) {
       return false;
     }
   }
-  return true;
+  return numerics_ok;
 }
 }  // namespace
 
@@ -135,6 +166,14 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--rtol", o->tol.rtol, "relative tolerance for --expect-outputs");
   cmd->add_option("--atol", o->tol.atol, "absolute tolerance for --expect-outputs");
   add_deadline_option(cmd, o->deadline_s);
+  cmd->add_flag("--check-numerics", o->numerics.enabled,
+                "name the first layer (bodies included) whose output holds Inf/NaN, exceeds FP16's range (an error "
+                "for FP16 layers, a warning otherwise) or saturates INT8; exit 1 on an error. Runs the observing "
+                "path (slower)");
+  cmd->add_option("--int8-saturation", o->numerics.int8_saturation,
+                  "--check-numerics: share of clipped values that makes an int8/uint8 output a finding (default 0.01)")
+      ->check(bounded(0, 1));
+  cmd->add_option("--numerics-json", o->numerics_json, "--check-numerics: write the findings as JSON to FILE");
   cmd->callback([o, &exit_code]() {
     auto r = run_model(*o);
     exit_code = !r.ok() ? report_error(r.status()) : (r.value() ? kExitOk : kExitMismatch);
