@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/parallel.h"
+#include "ops/kiln_quantized.h"
 #include "ops/op_traits.h"
 
 namespace kiln::engine {
@@ -48,6 +49,8 @@ backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n, con
   sig.device = target.device;
   sig.isa = target.isa;
   sig.compute = target.precision;
+  // kiln's quantized layers (src/passes/fold_qdq_conv.cc) compute in int8: the graph says so.
+  if (ops::is_kiln_quantized_layer(n)) sig.compute = DataType::kInt8;
   for (const auto& name : n.inputs) {
     backends::TensorSig t;
     // A body node may read values of enclosing graphs: the innermost graph that defines the name.

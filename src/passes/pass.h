@@ -70,5 +70,6 @@ Result<int> layout_blocked(ir::Graph& g, const Target& target);
 Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block);
 Result<int> layout_fuse_conv_dw(ir::Graph& g);
 Result<int> layout_fuse_concat_elementwise(ir::Graph& g);  // in layout_fuse_concat.cc
+Result<int> fold_qdq_conv(ir::Graph& g);
 
 }  // namespace kiln::passes

@@ -7,6 +7,7 @@
 
 #include "backends/cpu/kiln_tactics.h"
 #include "backends/cpu/nchwc_tactics.h"
+#include "backends/cpu/onednn_int8_tactics.h"
 #include "backends/cpu/xformer_tactics.h"
 #if defined(KILN_HAVE_ONEDNN)
 #include <oneapi/dnnl/dnnl.h>
@@ -71,6 +72,8 @@ const std::vector<const Tactic*>& tactic_list() {
     v.push_back(dnn::reorder_onednn_nchwc());
     // kiln.BlockedConvDw (src/passes/layout_fuse_dw.cc): 1x1 conv with the depthwise conv as post-op
     v.push_back(dnn::conv2d_onednn_nchwc_dw());
+    // kiln.QConv (src/passes/fold_qdq_conv.cc): INT8 convolution / Gemm, channels-last
+    v.push_back(dnn::conv2d_onednn_int8_nhwc());
 #endif
     // kiln's own transformer kernels: LayerNormalization, Softmax / LogSoftmax, kiln.Attention,
     // kiln.FusedElementwise, Gelu
@@ -107,6 +110,9 @@ const std::vector<const Tactic*>& tactic_list() {
     v.push_back(nonzero_kiln());
     v.push_back(scatter_elements_kiln());
     v.push_back(fill_kiln());
+    // INT8 CNN layers (src/passes/fold_qdq_conv.cc): kiln.QPool, QuantizeLinear / DequantizeLinear
+    v.push_back(pool2d_kiln_int8_nhwc());
+    v.push_back(quantize_linear_kiln());
     return v;
   }();
   return list;
