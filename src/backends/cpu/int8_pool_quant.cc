@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cpu/onednn_int8_tactics.h"
 #include "core/parallel.h"
@@ -40,40 +41,56 @@ class PreparedQPool : public PreparedLayer {
   std::vector<Dims> output_shapes() const override { return {{g.n, g.oh, g.ow, g.c}}; }
   std::vector<DataType> output_dtypes() const override { return {q.y_type}; }
 
+  // The window's taps that lie inside the input, for output pixel (oy, ox): calls tap(pointer to its
+  // channel run) for each and returns how many there were.
+  template <typename TX, typename F>
+  int64_t for_taps(const TX* x, int64_t b, int64_t oy, int64_t ox, int64_t c0, F&& tap) const {
+    int64_t count = 0;
+    for (int64_t a = 0; a < g.kh; ++a) {
+      const int64_t yy = oy * g.sh + a * g.dh - g.ph;
+      if (yy < 0 || yy >= g.h) continue;
+      for (int64_t e = 0; e < g.kw; ++e) {
+        const int64_t xx = ox * g.sw + e * g.dw - g.pw;
+        if (xx < 0 || xx >= g.w) continue;
+        tap(x + ((b * g.h + yy) * g.w + xx) * g.c + c0);
+        ++count;
+      }
+    }
+    return count;
+  }
+
   template <typename TX, typename TY>
   void run_typed(const TX* x, TY* y) const {
     constexpr int64_t kBlock = 64;
     const int64_t cblocks = (g.c + kBlock - 1) / kBlock;
     const int64_t items = g.n * g.oh * g.ow * cblocks;
     const int64_t lo = q.y_min(), hi = q.y_max();
-    parallel_for(items, 4, [&](int64_t begin, int64_t end) {
+    parallel_for(items, 16, [&](int64_t begin, int64_t end) {
       int32_t acc[kBlock];
+      TX best[kBlock];
       for (int64_t it = begin; it < end; ++it) {
         const int64_t cb = it % cblocks, pix = it / cblocks;
         const int64_t ox = pix % g.ow, oy = (pix / g.ow) % g.oh, b = pix / (g.ow * g.oh);
         const int64_t c0 = cb * kBlock, cn = std::min(kBlock, g.c - c0);
-        for (int64_t k = 0; k < cn; ++k) acc[k] = max ? std::numeric_limits<int32_t>::min() : 0;
-        int64_t count = 0;
-        for (int64_t a = 0; a < g.kh; ++a) {
-          const int64_t yy = oy * g.sh + a * g.dh - g.ph;
-          if (yy < 0 || yy >= g.h) continue;
-          for (int64_t e = 0; e < g.kw; ++e) {
-            const int64_t xx = ox * g.sw + e * g.dw - g.pw;
-            if (xx < 0 || xx >= g.w) continue;
-            const TX* px = x + ((b * g.h + yy) * g.w + xx) * g.c + c0;
-            ++count;
-            if (max)
-              for (int64_t k = 0; k < cn; ++k) acc[k] = std::max<int32_t>(acc[k], px[k]);
-            else
-              for (int64_t k = 0; k < cn; ++k) acc[k] += px[k];
-          }
-        }
         TY* py = y + ((b * g.oh + oy) * g.ow + ox) * g.c + c0;
-        for (int64_t k = 0; k < cn; ++k) {
-          if (max && same_params && count) {
-            py[k] = static_cast<TY>(acc[k]);
+        if constexpr (std::is_same_v<TX, TY>) {
+          if (max && same_params) {  // the max of the integers: vector max over the channel run
+            for (int64_t k = 0; k < kBlock; ++k) best[k] = std::numeric_limits<TX>::min();
+            for_taps(x, b, oy, ox, c0, [&](const TX* px) {
+              for (int64_t k = 0; k < cn; ++k) best[k] = std::max(best[k], px[k]);
+            });
+            for (int64_t k = 0; k < cn; ++k) py[k] = best[k];
             continue;
           }
+        }
+        for (int64_t k = 0; k < kBlock; ++k) acc[k] = max ? std::numeric_limits<int32_t>::min() : 0;
+        const int64_t count = for_taps(x, b, oy, ox, c0, [&](const TX* px) {
+          if (max)
+            for (int64_t k = 0; k < cn; ++k) acc[k] = std::max<int32_t>(acc[k], px[k]);
+          else
+            for (int64_t k = 0; k < cn; ++k) acc[k] += px[k];
+        });
+        for (int64_t k = 0; k < cn; ++k) {
           double v = 0;
           if (count) {
             const int64_t centered = max ? acc[k] - q.x_zero_point : acc[k] - count * q.x_zero_point;
@@ -162,9 +179,15 @@ class PreparedQuantize : public PreparedLayer {
       T* y = out.data<T>();
       parallel_for(n, 16384, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
-          float q = x[i] / s;  // the reference's float division, rounded to nearest even
-          q = std::isnan(q) ? 0.f : std::nearbyint(q);
-          y[i] = static_cast<T>(std::min(hi, std::max(lo, q + z)));
+          // The reference's float division, rounded to nearest even: clamped to +-512 first (beyond
+          // the saturation either way), adding and subtracting 1.5 * 2^23 rounds in the default
+          // rounding mode (ties to even) and vectorizes, unlike nearbyint.
+          float q = x[i] / s;
+          q = q == q ? q : 0.f;  // NaN -> 0
+          q = q > 512.f ? 512.f : q < -512.f ? -512.f : q;
+          q = (q + 12582912.f) - 12582912.f;
+          q += z;
+          y[i] = static_cast<T>(q > hi ? hi : q < lo ? lo : q);
         }
       });
     } else {
