@@ -177,24 +177,23 @@ class PreparedQuantize : public PreparedLayer {
     if (quantize) {
       const float* x = in.data<float>();
       T* y = out.data<T>();
-      parallel_for(n, 16384, [&](int64_t b, int64_t e) {
+      parallel_for(n, 1 << 17, [x, y, s, z, lo, hi](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
           // The reference's float division, rounded to nearest even: clamped to +-512 first (beyond
           // the saturation either way), adding and subtracting 1.5 * 2^23 rounds in the default
-          // rounding mode (ties to even) and vectorizes, unlike nearbyint.
+          // rounding mode (ties to even) without a call.
           float q = x[i] / s;
           q = q == q ? q : 0.f;  // NaN -> 0
-          q = q > 512.f ? 512.f : q < -512.f ? -512.f : q;
-          q = (q + 12582912.f) - 12582912.f;
-          q += z;
-          y[i] = static_cast<T>(q > hi ? hi : q < lo ? lo : q);
+          q = std::min(std::max(q, -512.f), 512.f);
+          q = (q + 12582912.f) - 12582912.f + z;
+          y[i] = static_cast<T>(std::min(std::max(q, lo), hi));
         }
       });
     } else {
       const T* x = in.data<T>();
       float* y = out.data<float>();
       const int32_t zi = static_cast<int32_t>(zero_point);
-      parallel_for(n, 16384, [&](int64_t b, int64_t e) {
+      parallel_for(n, 1 << 17, [x, y, s, zi](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) y[i] = static_cast<float>(static_cast<int32_t>(x[i]) - zi) * s;
       });
     }
