@@ -395,9 +395,29 @@ void to_channels_last(ir::Graph& g) {
   for (auto& t : added) g.nodes.push_back(std::move(t));
 }
 
+// Constant nodes (value: a tensor) as initializers, as fold_constants would make them later: PyTorch's
+// exporter writes the scales and zero points so. Only in graphs with Q/DQ nodes.
+void constants_to_initializers(ir::Graph& g) {
+  bool qdq = false;
+  for (const auto& n : g.nodes) qdq |= n.domain.empty() && n.op_type == "DequantizeLinear";
+  if (!qdq) return;
+  std::set<int> moved;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const ir::Node& n = g.nodes[k];
+    const ir::Attribute* v = n.attr("value");
+    if (!n.domain.empty() || n.op_type != "Constant" || n.outputs.size() != 1 || !v ||
+        v->type != ir::Attribute::Type::kTensor || g.initializers.count(n.outputs[0]))
+      continue;
+    g.initializers[n.outputs[0]] = v->t;
+    moved.insert(static_cast<int>(k));
+  }
+  ir::remove_nodes(g, moved);
+}
+
 }  // namespace
 
 Result<int> fold_qdq_conv(ir::Graph& g) {
+  constants_to_initializers(g);
   std::set<int> dead;
   int changed = fold_linear(g, &dead);
   if (!changed) return 0;

@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "ir/attribute_builders.h"
 #include "pass_test_util.h"
 
 namespace kiln {
@@ -25,10 +26,16 @@ struct QdqCnn {
   GraphBuilder b;
   std::mt19937 rng{7};
   int counter = 0;
+  bool constant_nodes = false;  // scales and zero points as Constant nodes (PyTorch's exporter)
   // Q then DQ of `v` with (scale, zero point): returns the DQ's output.
   std::string qdq(const std::string& v, float scale, int64_t zp) {
     const std::string k = std::to_string(counter++);
-    b.init("s" + k, testing::scalar_f(scale)).init("z" + k, u8(zp));
+    if (constant_nodes) {
+      b.node("Constant", {}, {"s" + k}).attrs["value"] = ir::attr_tensor(testing::scalar_f(scale));
+      b.node("Constant", {}, {"z" + k}).attrs["value"] = ir::attr_tensor(u8(zp));
+    } else {
+      b.init("s" + k, testing::scalar_f(scale)).init("z" + k, u8(zp));
+    }
     b.node("QuantizeLinear", {v, "s" + k, "z" + k}, {"q" + k});
     b.node("DequantizeLinear", {"q" + k, "s" + k, "z" + k}, {"dq" + k});
     return "dq" + k;
@@ -111,6 +118,17 @@ TEST(FoldQdqConv, FoldsAQuantizeStaticCnnAndKeepsItsResults) {
   }
   // The residual fold skips the conv's own rounding: a few output steps (0.02) at most.
   for (uint64_t seed = 1; seed <= 3; ++seed) EXPECT_LE(testing::max_abs_diff(before, after, seed), 3 * 0.02 + 1e-6);
+}
+
+TEST(FoldQdqConv, ReadsScalesFromConstantNodes) {
+  QdqCnn net;
+  net.constant_nodes = true;
+  ir::Model before = net.build(0);
+  int changed = 0;
+  ir::Model after = testing::apply_pass(before, passes::fold_qdq_conv, &changed);
+  EXPECT_EQ(changed, 7);
+  EXPECT_EQ(testing::count_kiln(*after.graph, "QConv"), 3);
+  EXPECT_LE(testing::max_abs_diff(before, after), 3 * 0.02 + 1e-6);
 }
 
 TEST(FoldQdqConv, LeavesWeightsWithANonZeroZeroPoint) {
