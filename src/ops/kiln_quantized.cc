@@ -19,6 +19,9 @@ QuantizedLayerParams quantized_layer_params(const ir::Node& n) {
   p.x_zero_point = n.attr_int("x_zero_point", 0);
   p.y_zero_point = n.attr_int("y_zero_point", 0);
   p.residual_zero_point = n.attr_int("residual_zero_point", 0);
+  p.inner_scale = n.attr_float("inner_scale", 0.0f);
+  p.inner_zero_point = n.attr_int("inner_zero_point", 0);
+  p.inner_type = static_cast<DataType>(n.attr_int("inner_type", static_cast<int64_t>(DataType::kUInt8)));
   p.w_scales = n.attr_floats("w_scales", {1.0f});
   p.y_type = static_cast<DataType>(n.attr_int("y_type", static_cast<int64_t>(DataType::kUInt8)));
   p.activation = n.attr_string("activation", "");
@@ -186,6 +189,11 @@ Status qconv_kernel(KernelContext& ctx) {
     const int64_t m = (static_cast<int64_t>(i) / plane) % m_count;
     const int64_t at = cl ? map(static_cast<int64_t>(i)) : static_cast<int64_t>(i);
     double v = static_cast<double>(acc[i]) * static_cast<double>(p.x_scale) * static_cast<double>(p.w_scale(m));
+    if (p.has_inner()) {
+      double q = std::nearbyint(v / static_cast<double>(p.inner_scale)) + static_cast<double>(p.inner_zero_point);
+      q = std::min<double>(p.inner_max(), std::max<double>(p.inner_min(), q));
+      v = static_cast<double>(p.inner_scale) * (q - static_cast<double>(p.inner_zero_point));
+    }
     if (r) v += static_cast<double>(p.residual_scale) * static_cast<double>(r->get_i64(at) - p.residual_zero_point);
     if (p.activation == "Relu") v = std::max(v, 0.0);
     if (p.activation == "Clip") v = std::min<double>(p.activation_max, std::max<double>(p.activation_min, v));

@@ -9,6 +9,8 @@
 // [M], in units of x_scale * w_scale[m]), optional residual (the output's shape, uint8/int8). Real
 // value of the output before quantization:
 //   v = (sum (x - x_zero_point) * w + bias) * x_scale * w_scales[m]
+//   v = inner_scale * (saturate(round_half_even(v / inner_scale) + inner_zero_point) - inner_zero_point)
+//                                       (with inner_scale: the conv's own Q, kept when a residual is folded)
 //       + residual_scale * (residual - residual_zero_point)           (when the residual is present)
 //   v = activation(v)                                                  ("", "Relu" or "Clip")
 //   y = saturate(round_half_even(v / y_scale) + y_zero_point)          (y_type: uint8 or int8)
@@ -29,9 +31,10 @@
 namespace kiln::ops {
 
 struct QuantizedLayerParams {
-  float x_scale = 1, y_scale = 1, residual_scale = 1;
-  int64_t x_zero_point = 0, y_zero_point = 0, residual_zero_point = 0;
-  std::vector<float> w_scales;  // kiln.QConv: one per output channel, or one for all
+  float x_scale = 1, y_scale = 1, residual_scale = 1, inner_scale = 0;
+  int64_t x_zero_point = 0, y_zero_point = 0, residual_zero_point = 0, inner_zero_point = 0;
+  DataType inner_type = DataType::kUInt8;  // with inner_scale > 0: the conv's own quantization
+  std::vector<float> w_scales;             // kiln.QConv: one per output channel, or one for all
   DataType y_type = DataType::kUInt8;
   std::string activation;  // "", "Relu" or "Clip" (kiln.QConv)
   float activation_min = 0, activation_max = 0;
@@ -42,6 +45,9 @@ struct QuantizedLayerParams {
   // The saturation range of y_type.
   int64_t y_min() const { return y_type == DataType::kInt8 ? -128 : 0; }
   int64_t y_max() const { return y_type == DataType::kInt8 ? 127 : 255; }
+  bool has_inner() const { return inner_scale > 0; }
+  int64_t inner_min() const { return inner_type == DataType::kInt8 ? -128 : 0; }
+  int64_t inner_max() const { return inner_type == DataType::kInt8 ? 127 : 255; }
 };
 
 // Reads the attributes of a kiln.QConv / kiln.QPool node (unset ones keep the defaults above).

@@ -11,11 +11,10 @@
 // Then the 4-D quantized layers go channels-last (what int8 convolution kernels want): Transposes
 // at the region's boundaries, none between quantized neighbours.
 //
-// Exactness: the folded layers compute what the Q/DQ graph computes, with two documented
-// differences: a residual Add folded into the conv before it skips the rounding (and saturation)
-// of the conv's own Q (the sum is requantized once; closer to the real-valued result), and the
-// bias must be in units of x_scale * w_scale (quantize_static's; checked to 1e-5 relative), else the
-// conv is left alone. Anything else (per-axis activations, non-zero weight zero points, float
+// Exactness: the folded layers compute what the Q/DQ graph computes (a residual Add folded into the
+// conv keeps the conv's own Q as the layer's inner quantization, rounding and saturation included).
+// The bias must be in units of x_scale * w_scale (quantize_static's; checked to 1e-5 relative), else
+// the conv is left alone. Anything else (per-axis activations, non-zero weight zero points, float
 // biases, other consumers of an intermediate) is left as it is, to the FP32 path.
 // Runs first in the pipeline: fold_constants would otherwise turn the weights' DQ into floats.
 #include <cmath>
@@ -277,6 +276,10 @@ int fold_residual_add(ir::Graph& g, std::set<int>* dead) {
       conv.inputs.push_back(r.q);
       conv.attrs["residual_scale"] = ir::attr_float(r.scale);
       conv.attrs["residual_zero_point"] = ir::attr_int(r.zero_point);
+      // The conv's own Q stays part of the layer (its rounding and saturation before the sum).
+      conv.attrs["inner_scale"] = conv.attrs["y_scale"];
+      conv.attrs["inner_zero_point"] = conv.attrs["y_zero_point"];
+      conv.attrs["inner_type"] = conv.attrs["y_type"];
       conv.attrs["y_scale"] = ir::attr_float(y.scale);
       conv.attrs["y_zero_point"] = ir::attr_int(y.zero_point);
       conv.attrs["y_type"] = ir::attr_int(static_cast<int64_t>(y.type));

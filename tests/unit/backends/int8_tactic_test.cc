@@ -95,6 +95,13 @@ LayerCase qconv_case(std::mt19937& rng) {
     const DataType rt = random_8bit(rng);
     set_float(nd, "residual_scale", ys * uniform(rng, 0.5f, 2.f));
     set_int(nd, "residual_zero_point", pick(rng, lo_of(rt) / 2, hi_of(rt) / 2));
+    // The conv's own quantization before the sum (a folded Q/DQ residual Add; never with a Clip after it).
+    if (rng() % 3 && nd.attr_string("activation", "") != "Clip") {
+      const DataType it = random_8bit(rng);
+      set_float(nd, "inner_scale", ys * uniform(rng, 0.4f, 1.5f));
+      set_int(nd, "inner_zero_point", pick(rng, lo_of(it) / 2, hi_of(it) / 2));
+      set_int(nd, "inner_type", static_cast<int64_t>(it));
+    }
     lc.inputs.push_back(random_int(rt, gemm ? Dims{n, m} : Dims{n, oh, ow, m}, rng, lo_of(rt), hi_of(rt)));
   }
   return lc;
