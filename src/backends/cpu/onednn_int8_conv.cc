@@ -202,7 +202,88 @@ class OnednnQConv : public Tactic {
   }
 };
 
+// kiln.QPool MaxPool with the output's scale, zero point and type equal to the input's (what
+// quantize_static writes): the max of the integers, oneDNN's u8/s8 max pooling on nhwc.
+class PreparedQMaxPool : public PreparedLayer {
+ public:
+  Dims y_shape;
+  DataType y_type = DataType::kUInt8;
+  memory::desc src_md, dst_md, scratch_md;
+  dnnl::pooling_v2_forward prim;
+
+  std::vector<Dims> output_shapes() const override { return {y_shape}; }
+  std::vector<DataType> output_dtypes() const override { return {y_type}; }
+  size_t workspace_bytes(int) const override { return workspace_piece(scratch_md.get_size()); }
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    return guarded("pool2d_onednn_int8_nhwc", [&]() -> Status {
+      auto& eng = cpu_engine();
+      WorkspaceSlicer ws(ctx);
+      void* scratch = ws.take(scratch_md.get_size());
+      execute(prim, scratch_md, scratch,
+              {{DNNL_ARG_SRC, memory(src_md, eng, const_cast<void*>(in[0]->raw()))},
+               {DNNL_ARG_DST, memory(dst_md, eng, out[0]->raw())}});
+      return Status::Ok();
+    });
+  }
+};
+
+class OnednnQMaxPool : public Tactic {
+ public:
+  std::string name() const override { return "pool2d_onednn_int8_nhwc"; }
+  TacticInfo info() const override {
+    return {DeviceKind::kCPU,
+            kIsaPortable,
+            DataType::kInt8,
+            {DataType::kUInt8, DataType::kInt8},
+            {DataType::kUInt8, DataType::kInt8}};
+  }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "QPool"}}; }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    const auto q = ops::quantized_layer_params(*sig.node);
+    if (q.mode != "MaxPool") return "not a MaxPool";
+    if (!q.channels_last || sig.inputs[0].shape.size() != 4) return "x is not channels-last [N, H, W, C]";
+    if (q.x_scale != q.y_scale || q.x_zero_point != q.y_zero_point || sig.inputs[0].dtype != q.y_type)
+      return "the output is quantized differently from the input (a requantizing max)";
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    const auto q = ops::quantized_layer_params(*sig.node);
+    const Dims& x = sig.inputs[0].shape;
+    auto win = ops::resolve_window(*sig.node, ops::to_channels_first(x), nullptr, ops::window_options("MaxPool", 19));
+    if (!win.ok()) return Unsupported(name(), ": ", win.status().message());
+    if (win->rank() != 2) return Unsupported(name(), ": not a 2-D pool");
+    auto p = std::make_unique<PreparedQMaxPool>();
+    p->y_type = q.y_type;
+    p->y_shape = {x[0], win->out[0], win->out[1], x[3]};
+    Status st = guarded(name(), [&]() -> Status {
+      const dt t = dnnl_type(q.y_type);
+      p->src_md = memory::desc({x[0], x[3], x[1], x[2]}, t, tag::nhwc);
+      p->dst_md = memory::desc({x[0], x[3], win->out[0], win->out[1]}, t, tag::nhwc);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      memory::dims dil;
+      for (int64_t d : win->dilations) dil.push_back(d - 1);
+      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_max, p->src_md,
+                                       p->dst_md, to_dnnl(win->strides), to_dnnl(win->kernel), dil,
+                                       to_dnnl(win->pad_begin), to_dnnl(win->pad_end));
+      dnnl::pooling_v2_forward::primitive_desc pd(d, attr, cpu_engine());
+      p->prim = dnnl::pooling_v2_forward(pd);
+      p->scratch_md = pd.scratchpad_desc();
+      return Status::Ok();
+    });
+    if (!st.ok()) return Unsupported(st.message());
+    return std::unique_ptr<PreparedLayer>(std::move(p));
+  }
+};
+
 }  // namespace
+
+const Tactic* pool2d_onednn_int8_nhwc() {
+  static const OnednnQMaxPool t;
+  return &t;
+}
 
 const Tactic* conv2d_onednn_int8_nhwc() {
   static const OnednnQConv t;
