@@ -288,8 +288,39 @@ Status qpool_kernel(KernelContext& ctx) {
   return Status::Ok();
 }
 
+// ---- kiln.QuantizeChannelsLast
+
+Status infer_quantize_channels_last(InferContext& ctx) {
+  auto p = quantized_layer_params(ctx.node);
+  KILN_RETURN_IF_ERROR(check_params(p, ctx.node.where()));
+  ctx.set_output(0, p.y_type, sym_to_channels_last(ctx.input_shape(0)));
+  return Status::Ok();
+}
+
+Status quantize_channels_last_kernel(KernelContext& ctx) {
+  const auto p = quantized_layer_params(ctx.node);
+  KILN_RETURN_IF_ERROR(check_params(p, ctx.node.where()));
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DataType::kFloat32 || x.rank() < 3)
+    return ctx.error(str_cat("x must be float32 [N, C, spatial...], got ", x.describe()));
+  Tensor y(p.y_type, to_channels_last(x.shape()));
+  LayoutMap map(x.shape());
+  const float* px = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    // QuantizeLinear's reference arithmetic: float division, ties to even, saturation.
+    double q = static_cast<double>(px[i] / p.y_scale);
+    q = std::isnan(q) ? 0.0 : std::nearbyint(q);
+    q = std::min<double>(p.y_max(), std::max<double>(p.y_min(), q + static_cast<double>(p.y_zero_point)));
+    y.set_i64(map(i), static_cast<int64_t>(q));
+  }
+  ctx.set_output(0, y);
+  return Status::Ok();
+}
+
 }  // namespace
 
+KILN_REGISTER_OP_ARITY("kiln", QuantizeChannelsLast, 1, infer_quantize_channels_last, quantize_channels_last_kernel, 1,
+                       1);
 KILN_REGISTER_OP_ARITY("kiln", QConv, 1, infer_qconv, qconv_kernel, 2, 4);
 KILN_REGISTER_OP_ARITY("kiln", QPool, 1, infer_qpool, qpool_kernel, 1, 1);
 

@@ -17,6 +17,9 @@
 // channels_last 1: x, residual and y are [N, spatial..., C] (w stays [M, C/group, k...]); a rank-2 x
 // [N, C] is a Gemm's A (a 1x1 convolution, W [M, C, 1, 1]).
 //
+// kiln.QuantizeChannelsLast: QuantizeLinear (per-tensor y_scale, y_zero_point, y_type) of a float32
+// [N, C, spatial...] x written as [N, spatial..., C]: the entry of the channels-last INT8 region in one pass.
+//
 // kiln.QPool: input x (uint8/int8), attribute mode (MaxPool, AveragePool, GlobalAveragePool) and the
 // pool's window attributes; y = saturate(round_half_even(pool(x_scale * (x - x_zero_point)) / y_scale)
 // + y_zero_point). MaxPool with equal scales and zero points is the max of the integers (exact).
@@ -55,6 +58,16 @@ QuantizedLayerParams quantized_layer_params(const ir::Node& n);
 
 // Whether `n` is one of kiln's quantized layers (they compute in int8 whatever the build's precision).
 bool is_kiln_quantized_layer(const ir::Node& n);
+// QuantizeLinear's rounding of x / scale (float division, ties to even, saturated to [lo, hi]).
+inline float quantize_value(float x, float scale, float zero_point, float lo, float hi) {
+  float q = x / scale;
+  q = q == q ? q : 0.f;  // NaN -> 0
+  // Clamped to +-512 (beyond the saturation either way): adding and subtracting 1.5 * 2^23 then rounds
+  // in the default rounding mode (ties to even) without a call.
+  q = q > 512.f ? 512.f : q < -512.f ? -512.f : q;
+  q = (q + 12582912.f) - 12582912.f + zero_point;
+  return q > hi ? hi : q < lo ? lo : q;
+}
 
 // [N, C, spatial...] <-> [N, spatial..., C]
 Dims to_channels_last(const Dims& nchw);

@@ -368,10 +368,35 @@ void to_channels_last(ir::Graph& g) {
     auto it = g.value_types.find(v);
     return it != g.value_types.end() && it->second.shape.rank_known && it->second.shape.rank() == 4;
   };
+  std::map<std::string, ir::Node> quantize_of;  // value -> a QuantizeLinear producing it
+  for (const auto& n : g.nodes) {
+    QParams y;
+    if (q_params(g, n, &y) && rank4(n.inputs[0]) && dtype_of(g, n.inputs[0]) == DataType::kFloat32)
+      quantize_of[n.outputs[0]] = n;
+  }
   auto nhwc = [&](const std::string& v) {
     auto it = nhwc_of.find(v);
     if (it != nhwc_of.end()) return it->second;
     std::string name = ir::unique_name(g, v + "/nhwc");
+    if (auto q = quantize_of.find(v); q != quantize_of.end()) {
+      // Quantized and transposed in one pass (the QuantizeLinear stays for any other reader).
+      QParams y;
+      q_params(g, q->second, &y);
+      ir::Node t;
+      t.name = name + "/quantize";
+      t.op_type = "QuantizeChannelsLast";
+      t.domain = "kiln";
+      t.opset = 1;
+      t.inputs = {q->second.inputs[0]};
+      t.outputs = {name};
+      t.attrs["y_scale"] = ir::attr_float(y.scale);
+      t.attrs["y_zero_point"] = ir::attr_int(y.zero_point);
+      t.attrs["y_type"] = ir::attr_int(static_cast<int64_t>(y.type));
+      ir::add_sources(t, q->second);
+      added.push_back(std::move(t));
+      nhwc_of[v] = name;
+      return name;
+    }
     transpose(v, name, {0, 2, 3, 1});
     nhwc_of[v] = name;
     return name;

@@ -178,16 +178,7 @@ class PreparedQuantize : public PreparedLayer {
       const float* x = in.data<float>();
       T* y = out.data<T>();
       parallel_for(n, 1 << 17, [x, y, s, z, lo, hi](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          // The reference's float division, rounded to nearest even: clamped to +-512 first (beyond
-          // the saturation either way), adding and subtracting 1.5 * 2^23 rounds in the default
-          // rounding mode (ties to even) without a call.
-          float q = x[i] / s;
-          q = q == q ? q : 0.f;  // NaN -> 0
-          q = std::min(std::max(q, -512.f), 512.f);
-          q = (q + 12582912.f) - 12582912.f + z;
-          y[i] = static_cast<T>(std::min(std::max(q, lo), hi));
-        }
+        for (int64_t i = b; i < e; ++i) y[i] = static_cast<T>(ops::quantize_value(x[i], s, z, lo, hi));
       });
     } else {
       const T* x = in.data<T>();
@@ -246,7 +237,65 @@ class KilnQuantizeLinear : public Tactic {
   }
 };
 
+// kiln.QuantizeChannelsLast: float32 [N, C, H, W] -> 8-bit [N, H, W, C], one row of the output at a time.
+class PreparedQuantizeChannelsLast : public PreparedLayer {
+ public:
+  ops::QuantizedLayerParams q;
+  int64_t n = 0, c = 0, h = 0, w = 0;
+
+  std::vector<Dims> output_shapes() const override { return {{n, h, w, c}}; }
+  std::vector<DataType> output_dtypes() const override { return {q.y_type}; }
+  template <typename T>
+  void run_typed(const float* x, T* y) const {
+    const float s = q.y_scale, z = static_cast<float>(q.y_zero_point);
+    const float lo = static_cast<float>(q.y_min()), hi = static_cast<float>(q.y_max());
+    const int64_t C = c, H = h, W = w;
+    parallel_for(n * h, 8, [=](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t b = r / H, row = r % H;
+        T* py = y + r * W * C;
+        for (int64_t ch = 0; ch < C; ++ch) {
+          const float* px = x + ((b * C + ch) * H + row) * W;
+          for (int64_t col = 0; col < W; ++col)
+            py[col * C + ch] = static_cast<T>(ops::quantize_value(px[col], s, z, lo, hi));
+        }
+      }
+    });
+  }
+  Status run(const RunContext&, const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+    if (q.y_type == DataType::kInt8)
+      run_typed(in[0]->data<float>(), out[0]->data<int8_t>());
+    else
+      run_typed(in[0]->data<float>(), out[0]->data<uint8_t>());
+    return Status::Ok();
+  }
+};
+
+class KilnQuantizeChannelsLast : public Tactic {
+ public:
+  std::string name() const override { return "quantize_channels_last_kiln"; }
+  TacticInfo info() const override { return TacticInfo::cpu_any_dtype(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "QuantizeChannelsLast"}}; }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (sig.inputs[0].dtype != DataType::kFloat32 || sig.inputs[0].shape.size() != 4) return "x is not float32 4-D";
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
+    auto p = std::make_unique<PreparedQuantizeChannelsLast>();
+    p->q = ops::quantized_layer_params(*sig.node);
+    const Dims& x = sig.inputs[0].shape;
+    p->n = x[0], p->c = x[1], p->h = x[2], p->w = x[3];
+    return std::unique_ptr<PreparedLayer>(std::move(p));
+  }
+};
+
 }  // namespace
+
+const Tactic* quantize_channels_last_kiln() {
+  static const KilnQuantizeChannelsLast t;
+  return &t;
+}
 
 const Tactic* pool2d_kiln_int8_nhwc() {
   static const KilnQPool t;

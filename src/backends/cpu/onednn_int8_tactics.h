@@ -17,5 +17,7 @@ const Tactic* pool2d_onednn_int8_nhwc();
 const Tactic* pool2d_kiln_int8_nhwc();
 // Per-tensor QuantizeLinear (float32 -> uint8/int8) and DequantizeLinear (uint8/int8 -> float32).
 const Tactic* quantize_linear_kiln();
+// kiln.QuantizeChannelsLast: the input's QuantizeLinear and the Transpose into the channels-last region.
+const Tactic* quantize_channels_last_kiln();
 
 }  // namespace kiln::backends::cpu

@@ -114,6 +114,7 @@ const std::vector<const Tactic*>& tactic_list() {
     // INT8 CNN layers (src/passes/fold_qdq_conv.cc): kiln.QPool, QuantizeLinear / DequantizeLinear
     v.push_back(pool2d_kiln_int8_nhwc());
     v.push_back(quantize_linear_kiln());
+    v.push_back(quantize_channels_last_kiln());
     return v;
   }();
   return list;

@@ -266,6 +266,26 @@ TEST(Int8Tactics, QuantizeAndDequantizeAreBitExact) {
   }
 }
 
+TEST(Int8Tactics, QuantizeChannelsLastIsBitExact) {
+  std::mt19937 rng(11);
+  for (int iter = 0; iter < 30; ++iter) {
+    LayerCase lc;
+    lc.node = make_node("kiln", "QuantizeChannelsLast", 1);
+    const DataType qt = random_8bit(rng);
+    set_float(lc.node, "y_scale", uniform(rng, 0.003f, 0.1f));
+    set_int(lc.node, "y_zero_point", pick(rng, lo_of(qt) / 2, hi_of(qt) / 2));
+    set_int(lc.node, "y_type", static_cast<int64_t>(qt));
+    lc.inputs.push_back(testing::random_tensor({pick(rng, 1, 3), pick(rng, 1, 5), pick(rng, 1, 17), pick(rng, 1, 19)},
+                                               rng(), DataType::kFloat32, -8, 8));
+    lc.constant = {false};
+    Tensor want = testing::reference_output(lc);
+    ASSERT_TRUE(want.defined());
+    Tensor got = run_tactic(*backends::find_tactic("quantize_channels_last_kiln"), lc, want.dtype());
+    ASSERT_EQ(got.shape(), want.shape());
+    for (int64_t i = 0; i < want.numel(); ++i) ASSERT_EQ(want.get_i64(i), got.get_i64(i)) << "case " << iter;
+  }
+}
+
 TEST(Int8Tactics, QConvTakesTheInt8Precision) {
   if (!onednn_qconv()) GTEST_SKIP() << "built without oneDNN";
   std::mt19937 rng(3);

@@ -109,8 +109,10 @@ TEST(FoldQdqConv, FoldsAQuantizeStaticCnnAndKeepsItsResults) {
   EXPECT_EQ(testing::count_kiln(g, "QPool"), 2);
   for (const char* op : {"Conv", "Gemm", "Add", "MaxPool", "GlobalAveragePool", "Relu"})
     EXPECT_EQ(testing::count_op(g, op), 0) << op;
-  // 8-bit values from the input's Q to the output's DQ: one of each is left.
-  EXPECT_EQ(testing::count_op(g, "QuantizeLinear"), 1);
+  // 8-bit values from the input's quantization (with the transpose into channels-last) to the output's DQ.
+  EXPECT_EQ(testing::count_op(g, "QuantizeLinear"), 0);
+  EXPECT_EQ(testing::count_kiln(g, "QuantizeChannelsLast"), 1);
+  EXPECT_EQ(testing::count_op(g, "Transpose"), 0);
   EXPECT_EQ(testing::count_op(g, "DequantizeLinear"), 1);
   for (const auto& n : g.nodes) {
     if (n.op_type == "QPool") EXPECT_EQ(n.attr_int("channels_last", 0), 1) << n.name;
