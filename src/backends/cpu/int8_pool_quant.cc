@@ -178,6 +178,7 @@ class PreparedQuantize : public PreparedLayer {
       const float* x = in.data<float>();
       T* y = out.data<T>();
       parallel_for(n, 1 << 17, [x, y, s, z, lo, hi](int64_t b, int64_t e) {
+#pragma omp simd
         for (int64_t i = b; i < e; ++i) y[i] = static_cast<T>(ops::quantize_value(x[i], s, z, lo, hi));
       });
     } else {
@@ -256,6 +257,7 @@ class PreparedQuantizeChannelsLast : public PreparedLayer {
         T* py = y + r * W * C;
         for (int64_t ch = 0; ch < C; ++ch) {
           const float* px = x + ((b * C + ch) * H + row) * W;
+#pragma omp simd
           for (int64_t col = 0; col < W; ++col)
             py[col * C + ch] = static_cast<T>(ops::quantize_value(px[col], s, z, lo, hi));
         }
