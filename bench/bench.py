@@ -40,7 +40,21 @@ def run_json(cmd, env=None, timeout=3600):
         return None
 
 
+# INT8 rows: kiln and ONNX Runtime running the same ONNX Runtime-quantized file (the data sets'
+# READMEs: ../shared/data/qdq, ../shared/data/fmnist); no PyTorch column. name -> (file, input, dims).
+INT8_FILES = {
+    "resnet50_int8": ("qdq/resnet50.ort-int8-qdq.onnx", "input", [3, 224, 224]),
+    "mobilenet_v2_int8": ("qdq/mobilenet_v2.ort-int8-qdq.onnx", "input", [3, 224, 224]),
+    "bert_int8": ("qdq/bert_base_enc.ort-int8-dynamic.onnx", "embeddings", [128, 768]),
+    "resnet18_fmnist_int8": ("fmnist/resnet18_fmnist.ort-int8-qdq.onnx", "images", [3, 64, 64]),
+    "mobilenet_v2_fmnist_int8": ("fmnist/mobilenet_v2_fmnist.ort-int8-qdq.onnx", "images", [3, 64, 64]),
+}
+
+
 def input_shapes(model, batch):
+    if model in INT8_FILES:
+        _, name, dims = INT8_FILES[model]
+        return {name: [batch] + dims}
     if model == "bert_encoder":
         return {"input_ids": [batch, 128], "attention_mask": [batch, 128]}
     return {"input": [batch, 3, 224, 224]}
@@ -67,6 +81,8 @@ def main():
     ap.add_argument("--kiln-precisions", default="bf16",
                     help="extra kiln engines per row, by build flag (bf16: kiln build --bf16); empty: none. "
                          "Each adds kiln_<p>_ms and kiln_<p>_vs_fp32 to the row")
+    ap.add_argument("--data-dir", default=os.path.join(ROOT, "..", "shared", "data"),
+                    help="where the INT8 rows' files are (qdq/, fmnist/)")
     a = ap.parse_args()
     a.kiln_iterations = a.kiln_iterations or a.iterations
     a.kiln_warmup = a.kiln_warmup or a.warmup
@@ -78,7 +94,9 @@ def main():
     torch_blas = None
     ort_version = None
     for model in models:
-        onnx_path = os.path.join(a.models_dir, model + ".onnx")
+        int8 = model in INT8_FILES
+        onnx_path = (os.path.join(a.data_dir, INT8_FILES[model][0]) if int8 else
+                     os.path.join(a.models_dir, model + ".onnx"))
         for batch in batches:
             shapes = input_shapes(model, batch)
             for th in threads:
@@ -105,8 +123,8 @@ def main():
                 if a.blas_dir:
                     tenv["LD_LIBRARY_PATH"] = a.blas_dir + (":" + env["LD_LIBRARY_PATH"] if env.get(
                         "LD_LIBRARY_PATH") else "")
-                pt = run_json([PY, os.path.join(HERE, "torch_runner.py"), model, str(batch), str(th), str(a.warmup),
-                               str(a.iterations)], env=tenv)
+                pt = None if int8 else run_json([PY, os.path.join(HERE, "torch_runner.py"), model, str(batch), str(th),
+                                                 str(a.warmup), str(a.iterations)], env=tenv)
                 if pt:
                     torch_blas = pt.get("blas")
                 if ort:
@@ -166,11 +184,11 @@ def print_table(rows, meta):
     print(f"\nMedian latency, ms ({meta['machine']['cpu']}, {meta['machine']['cores']} cores; "
           f"{meta['kiln']}, onnxruntime-node {meta['onnxruntime_node']}, PyTorch eager with "
           f"{(meta['torch_blas'] or {}).get('name', '?')})")
-    hdr = f"{'model':<14}{'batch':>6}{'thr':>5}{'kiln':>12}{'ORT':>11}{'PyTorch':>11}{'kiln/ORT':>10}{'kiln/PT':>10}"
+    hdr = f"{'model':<26}{'batch':>6}{'thr':>5}{'kiln':>12}{'ORT':>11}{'PyTorch':>11}{'kiln/ORT':>10}{'kiln/PT':>10}"
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
-        print(f"{r['model']:<14}{r['batch']:>6}{r['threads']:>5}{fmt(r['kiln_ms']):>12}{fmt(r['ort_ms']):>11}"
+        print(f"{r['model']:<26}{r['batch']:>6}{r['threads']:>5}{fmt(r['kiln_ms']):>12}{fmt(r['ort_ms']):>11}"
               f"{fmt(r['torch_ms']):>11}{fmt(r['kiln_vs_ort'], '{:.2f}x'):>10}{fmt(r['kiln_vs_torch'], '{:.2f}x'):>10}")
     extra = sorted({k[5:-3] for r in rows for k in r
                     if k.startswith("kiln_") and k.endswith("_ms") and k != "kiln_ms"})

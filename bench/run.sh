@@ -4,6 +4,9 @@
 #   bench/run.sh            resnet50, mobilenet_v2, bert_encoder (12 layers, seq 128) x batch 1, 8 x threads 1, 2
 #   bench/run.sh --quick    batch 1 only, fewer iterations: a few minutes
 #   Extra arguments go to bench/bench.py (e.g. --models mobilenet_v2 --batches 1 --threads 1).
+#   bench/run.sh --int8     INT8 rows: kiln vs ONNX Runtime on ONNX Runtime's own INT8 files (resnet50 and
+#                           mobilenet_v2 Q/DQ, the BERT encoder's dynamic INT8; ../shared/data/qdq) x batch 1, 8,
+#                           2 threads; --models also takes resnet18_fmnist_int8, mobilenet_v2_fmnist_int8
 #   bench/run.sh --suite [--models a,b|family] [--batch 1,8] [--quick] [--findings FILE] ...
 #                           the broad model suite (bench/suite/): ~40 models, kiln vs ORT, 2 threads
 #
@@ -20,9 +23,10 @@ OUT="${BENCH_OUT:-$HERE/out}"
 KILN="${KILN:-$ROOT/build/kiln}"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="$(command -v sudo || true)"
 
-QUICK=0; SUITE=0; ARGS=()
+QUICK=0; SUITE=0; INT8=0; ARGS=()
 for a in "$@"; do
-  if [ "$a" = "--quick" ]; then QUICK=1; elif [ "$a" = "--suite" ]; then SUITE=1; else ARGS+=("$a"); fi
+  if [ "$a" = "--quick" ]; then QUICK=1; elif [ "$a" = "--suite" ]; then SUITE=1;
+  elif [ "$a" = "--int8" ]; then INT8=1; else ARGS+=("$a"); fi
 done
 
 say() { echo "[bench] $*" >&2; }
@@ -34,17 +38,17 @@ if [ ! -d "$HERE/node_modules/onnxruntime-node" ]; then
   say "installing onnxruntime-node (npm, --ignore-scripts)"
   (cd "$HERE" && npm install --ignore-scripts --no-audit --no-fund >/dev/null)
 fi
-$PY -c "import torch, torchvision, onnx" 2>/dev/null || {
+[ "$INT8" = 1 ] || $PY -c "import torch, torchvision, onnx" 2>/dev/null || {
   say "installing python3-torch, python3-torchvision, python3-onnx (Debian)"
   $SUDO apt-get update -qq; $SUDO apt-get install -y -qq --no-install-recommends python3-torch python3-torchvision python3-onnx >/dev/null; }
-if [ "$SUITE" = 0 ] && ! $PY -c "import matplotlib" 2>/dev/null; then  # the suite draws no chart
+if [ "$SUITE" = 0 ] && [ "$INT8" = 0 ] && ! $PY -c "import matplotlib" 2>/dev/null; then  # the suite draws no chart
   if [ -n "$SUDO" ] || [ "$(id -u)" = 0 ]; then
     say "installing python3-matplotlib (Debian) for the chart"
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-matplotlib >/dev/null || say "no matplotlib: no chart"
   else say "python3-matplotlib missing and not root: no chart"; fi
 fi
 BLAS_DIR="$HERE/.deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
-if [ ! -e "$BLAS_DIR/libblas.so.3" ]; then
+if [ "$INT8" = 0 ] && [ ! -e "$BLAS_DIR/libblas.so.3" ]; then
   say "fetching Debian's libopenblas0-pthread for PyTorch (unpacked into bench/.deps, system untouched)"
   tmp="$(mktemp -d)"
   if (cd "$tmp" && apt-get download libopenblas0-pthread >/dev/null 2>&1) ||
@@ -66,6 +70,13 @@ fi
 if [ "$SUITE" = 1 ]; then
   [ "$QUICK" = 1 ] && ARGS+=("--quick")
   exec $PY "$HERE/suite/suite.py" --kiln "$KILN" --out "$OUT/suite" --blas-dir "$BLAS_DIR" ${ARGS[@]+"${ARGS[@]}"}
+fi
+
+# --- INT8 rows: the quantized files as they are (nothing to export)
+if [ "$INT8" = 1 ]; then
+  if [ "$QUICK" = 1 ]; then set -- --batches 1 --warmup 2 --iterations 10; else set -- --warmup 5 --iterations 30; fi
+  exec $PY "$HERE/bench.py" --kiln "$KILN" --models-dir "$OUT/models" --out "$OUT/int8" \
+    --models resnet50_int8,mobilenet_v2_int8,bert_int8 --threads 2 "$@" ${ARGS[@]+"${ARGS[@]}"}
 fi
 
 # --- models (cached)

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/parallel.h"
+#include "ops/kiln_quantized.h"
 #include "ops/op_traits.h"
 #include "ops/quantized_layers.h"
 

@@ -12,6 +12,7 @@
 // the pass folds). The reference runs the ONNX ops' own reference kernels in the order the unfused
 // graph runs them, so the reference interpreter and `kiln compare` see the graph's exact semantics.
 #include "ops/kiln_fused_util.h"
+#include "ops/kiln_quantized.h"
 #include "ops/quantized_layers.h"
 
 namespace kiln::ops {
@@ -98,7 +99,7 @@ KILN_REGISTER_OP_ARITY("kiln", DynQMatMul, 1, infer_dyn_q_matmul, dyn_q_matmul_k
 
 bool computes_in_int8(const ir::Node& n) {
   if (n.domain.empty()) return n.op_type == "MatMulInteger" || n.op_type == "QLinearMatMul";
-  return n.domain == "kiln" && n.op_type == "DynQMatMul";
+  return n.domain == "kiln" && (n.op_type == "DynQMatMul" || is_kiln_quantized_layer(n));
 }
 
 }  // namespace kiln::ops

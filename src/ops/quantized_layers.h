@@ -1,5 +1,5 @@
 // Layers whose precision the graph fixes: ONNX's integer ops (MatMulInteger, QLinearMatMul) and kiln's INT8 layers
-// folded from quantized graphs (kiln.DynQMatMul). Their signature's compute precision is int8
+// folded from quantized graphs (kiln.DynQMatMul, kiln.QConv, kiln.QPool). Their signature's compute precision is int8
 // whatever the build's precision (engine::signature_of): the graph, not the build, chose it.
 #pragma once
 

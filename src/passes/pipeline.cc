@@ -9,6 +9,10 @@ namespace kiln::passes {
 
 const std::vector<PassInfo>& pipeline() {
   static const std::vector<PassInfo> kPasses = {
+      // Before fold_constants, which would turn the weights' DequantizeLinear into float weights:
+      // the Q/DQ pairs around convolutions, pools and the classifier become kiln's INT8 layers.
+      {"fold_qdq_conv", fold_qdq_conv,
+       "Q/DQ around Conv/Gemm/Add/pools -> kiln.QConv / kiln.QPool (INT8, channels-last)"},
       // First: turns Constant nodes and static shape computations into initializers, which every
       // later pattern relies on (it matches constants, not Constant nodes).
       {"fold_constants", fold_constants, "evaluate nodes whose inputs are known at build time"},

@@ -7,6 +7,7 @@
 
 #include "backends/cpu/kiln_tactics.h"
 #include "backends/cpu/nchwc_tactics.h"
+#include "backends/cpu/onednn_int8_tactics.h"
 #include "backends/cpu/xformer_tactics.h"
 #if defined(KILN_HAVE_ONEDNN)
 #include <oneapi/dnnl/dnnl.h>
@@ -79,6 +80,9 @@ const std::vector<const Tactic*>& tactic_list() {
     // BF16 (computing in bfloat16: candidates only where the build allows it, engine/precision.h)
     v.push_back(dnn::conv2d_onednn_nchwc_bf16());
     v.push_back(dnn::matmul_onednn_bf16_packed());
+    // kiln.QConv (src/passes/fold_qdq_conv.cc): INT8 convolution / Gemm, channels-last
+    v.push_back(dnn::conv2d_onednn_int8_nhwc());
+    v.push_back(dnn::pool2d_onednn_int8_nhwc());
 #endif
     // kiln's own transformer kernels: LayerNormalization, Softmax / LogSoftmax, kiln.Attention,
     // kiln.FusedElementwise, Gelu
@@ -116,6 +120,10 @@ const std::vector<const Tactic*>& tactic_list() {
     v.push_back(nonzero_kiln());
     v.push_back(scatter_elements_kiln());
     v.push_back(fill_kiln());
+    // INT8 CNN layers (src/passes/fold_qdq_conv.cc): kiln.QPool, QuantizeLinear / DequantizeLinear
+    v.push_back(pool2d_kiln_int8_nhwc());
+    v.push_back(quantize_linear_kiln());
+    v.push_back(quantize_channels_last_kiln());
     return v;
   }();
   return list;
