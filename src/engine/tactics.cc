@@ -48,6 +48,7 @@ backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n, con
   sig.device = target.device;
   sig.isa = target.isa;
   sig.compute = target.precision;
+  sig.tf32 = target.tf32;
   for (const auto& name : n.inputs) {
     backends::TensorSig t;
     // A body node may read values of enclosing graphs: the innermost graph that defines the name.

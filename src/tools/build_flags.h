@@ -24,11 +24,14 @@ struct BuildFlags {
   std::string timing_cache;
   std::string isa = "native", layout_block = "auto";
   bool strict_tactics = false, verbose = false;
+  std::string device = "cpu";  // --device: cpu, cuda, cuda:N
+  bool tf32 = false;
 };
 // As kiln compare's repro bundles record them (bundle.json "options"; flat, beside compare's own).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BuildFlags, min_shapes, opt_shapes, max_shapes, build_shapes, profiles,
                                                 fp32, fp16, bf16, int8, workspace, activation_memory, disabled_passes,
-                                                tactics, timing_cache, isa, layout_block, strict_tactics, verbose)
+                                                tactics, timing_cache, isa, layout_block, strict_tactics, verbose,
+                                                device, tf32)
 
 // Registers the build flags on `cmd` in the option group "Engine build": --min-shapes, --opt-shapes,
 // --max-shapes, --profile, --fp32/--fp16/--bf16/--int8, --isa, --layout-block, --workspace, --activation-memory,
