@@ -14,10 +14,10 @@ if [ "$cmd" = pack ]; then
   out=${3:?bundle}
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib"
-  cp "$build/kiln" "$build/kiln_unit_tests" "$stage/bin/"
+  cp "$build/kiln" "$build/tests/kiln_unit_tests" "$stage/bin/"
   strip "$stage/bin/"*
   # oneDNN and libgomp are Debian's: the GPU machine has neither (../shared/GPU.md).
-  for l in $(ldd "$build/kiln_unit_tests" | awk '/=>/ {print $3}' | grep -E 'dnnl|gomp|OpenCL'); do cp -L "$l" "$stage/lib/"; done
+  for l in $(ldd "$build/tests/kiln_unit_tests" | awk '/=>/ {print $3}' | grep -E 'dnnl|gomp|OpenCL'); do cp -L "$l" "$stage/lib/"; done
   tar -C "$stage" -cJf "$out" bin lib
   rm -rf "$stage"
   ls -la "$out"
@@ -32,11 +32,11 @@ tar -C "$dir" -xJf "$bundle"
 export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv 2>&1 | tee "$logs/gpu.txt"
 rc=0
-"$dir/bin/kiln_unit_tests" --gtest_filter='Cuda*:Target*:Tuner*:TensorLocation*:EngineTactics*:Workspace*' \
+timeout 200 "$dir/bin/kiln_unit_tests" --gtest_filter='Cuda*:Target*:Tuner*:TensorLocation*:EngineTactics*:Workspace*' \
   2>&1 | tee "$logs/unit_tests.txt" | tail -40
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 if command -v compute-sanitizer >/dev/null; then
-  compute-sanitizer --tool memcheck --error-exitcode 9 "$dir/bin/kiln_unit_tests" --gtest_filter='Cuda*' \
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$dir/bin/kiln_unit_tests" --gtest_filter='Cuda*' \
     >"$logs/memcheck.txt" 2>&1
   echo "memcheck exit $? (log: memcheck.txt)"; tail -5 "$logs/memcheck.txt"
 else
@@ -46,10 +46,10 @@ if [ -n "$model" ]; then
   name=$(basename "$model" .onnx)
   (
     set -x
-    "$dir/bin/kiln" build "$model" --device cuda -o "$dir/$name.kiln"
+    timeout 120 "$dir/bin/kiln" build "$model" --device cuda -o "$dir/$name.kiln"
     "$dir/bin/kiln" inspect "$dir/$name.kiln"
-    "$dir/bin/kiln" bench "$dir/$name.kiln"
-    "$dir/bin/kiln" compare "$model" --device cuda
+    timeout 60 "$dir/bin/kiln" bench "$dir/$name.kiln"
+    timeout 80 "$dir/bin/kiln" compare "$model" --device cuda
   ) >"$logs/$name.txt" 2>&1
   echo "model $name: exit $? (log: $name.txt)"; grep -E "warning|median|error|max abs|PASS|FAIL" "$logs/$name.txt" | head -30
 fi

@@ -82,8 +82,9 @@ TEST(Target, BadOptionsAreClearErrors) {
   cfg.device = {DeviceKind::kCUDA, 0};
   if (const backends::DeviceRuntime* rt = backends::device_runtime(DeviceKind::kCUDA)) {
     // A CUDA build refuses only when the GPU is missing (its kernels are timed on it).
-    if (std::string why = rt->why_unavailable(0); !why.empty())
+    if (std::string why = rt->why_unavailable(0); !why.empty()) {
       EXPECT_NE(message(cfg).find("device cuda:0: " + why), std::string::npos) << message(cfg);
+    }
   } else {
     EXPECT_NE(message(cfg).find("device cuda:0: this kiln was built without the CUDA backend"), std::string::npos);
   }
