@@ -1,5 +1,8 @@
-// Elementwise kernels: unary activations and math, binary ops with numpy broadcasting.
+// Elementwise kernels: unary activations and math, binary ops with numpy broadcasting, Cast.
 #include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
 
 #include "backends/cuda/cuda_kernels.h"
 
@@ -86,7 +89,56 @@ __global__ void binary_broadcast_kernel(const float* __restrict__ a, const float
   }
 }
 
+template <typename To>
+__device__ __forceinline__ To from_float(float v) {
+  if (isnan(v)) return To(0);
+  double t = trunc(static_cast<double>(v));
+  const double lo = static_cast<double>(sizeof(To) == 8 ? INT64_MIN : INT32_MIN);
+  const double hi = static_cast<double>(sizeof(To) == 8 ? INT64_MAX : INT32_MAX);
+  if (t <= lo) return sizeof(To) == 8 ? static_cast<To>(INT64_MIN) : static_cast<To>(INT32_MIN);
+  if (t >= hi) return sizeof(To) == 8 ? static_cast<To>(INT64_MAX) : static_cast<To>(INT32_MAX);
+  return static_cast<To>(t);
+}
+
+template <typename From, typename To>
+__global__ void cast_kernel(const From* __restrict__ x, To* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    From v = x[i];
+    if constexpr (std::is_same_v<To, uint8_t>)
+      y[i] = v != From(0) ? 1 : 0;
+    else if constexpr (std::is_same_v<From, float> && !std::is_same_v<To, float>)
+      y[i] = from_float<To>(v);
+    else if constexpr (std::is_same_v<To, float>)
+      y[i] = static_cast<float>(static_cast<double>(v));
+    else
+      y[i] = static_cast<To>(v);
+  }
+}
+
+template <typename From>
+cudaError_t cast_from(const From* x, void* y, CastType to, int64_t n, cudaStream_t s) {
+  switch (to) {
+    case CastType::kFloat32: cast_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, static_cast<float*>(y), n); break;
+    case CastType::kInt32: cast_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, static_cast<int32_t*>(y), n); break;
+    case CastType::kInt64: cast_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, static_cast<int64_t*>(y), n); break;
+    case CastType::kBool: cast_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, static_cast<uint8_t*>(y), n); break;
+  }
+  return cudaGetLastError();
+}
+
 }  // namespace
+
+cudaError_t launch_cast(const void* in, CastType from, void* out, CastType to, int64_t n, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  switch (from) {
+    case CastType::kFloat32: return cast_from(static_cast<const float*>(in), out, to, n, s);
+    case CastType::kInt32: return cast_from(static_cast<const int32_t*>(in), out, to, n, s);
+    case CastType::kInt64: return cast_from(static_cast<const int64_t*>(in), out, to, n, s);
+    case CastType::kBool: return cast_from(static_cast<const uint8_t*>(in), out, to, n, s);
+  }
+  return cudaErrorInvalidValue;
+}
 
 cudaError_t launch_unary(const float* x, float* y, int64_t n, UnaryParams p, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;

@@ -79,4 +79,9 @@ cudaError_t launch_strided_copy(const void* in, void* out, int64_t elem_size, co
 cudaError_t launch_gather(const void* data, const void* indices, bool indices64, void* out, int64_t elem_size,
                           int64_t outer, int64_t axis, int64_t count, int64_t inner, cudaStream_t s);
 
+// Cast between float32, int32, int64 and bool (one byte) with the reference's rules: float to integer
+// truncates toward zero and saturates (NaN gives 0), anything to bool is != 0, integers wrap.
+enum class CastType : int { kFloat32, kInt32, kInt64, kBool };
+cudaError_t launch_cast(const void* in, CastType from, void* out, CastType to, int64_t n, cudaStream_t s);
+
 }  // namespace kiln::backends::cuda

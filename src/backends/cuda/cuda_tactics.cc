@@ -1,5 +1,5 @@
 // kiln's own CUDA tactics: elementwise (unary, binary with broadcasting), Softmax/LogSoftmax,
-// LayerNormalization, and data movement (Transpose, Slice, Concat, Expand, Gather). Each computes its
+// LayerNormalization, Cast, and data movement (Transpose, Slice, Concat, Expand, Gather). Each computes its
 // kernel's parameters once at prepare time and launches on the run's stream; constant inputs are
 // copied to the device then (DeviceConstants).
 #include <algorithm>
@@ -212,6 +212,55 @@ class BinaryCuda : public Tactic {
     broadcast_strides(b, l->shape, l->p.b_strides);
     l->p.same_shape = a == l->shape && b == l->shape;
     KILN_RETURN_IF_ERROR(l->consts.upload(sig));
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+};
+
+// ---------------------------------------------------------------- cast
+
+bool cast_type(DataType t, CastType* c) {
+  switch (t) {
+    case DataType::kFloat32: *c = CastType::kFloat32; return true;
+    case DataType::kInt32: *c = CastType::kInt32; return true;
+    case DataType::kInt64: *c = CastType::kInt64; return true;
+    case DataType::kBool: *c = CastType::kBool; return true;
+    default: return false;
+  }
+}
+
+class PreparedCast : public PreparedLayer {
+ public:
+  Dims shape;
+  DataType to_dtype = DataType::kFloat32;
+  CastType from = CastType::kFloat32, to = CastType::kFloat32;
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+  std::vector<DataType> output_dtypes() const override { return {to_dtype}; }
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    return launched(launch_cast(in[0]->raw(), from, out[0]->raw(), to, numel(shape), stream_of(ctx)), "cast_cuda");
+  }
+};
+
+class CastCuda : public Tactic {
+ public:
+  std::string name() const override { return "cast_cuda"; }
+  TacticInfo info() const override { return cuda_any_dtype(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Cast"}}; }
+  static DataType target(const LayerSignature& sig) {
+    return static_cast<DataType>(sig.node->attr_int("to", static_cast<int64_t>(DataType::kUndefined)));
+  }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    CastType c;
+    if (!sig.has_input(0) || !cast_type(sig.inputs[0].dtype, &c) || !cast_type(target(sig), &c))
+      return "casts other than between float32, int32, int64 and bool";
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    auto l = std::make_unique<PreparedCast>();
+    l->shape = sig.inputs[0].shape;
+    l->to_dtype = target(sig);
+    if (!cast_type(sig.inputs[0].dtype, &l->from) || !cast_type(l->to_dtype, &l->to))
+      return Unsupported("casts other than between float32, int32, int64 and bool");
     return std::unique_ptr<PreparedLayer>(std::move(l));
   }
 };
@@ -593,7 +642,8 @@ std::vector<const Tactic*> own_kernel_tactics() {
   static const ConcatCuda concat;
   static const ExpandCuda expand;
   static const GatherCuda gather;
-  return {&unary, &binary, &softmax, &layer_norm, &transpose, &slice, &concat, &expand, &gather};
+  static const CastCuda cast;
+  return {&unary, &binary, &softmax, &layer_norm, &transpose, &slice, &concat, &expand, &gather, &cast};
 }
 
 }  // namespace kiln::backends::cuda

@@ -251,6 +251,29 @@ TEST(CudaTactics, Movement) {
   expect_ran(ran, "gather_cuda", 30);
 }
 
+TEST(CudaTactics, CastSaturatesTruncatesAndWraps) {
+  KILN_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(17);
+  std::map<std::string, int> ran;
+  const DataType types[] = {DataType::kFloat32, DataType::kInt32, DataType::kInt64, DataType::kBool};
+  for (int c = 0; c < 32; ++c) {
+    DataType from = types[c % 4], to = types[c / 4 % 4];
+    LayerCase lc;
+    lc.node = make_node("", "Cast", 1);
+    GB::set_int(lc.node, "to", static_cast<int64_t>(to));
+    Dims d = random_dims(rng, pick(rng, 1, 3), 17);
+    // Past int32's range (saturation), fractions (truncation), zeros (bool).
+    double range = c % 3 == 0 ? 6e9 : 5;
+    Tensor x = random_tensor(d, 1300 + c, from == DataType::kBool ? DataType::kFloat32 : from, -range, range);
+    if (from == DataType::kBool) x = x.cast(DataType::kBool).value();
+    if (x.numel() > 2) x.set_f64(0, 0), x.set_f64(1, from == DataType::kFloat32 ? -0.75 : 0);
+    lc.inputs = {x};
+    lc.constant = {false};
+    check(*gpu, lc, 0, 0, ran);
+  }
+  expect_ran(ran, "cast_cuda", 32);
+}
+
 // MatMul (B 2-D, same batch, A 2-D), Gemm (transposes, alpha, beta, C vector or matrix) and the kiln
 // fused forms (bias, residual, every activation).
 LayerCase matmul_case(std::mt19937& rng, uint64_t seed) {
