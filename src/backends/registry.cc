@@ -5,7 +5,7 @@
 #include "backends/cpu/tactic_list.h"
 #include "backends/device_runtime.h"
 #ifdef KILN_HAVE_CUDA
-#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cuda_backend.h"
 #endif
 
 namespace kiln::backends {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_backend.h"
 #include "backends/device_runtime.h"
 #include "backends/tactic.h"
 
@@ -17,7 +18,6 @@ namespace kiln::backends::cuda {
 Status cuda_status(cudaError_t e, const char* what);
 #define KILN_CUDA_RETURN_IF_ERROR(call) KILN_RETURN_IF_ERROR(::kiln::backends::cuda::cuda_status((call), #call))
 
-const DeviceRuntime& runtime();
 // "cuBLASLt 13.1.0" (the loaded library's version); "" when it cannot be loaded.
 std::string cublaslt_version();
 // The process's cuBLASLt handle (created on first use; cuBLASLt handles are thread-safe).
@@ -41,9 +41,5 @@ class DeviceConstants {
   std::vector<Tensor> consts_;
   std::vector<const Tensor*> host_;
 };
-
-// The CUDA tactic list (registered in backends/registry.cc) and the libraries behind it.
-const std::vector<const Tactic*>& tactic_list();
-std::string library_versions();
 
 }  // namespace kiln::backends::cuda
