@@ -107,8 +107,11 @@ struct BuilderConfig {
   /// Every layer computes in the dtype the graph gives its tensors; reduced precision only where the
   /// graph says so (no other precision may be allowed).
   bool strongly_typed = false;
-  /// The device to build for (a CUDA device is refused until the CUDA backend exists).
+  /// The device to build for: the CPU, or a CUDA device (a build with the CUDA backend, on a machine with
+  /// that GPU: its kernels are timed there). Layers without a CUDA kernel run on the host, reported.
   Device device;
+  /// CUDA: float32 matrix products may use TF32 tensor cores (10-bit mantissa inputs; `kiln build --tf32`).
+  bool tf32 = false;
   /// The CPU instruction set kiln's own kernels may use: "" or "native" (this machine's), or a level
   /// that caps it: "portable", "avx2", "avx512", "avx512_vnni", "avx512_bf16", "amx" (each includes the
   /// ones before it; asking for more than this machine has is an error). oneDNN's kernels pick their

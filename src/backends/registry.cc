@@ -3,6 +3,10 @@
 #include <algorithm>
 
 #include "backends/cpu/tactic_list.h"
+#include "backends/device_runtime.h"
+#ifdef KILN_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace kiln::backends {
 
@@ -15,8 +19,19 @@ struct Backend {
 };
 const Backend kBackends[] = {
     {cpu::tactic_list, cpu::library_versions},
+#ifdef KILN_HAVE_CUDA
+    {cuda::tactic_list, cuda::library_versions},
+#endif
 };
 }  // namespace
+
+const DeviceRuntime* device_runtime(DeviceKind kind) {
+#ifdef KILN_HAVE_CUDA
+  if (kind == DeviceKind::kCUDA) return &cuda::runtime();
+#endif
+  (void)kind;
+  return nullptr;
+}
 
 const std::vector<const Tactic*>& all_tactics() {
   static const std::vector<const Tactic*> list = [] {

@@ -51,6 +51,8 @@ struct LayerSignature {
   // The CPU features the target offers (Target::isa): kernels that pick their path at prepare time
   // (cpu_isa) use no more than these and this machine have. Default: this machine's.
   IsaSet isa = host_isa();
+  // Float32 matrix products may use TF32 tensor cores (CUDA; kiln build --tf32, Target::tf32).
+  bool tf32 = false;
 
   const std::string& op() const { return node->op_type; }
   const std::string& domain() const { return node->domain; }

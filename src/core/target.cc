@@ -6,6 +6,19 @@ std::string device_name(const Device& d) {
   return d.kind == DeviceKind::kCPU ? "cpu" : "cuda:" + std::to_string(d.index);
 }
 
+bool parse_device(const std::string& name, Device* out) {
+  if (name == "cpu") return *out = Device{}, true;
+  if (name == "cuda") return *out = Device{DeviceKind::kCUDA, 0}, true;
+  if (name.rfind("cuda:", 0) != 0 || name.size() == 5 || name.size() > 8) return false;
+  int index = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    index = index * 10 + (name[i] - '0');
+  }
+  *out = Device{DeviceKind::kCUDA, index};
+  return true;
+}
+
 namespace {
 struct IsaLevel {
   const char* name;

@@ -14,6 +14,8 @@ namespace kiln {
 
 // Device and DeviceKind are the public API's (std only).
 std::string device_name(const Device& d);  // "cpu", "cuda:0"
+// "cpu", "cuda" (device 0) or "cuda:N": false for anything else.
+bool parse_device(const std::string& name, Device* out);
 
 // CPU instruction-set features, as a set of bits: what a tactic's kernels need (TacticInfo::isa)
 // and what a target offers (Target::isa). The empty set is portable C++.
@@ -46,6 +48,7 @@ struct Target {
   // floats, 8 for AVX2's, 0 for plain NCHW.
   int64_t layout_block = 0;
   DataType precision = DataType::kFloat32;  // what the layers compute in
+  bool tf32 = false;  // float32 matrix products may use TF32 tensor cores (CUDA only: BuilderConfig::tf32)
   bool operator==(const Target&) const = default;
 };
 // "cpu avx2 avx512, layout block 16, float32".

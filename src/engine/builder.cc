@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "backends/device_runtime.h"
 #include "core/parallel.h"
 #include "engine/calibration.h"
 #include "engine/engine_impl.h"
@@ -525,6 +526,8 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   log("[kiln build] memory plan: peak " + std::to_string(e->plan.arena_bytes) + " bytes (naive " +
       std::to_string(e->plan.naive_bytes) + ")");
   e->target = engine::detect_host();
+  if (const backends::DeviceRuntime* rt = backends::device_runtime(target.device.kind))
+    e->target.gpu = rt->identity(target.device.index);
   e->model = std::move(model);
   e->describe_layers();
   KILN_RETURN_IF_ERROR(choose_kernels(*e, opt_shapes, tuned_at, cfg, precision, log));

@@ -7,6 +7,7 @@
 #include "core/checked_size.h"
 #include "core/mapped_file.h"
 #include "core/parallel.h"
+#include "engine/device_session.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
 #include "engine/numerics_guard.h"
@@ -32,6 +33,13 @@ struct ContextImpl {
   LayerTimer layer_timer;                           // kiln bench's per-layer profile (set_layer_timer)
   ops::Deadline deadline;                           // set_deadline: installed around each run (ops/deadline.h)
   std::unique_ptr<engine::NumericsGuard> numerics;  // set_numerics_check: observes every layer of each run
+  // A device engine's stream, device arena and boundary copies (engine/device_session.h), opened on first
+  // use; `device_inputs` are the staged copies of `inputs` the layers read.
+  std::unique_ptr<engine::DeviceSession> device;
+  bool device_opened = false;
+  std::map<std::string, ops::Value> device_inputs;
+  Status open_device();
+  Result<std::shared_ptr<uint8_t[]>> allocate_arena(size_t bytes);
 
   Status run();
   // The memory plan and arena for the engine's typical shapes, made when the context is: a first
@@ -45,7 +53,7 @@ struct ContextImpl {
   bool may_bind() const;
   // One run of the bound path bound for `sig`: its status, or nullopt when the run must start again
   // through the interpreter loop (see the definition).
-  std::optional<Status> run_bound(const std::string& sig);
+  std::optional<Status> run_bound(const std::string& sig, const std::map<std::string, ops::Value>& run_inputs);
   int bound_forced = -1;
   std::string unbound_reason;        // why the last shape runs through the interpreter loop ("": it does not)
   std::string bound_sig;             // the signature the bound path is for
@@ -92,24 +100,42 @@ const ContextImpl::Slot* ContextImpl::slot_of(const ir::Node& n, size_t o) const
 
 bool ContextImpl::may_bind() const { return !interp->on_node && !interp->on_layer; }
 
+Status ContextImpl::open_device() {
+  if (device_opened) return Status::Ok();
+  KILN_ASSIGN_OR_RETURN(device, engine::DeviceSession::open(engine->built_for, engine->target));
+  device_opened = true;
+  if (device) interp->set_device(&device->runtime(), device->device(), device->stream());
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<uint8_t[]>> ContextImpl::allocate_arena(size_t bytes) {
+  if (device) return device->allocate_arena(bytes);
+  return alloc_arena(bytes);
+}
+
 void ContextImpl::plan_ahead() {
   auto shapes = engine->typical_shapes();
   if (!shapes.ok()) return;
   std::string sig;  // as signature() writes it for inputs of these shapes
   for (const auto& [k, d] : shapes.value()) sig += k + dims_str(d) + ";";
   sig += "@" + std::to_string(std::max(1, kiln::max_threads()));
+  if (!open_device().ok()) return;  // run() reports why
   auto planned = plan_for(shapes.value());
   if (!planned.ok()) return;
+  auto a = allocate_arena(planned.value()->plan.arena_bytes);
+  if (!a.ok()) return;
   ahead = {sig, planned.value()};
-  arena = alloc_arena(ahead.second->plan.arena_bytes);
+  arena = std::move(a).value();
   arena_capacity = ahead.second->plan.arena_bytes;
-  std::memset(arena.get(), 0, arena_capacity);
+  if (!device) std::memset(arena.get(), 0, arena_capacity);
 }
 
-std::optional<Status> ContextImpl::run_bound(const std::string& sig) {
+std::optional<Status> ContextImpl::run_bound(const std::string& sig,
+                                             const std::map<std::string, ops::Value>& run_inputs) {
   ops::DeadlineScope scope(deadline);
   layer_begin = std::chrono::steady_clock::now();
-  Status s = interp->run_bound(inputs, outputs, layer_timer ? bound_timer : nullptr);
+  Status s = interp->run_bound(run_inputs, outputs, layer_timer ? bound_timer : nullptr);
+  if (s.ok() && device) s = device->fetch_outputs(outputs);  // a device engine's outputs come back to the host
   if (s.ok()) shape_state.ran_with_current = true;
   if (s.ok() || !interp->bound_mismatch()) return s;
   // A reference kernel's output disagreed with shape inference: these shapes take the interpreter
@@ -122,13 +148,17 @@ std::optional<Status> ContextImpl::run_bound(const std::string& sig) {
 
 Status ContextImpl::run() {
   const ir::Graph& g = *engine->model.graph;
+  KILN_RETURN_IF_ERROR(open_device());
+  // A device engine's layers read device copies of the inputs, and its outputs come back to the host.
+  if (device) KILN_RETURN_IF_ERROR(device->stage_inputs(inputs, device_inputs));
+  const std::map<std::string, ops::Value>& run_inputs = device ? device_inputs : inputs;
   // Steady state: the shapes of the last run, bound. Nothing below allocates (tests/noalloc).
-  if (shape_state.forced == bound_forced && interp->bound_accepts(inputs) && may_bind())
-    if (auto done = run_bound(bound_sig)) return *done;
+  if (shape_state.forced == bound_forced && interp->bound_accepts(run_inputs) && may_bind())
+    if (auto done = run_bound(bound_sig, run_inputs)) return *done;
   interp->unbind();
   // Tensors know where their memory lives: this engine's layers read host memory.
   for (const auto& [name, v] : inputs)
-    if (v.is_tensor() && !v.tensor.location().host())
+    if (!device && v.is_tensor() && !v.tensor.location().host())
       return InvalidArgument("input '", name, "' (", v.tensor.describe(), ") lives in ", v.tensor.location().str(),
                              " memory, but this engine runs on the CPU — copy it to host memory first");
   KILN_RETURN_IF_ERROR(choose_profile(*engine, inputs, shape_state));
@@ -155,7 +185,7 @@ Status ContextImpl::run() {
   const LayerPlan& lp = *it->second;
   plan = std::shared_ptr<const engine::MemoryPlan>(it->second, &lp.plan);
   if (arena_capacity < plan->arena_bytes) {
-    arena = alloc_arena(plan->arena_bytes);
+    KILN_ASSIGN_OR_RETURN(arena, allocate_arena(plan->arena_bytes));
     arena_capacity = plan->arena_bytes;
   }
   const engine::MemoryPlan& p = *plan;
@@ -167,12 +197,15 @@ Status ContextImpl::run() {
   else if (lp.threads != std::max(1, kiln::max_threads()))
     unbound_reason = "the thread count changed since the plan was made";
   else
-    unbound_reason = interp->bind(p, lp.prepared, *lp.typed, lp.threads, arena, inputs);
+    unbound_reason = interp->bind(p, lp.prepared, *lp.typed, lp.threads, arena, run_inputs);
   if (unbound_reason.empty()) {
     bound_forced = shape_state.forced;
     bound_sig = sig;
-    if (auto done = run_bound(sig)) return *done;
+    if (auto done = run_bound(sig, run_inputs)) return *done;
   }
+  if (device)  // the interpreter loop's kernels read host memory
+    return Unsupported("this engine runs on ", device_name(device->device()),
+                       " through the bound layer list only, which these inputs cannot take: ", unbound_reason);
   if (slots_for != &p) {
     slots.assign(g.nodes.size(), {});
     for (size_t i = 0; i < g.nodes.size(); ++i)

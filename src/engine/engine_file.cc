@@ -67,7 +67,9 @@ T get(const uint8_t* p) {
 uint32_t crc(const uint8_t* p, size_t n) { return crc32c(0, p, n); }
 
 nlohmann::json target_json(const engine::TargetInfo& t) {
-  return {{"device", t.device}, {"cpu_model", t.cpu_model}, {"isa", t.isa}, {"cores", t.cores}};
+  nlohmann::json j = {{"device", t.device}, {"cpu_model", t.cpu_model}, {"isa", t.isa}, {"cores", t.cores}};
+  if (!t.gpu.empty()) j["gpu"] = t.gpu;
+  return j;
 }
 engine::TargetInfo target_from(const nlohmann::json& j) {
   engine::TargetInfo t;
@@ -75,6 +77,7 @@ engine::TargetInfo target_from(const nlohmann::json& j) {
   t.cpu_model = j.at("cpu_model").get<std::string>();
   t.isa = j.at("isa").get<std::vector<std::string>>();
   t.cores = j.at("cores").get<int>();
+  if (j.contains("gpu")) t.gpu = j.at("gpu").get<std::map<std::string, std::string>>();
   return t;
 }
 
@@ -88,12 +91,15 @@ nlohmann::json built_for_json(const Target& t) {
   return {{"device", device_name(t.device)},
           {"isa", isa},
           {"layout_block", t.layout_block},
-          {"precision", dtype_name(t.precision)}};
+          {"precision", dtype_name(t.precision)},
+          {"tf32", t.tf32}};
 }
 Target built_for_from(const nlohmann::json& j) {
   Target t;
   std::string device = j.at("device").get<std::string>();
-  if (device != "cpu") throw std::runtime_error("build target device '" + device + "' is not one this kiln has");
+  if (!parse_device(device, &t.device))
+    throw std::runtime_error("build target device '" + device + "' is not one kiln knows");
+  t.tf32 = j.value("tf32", false);
   for (const auto& n : j.at("isa").get<std::vector<std::string>>()) {
     IsaSet feature;
     if (!parse_isa_feature(n, &feature)) throw std::runtime_error("unknown instruction set '" + n + "'");

@@ -389,7 +389,9 @@ std::string LayerExecutor::bind(const MemoryPlan& plan,
       size_t bytes = static_cast<size_t>(dims_numel(shapes[o])) * dtype_size(dtypes[o]);
       if (off == plan.offsets.end() || dtypes[o] == DataType::kString || bytes > plan.sizes.at(n.outputs[o]))
         return layer + ": output '" + n.outputs[o] + "' has no planned slot of its size";
-      s.outs[o] = Tensor::alias(dtypes[o], shapes[o], arena, off->second);
+      MemoryLocation where;
+      if (rt_) where = {MemoryLocation::Kind::kCuda, device_.index};
+      s.outs[o] = Tensor::alias(dtypes[o], shapes[o], arena, off->second, where);
       produced[n.outputs[o]] = {i, o};
     }
     for (Tensor& t : s.outs) s.out_ptrs.push_back(&t);
@@ -399,6 +401,7 @@ std::string LayerExecutor::bind(const MemoryPlan& plan,
         s.in_value_ptrs.push_back(n.inputs[k].empty() ? nullptr : &s.in_values[k]);
     }
     s.ctx.threads = threads;
+    s.ctx.device = device_, s.ctx.stream = stream_;
     if (size_t need = s.layer ? s.layer->workspace_bytes(threads) : 0) {
       auto off = plan.workspace_offsets.find(i);
       if (off == plan.workspace_offsets.end() || plan.workspace_sizes.at(i) < need)
@@ -435,10 +438,17 @@ bool LayerExecutor::is_view(const ir::Node& n) {
 }
 
 Status LayerExecutor::run_reference_step(Step& s) {
+  // A device engine's layer without a device kernel runs here on the host, between copies (reported
+  // at build time as a layer left on its reference kernel).
+  if (rt_) KILN_RETURN_IF_ERROR(rt_->synchronize(stream_));
   for (size_t k = 0; k < s.ins.size(); ++k)
     if (s.ins[k]) {
       s.in_values[k].kind = ops::Value::Kind::kTensor;
-      s.in_values[k].tensor = *s.ins[k];
+      if (rt_ && !s.ins[k]->location().host()) {
+        KILN_ASSIGN_OR_RETURN(s.in_values[k].tensor, backends::to_host(*rt_, *s.ins[k], stream_));
+      } else {
+        s.in_values[k].tensor = *s.ins[k];
+      }
     }
   KILN_ASSIGN_OR_RETURN(std::vector<ops::Value> outs, ops::run_node(*s.node, *s.schema, s.in_value_ptrs, nullptr));
   for (size_t o = 0; o < s.outs.size(); ++o) {
@@ -449,7 +459,11 @@ Status LayerExecutor::run_reference_step(Step& s) {
       return Internal(s.node->where(), "output '", s.node->outputs[o], "' is not the ", slot.describe(),
                       " shape inference gave it at these input shapes");
     }
-    if (slot.nbytes()) std::memcpy(slot.raw(), outs[o].tensor.raw(), slot.nbytes());
+    if (rt_ && slot.nbytes())
+      KILN_RETURN_IF_ERROR(rt_->copy(slot.raw(), outs[o].tensor.raw(), slot.nbytes(),
+                                     backends::DeviceRuntime::Copy::kHostToDevice, stream_));
+    else if (slot.nbytes())
+      std::memcpy(slot.raw(), outs[o].tensor.raw(), slot.nbytes());
   }
   return Status::Ok();
 }
@@ -483,7 +497,15 @@ Status LayerExecutor::run_bound(const std::map<std::string, ops::Value>& inputs,
     } else if (s.kind == Step::Kind::kView) {
       // In place when the planner gave the output its input's bytes; else a copy into its slot.
       Tensor& y = s.outs[0];
-      if (y.raw() != s.ins[0]->raw() && y.nbytes()) std::memcpy(y.raw(), s.ins[0]->raw(), y.nbytes());
+      if (y.raw() != s.ins[0]->raw() && y.nbytes()) {
+        if (rt_)
+          KILN_RETURN_IF_ERROR(rt_->copy(y.raw(), s.ins[0]->raw(), y.nbytes(),
+                                         s.ins[0]->location().host() ? backends::DeviceRuntime::Copy::kHostToDevice
+                                                                     : backends::DeviceRuntime::Copy::kDeviceToDevice,
+                                         stream_));
+        else
+          std::memcpy(y.raw(), s.ins[0]->raw(), y.nbytes());
+      }
     } else {
       KILN_RETURN_IF_ERROR(run_reference_step(s));
     }

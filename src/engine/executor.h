@@ -48,6 +48,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/device_runtime.h"
 #include "engine/memory_planner.h"
 #include "engine/tactics.h"
 #include "ops/interpreter.h"
@@ -117,6 +118,12 @@ class LayerExecutor : public ops::Interpreter {
                    const ir::Graph& typed, int threads, const std::shared_ptr<uint8_t[]>& arena,
                    const std::map<std::string, ops::Value>& inputs);
   void unbind() { bound_ = false, bound_mismatch_ = false; }
+  // A device engine's context (engine/device_session.h): the bound steps run on `stream` of device `d`,
+  // their arena slots live in its memory, views copy there, and a reference step (host fallback) copies
+  // its device inputs to the host and its outputs back. Set before bind(); nullptr: the CPU.
+  void set_device(const backends::DeviceRuntime* rt, Device d, void* stream) {
+    rt_ = rt, device_ = d, stream_ = stream;
+  }
   // Whether the last run_bound failed because a reference step's output was not the shape inference
   // gave it (the caller reruns through the interpreter loop, which takes any shape).
   bool bound_mismatch() const { return bound_mismatch_; }
@@ -172,6 +179,9 @@ class LayerExecutor : public ops::Interpreter {
   std::pair<void*, size_t> workspace_for(size_t i, bool top_level, size_t bytes);
 
   std::shared_ptr<TacticRuntime> tactics_;
+  const backends::DeviceRuntime* rt_ = nullptr;
+  Device device_;
+  void* stream_ = nullptr;
   std::vector<const Tensor*> in_tensors_;
   const MemoryPlan* ws_plan_ = nullptr;
   uint8_t* ws_arena_ = nullptr;

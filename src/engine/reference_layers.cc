@@ -133,11 +133,17 @@ Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const Build
                        "\n— add tactics for these layers, or build without --strict-tactics to accept them");
   }
   auto warn = warner(cfg);
+  // On a device engine a reference kernel is a host fallback: its inputs come to the host and its outputs
+  // go back to the device around it (engine/executor.h).
+  const std::string where = e->built_for.device.kind == DeviceKind::kCPU
+                                ? ""
+                                : " on the host (copies to and from " + device_name(e->built_for.device) + ")";
   if (reference_only)
     warn("every layer runs its reference kernel: reference kernels were requested");
   else
     for (size_t i : findings)
-      warn("layer " + name_of(i) + " runs its reference kernel: " + joined(e->layers[i].reference.reasons));
+      warn("layer " + name_of(i) + " runs its reference kernel" + where + ": " +
+           joined(e->layers[i].reference.reasons));
   if (!reference_only)
     for (size_t b : body_findings)
       warn("body layer " + body_name(b) + " runs its reference kernel: " + body_reasons(b));

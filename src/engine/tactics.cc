@@ -52,6 +52,7 @@ backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n, con
   sig.isa = target.isa;
   sig.compute = target.precision;
   if (ops::computes_in_int8(n)) sig.compute = DataType::kInt8;  // quantized by the graph
+  sig.tf32 = target.tf32;
   for (const auto& name : n.inputs) {
     backends::TensorSig t;
     // A body node may read values of enclosing graphs: the innermost graph that defines the name.

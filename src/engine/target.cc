@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "backends/cpu/tactic_list.h"
+#include "backends/device_runtime.h"
 
 namespace kiln::engine {
 
@@ -36,9 +37,21 @@ TargetInfo detect_host() {
 
 Result<Target> target_for(const BuilderConfig& cfg) {
   Target t;
-  if (cfg.device.kind != DeviceKind::kCPU)
-    return Unsupported("device ", device_name(cfg.device), ": this kiln has no CUDA backend yet — build for the cpu");
   t.device = cfg.device;
+  if (cfg.device.kind != DeviceKind::kCPU) {
+    // Kernels are timed on the device that builds: it must be here.
+    const backends::DeviceRuntime* rt = backends::device_runtime(cfg.device.kind);
+    if (!rt)
+      return Unsupported("device ", device_name(cfg.device),
+                         ": this kiln was built without the CUDA backend (configure with -DKILN_CUDA=ON on a machine "
+                         "with the CUDA toolkit) — build for the cpu");
+    if (std::string why = rt->why_unavailable(cfg.device.index); !why.empty())
+      return Unsupported("device ", device_name(cfg.device), ": ", why,
+                         " — build on the machine with the GPU (kernels are timed there), or for the cpu");
+  } else if (cfg.tf32) {
+    return InvalidArgument("--tf32 applies to CUDA builds (TF32 is a tensor-core format): build with --device cuda");
+  }
+  t.tf32 = cfg.tf32;
   const IsaSet host = host_isa();
   t.isa = host;
   if (!cfg.isa.empty() && cfg.isa != "native") {
@@ -52,7 +65,13 @@ Result<Target> target_for(const BuilderConfig& cfg) {
                          "with those features, or ask for less");
     t.isa = want;
   }
-  if (cfg.layout_block < 0) {
+  if (cfg.device.kind != DeviceKind::kCPU) {
+    // The blocked layout is the CPU kernels' (and its ops have no CUDA kernels): plain NCHW on a GPU.
+    if (cfg.layout_block > 0)
+      return InvalidArgument("--layout-block ", cfg.layout_block,
+                             ": the blocked layout is for CPU builds — leave it out");
+    t.layout_block = 0;
+  } else if (cfg.layout_block < 0) {
     t.layout_block = backends::cpu::preferred_layout_block(t.isa);
   } else {
     if (cfg.layout_block != 0 && cfg.layout_block != 8 && cfg.layout_block != 16)
@@ -74,6 +93,20 @@ Result<Target> target_for(const BuilderConfig& cfg) {
 Target host_target() {
   auto t = target_for(BuilderConfig{});
   return t.ok() ? t.value() : Target{};
+}
+
+Status check_device(const Target& built_for, const TargetInfo& built_on) {
+  if (built_for.device.kind == DeviceKind::kCPU) return Status::Ok();
+  const backends::DeviceRuntime* rt = backends::device_runtime(built_for.device.kind);
+  if (!rt)
+    return Unsupported("this engine was built for ", device_name(built_for.device), " (",
+                       built_on.gpu.count("name") ? built_on.gpu.at("name") : "a GPU",
+                       ") and this kiln has no CUDA backend — use a kiln configured with -DKILN_CUDA=ON");
+  if (std::string why = rt->incompatibility(built_on.gpu, built_for.device.index); !why.empty())
+    return Unsupported("this engine was built for ", device_name(built_for.device), " and cannot run here: ", why,
+                       " — rebuild the engine on this GPU from the ONNX model with kiln build --device ",
+                       device_name(built_for.device));
+  return Status::Ok();
 }
 
 Status check_runnable(const std::vector<std::string>& required, const TargetInfo& built_on, const TargetInfo& host) {

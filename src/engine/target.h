@@ -2,6 +2,7 @@
 // machine), the machine it was built on (TargetInfo), and whether this machine can run it.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@ struct TargetInfo {
   std::string cpu_model;         // from /proc/cpuinfo
   std::vector<std::string> isa;  // features this CPU has (avx2, avx512f, fma, ...)
   int cores = 0;
+  // A GPU build: the device's identity (backends::DeviceRuntime::identity: name, compute capability,
+  // driver, runtime, cuBLASLt), checked against the GPU that runs it (check_device).
+  std::map<std::string, std::string> gpu;
 };
 
 TargetInfo detect_host();
@@ -27,6 +31,11 @@ TargetInfo detect_host();
 Result<Target> target_for(const BuilderConfig& cfg);
 // This machine's default target: what target_for(BuilderConfig{}) gives.
 Target host_target();
+
+// Ok when this machine has the device an engine built for `built_for` on a machine `built_on` runs
+// on (CPU engines: always), with the same GPU model, compute capability and cuBLASLt; else an error
+// saying what differs.
+Status check_device(const Target& built_for, const TargetInfo& built_on);
 
 // Ok when `host` can run kernels needing `required` features; the error lists what is missing.
 Status check_runnable(const std::vector<std::string>& required, const TargetInfo& built_on, const TargetInfo& host);

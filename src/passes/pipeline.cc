@@ -1,5 +1,6 @@
 // The pass pipeline, in order, with the reason for each placement.
 #include <chrono>
+#include <set>
 
 #include "ir/rewrite.h"
 #include "ops/shape_inference.h"
@@ -112,6 +113,11 @@ Status run_pipeline(ir::Graph& g, const Target& target, const std::set<std::stri
   for (size_t k = 0; k < passes.size(); ++k) {
     const PassInfo& p = passes[k];
     if (disabled.count(p.name)) continue;
+    // Fusions into ops only the CPU backend has kernels for (kiln.Attention, MultiHeadAttention,
+    // FusedElementwise, the merged Q/K/V's Split): a CUDA target keeps the plain ops its kernels take.
+    static const std::set<std::string> kCpuOnlyFusions = {"fuse_attention", "fuse_attention_heads",
+                                                          "fuse_horizontal_matmul", "fuse_elementwise"};
+    if (target.device.kind != DeviceKind::kCPU && kCpuOnlyFusions.count(p.name)) continue;
     auto t0 = std::chrono::steady_clock::now();
     auto r = p.run(g, target);
     if (!r.ok()) return r.status().with_context(std::string("pass ") + p.name + where + ": ");

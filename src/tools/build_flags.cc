@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "engine/precision.h"
+#include "core/target.h"
 #include "tools/cli_common.h"
 
 namespace kiln::tools {
@@ -89,6 +90,10 @@ std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const ch
        "fail (exit code 4) instead of warning when a layer would run its reference kernel, naming every such layer "
        "and why no tactic took it (shape work such as Shape/Reshape is exempt)");
   flag("--verbose", f.verbose, "more build detail (each layer's candidates and times)");
+  opt("--device", f.device,
+      "where the engine runs: cpu (default), cuda (device 0) or cuda:N. A CUDA engine is built on the machine with "
+      "that GPU (its kernels are timed there); layers without a CUDA kernel run on the host, reported");
+  flag("--tf32", f.tf32, "CUDA: float32 matrix products may use TF32 tensor cores (default: exact float32)");
   return all;
 }
 
@@ -152,6 +157,9 @@ Result<BuilderConfig> builder_config(const BuildFlags& f) {
   cfg.calibrator = f.calibrator;
   cfg.calib_percentile = f.calib_percentile;
   cfg.calib_cache = f.calib_cache;
+  if (!parse_device(f.device, &cfg.device))
+    return InvalidArgument("--device '", f.device, "': one of cpu, cuda, cuda:N");
+  cfg.tf32 = f.tf32;
   return cfg;
 }
 

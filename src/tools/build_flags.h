@@ -31,6 +31,8 @@ struct BuildFlags {
   std::string calib_data, calibrator = "minmax", calib_cache;
   int calib_batches = 0, calib_batch_size = 32;
   double calib_percentile = 99.99;
+  std::string device = "cpu";  // --device: cpu, cuda, cuda:N
+  bool tf32 = false;
 };
 // As kiln compare's repro bundles record them (bundle.json "options"; flat, beside compare's own).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BuildFlags, min_shapes, opt_shapes, max_shapes, build_shapes, profiles,
@@ -38,7 +40,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BuildFlags, min_shapes, opt_shap
                                                 tactics, timing_cache, isa, layout_block, strict_tactics, verbose, best,
                                                 strongly_typed, layer_precisions, precision_constraints, calib_data,
                                                 calibrator, calib_cache, calib_batches, calib_batch_size,
-                                                calib_percentile)
+                                                calib_percentile, device, tf32)
 
 // Registers the build flags on `cmd` in the option group "Engine build": --min-shapes, --opt-shapes,
 // --max-shapes, --profile, --fp32/--fp16/--bf16/--int8, --isa, --layout-block, --workspace, --activation-memory,

@@ -63,8 +63,11 @@ void print_reference(const nlohmann::json& j) {
   } else if (rec.contains("estimate")) {
     estimate = " (" + rec["estimate"].get<std::string>() + ")";
   }
-  std::printf("reference %d %s reference kernels%s; %d shape-work layer%s\n", findings,
-              findings == 1 ? "layer runs" : "layers run", estimate.c_str(), shape, shape == 1 ? "" : "s");
+  const std::string device = j.contains("built_for") ? j["built_for"].value("device", "cpu") : "cpu";
+  std::printf("reference %d %s reference kernels%s%s; %d shape-work layer%s\n", findings,
+              findings == 1 ? "layer runs" : "layers run",
+              device == "cpu" ? "" : (" on the host, with copies to and from " + device).c_str(), estimate.c_str(),
+              shape, shape == 1 ? "" : "s");
   for (const auto& r : j["reference_layers"]) {
     if (r["shape_work"].get<bool>()) continue;
     std::string op = r["domain"].get<std::string>().empty()
@@ -131,6 +134,13 @@ void print_text(const nlohmann::json& j, bool passes_only) {
     std::printf("engine   kiln %s, built for %s (%s), %d cores\n", j["kiln_version"].get<std::string>().c_str(),
                 j["target"]["cpu_model"].get<std::string>().c_str(), j["target"]["device"].get<std::string>().c_str(),
                 j["target"]["cores"].get<int>());
+    if (j["target"].contains("gpu")) {
+      const auto& gpu = j["target"]["gpu"];
+      auto field = [&](const char* k) { return gpu.contains(k) ? gpu[k].get<std::string>() : std::string("?"); };
+      std::printf("gpu      %s, compute capability %s, driver %s, CUDA runtime %s, %s\n", field("name").c_str(),
+                  field("compute_capability").c_str(), field("driver").c_str(), field("runtime").c_str(),
+                  field("cublaslt").c_str());
+    }
     if (b.contains("source"))
       std::printf("source   %s, %d nodes, %d BatchNormalization\n", b["source"]["producer"].get<std::string>().c_str(),
                   b["source"]["nodes"].get<int>(), b["source"]["batch_norms"].get<int>());

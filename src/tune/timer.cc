@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "backends/device_runtime.h"
+
 namespace kiln::tune {
 
 Result<double> SteadyClockTimer::time_ms(const std::function<Status()>& run) {
@@ -12,9 +14,16 @@ Result<double> SteadyClockTimer::time_ms(const std::function<Status()>& run) {
   return ms;
 }
 
+Result<double> DeviceEventTimer::time_ms(const std::function<Status()>& run) { return rt_.time_ms(run, nullptr); }
+
 Timer* default_timer(DeviceKind device) {
   static SteadyClockTimer cpu;
-  return device == DeviceKind::kCPU ? &cpu : nullptr;
+  if (device == DeviceKind::kCPU) return &cpu;
+  if (const backends::DeviceRuntime* rt = backends::device_runtime(device)) {
+    static DeviceEventTimer cuda(*rt);
+    return &cuda;
+  }
+  return nullptr;
 }
 
 }  // namespace kiln::tune

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <exception>
 #include <random>
+#include <stdexcept>
 
+#include "backends/device_runtime.h"
 #include "core/parallel.h"
 #include "tune/layer_key.h"
 
@@ -47,7 +49,8 @@ bool timings_unreliable(int disturbed, int timed) { return disturbed >= 2 && dis
 Tuner::Tuner(TimingCache& cache, TuneOptions opts, std::vector<Timer*> timers)
     : cache_(cache), opts_(opts), timers_(std::move(timers)), threads_(kiln::max_threads()) {
   if (timers_.empty())
-    if (Timer* cpu = default_timer(DeviceKind::kCPU)) timers_.push_back(cpu);
+    for (DeviceKind d : {DeviceKind::kCPU, DeviceKind::kCUDA})
+      if (Timer* t = default_timer(d)) timers_.push_back(t);
 }
 
 Timer* Tuner::timer_for(DeviceKind device) const {
@@ -80,6 +83,12 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
   Timer* timer = timing ? timer_for(sig.device.kind) : nullptr;
   std::vector<Tensor> inputs;  // made on first use, shared by the candidates
   std::vector<const Tensor*> in_ptrs;
+  // An accelerator's candidates run on its default stream, on device copies of the inputs (constants
+  // stay on the host: device tactics copy their weights at prepare time), into device outputs.
+  const backends::DeviceRuntime* rt =
+      sig.device.kind == DeviceKind::kCPU ? nullptr : backends::device_runtime(sig.device.kind);
+  const int dev = sig.device.index;
+  std::string device_error;
   auto make_inputs = [&] {
     if (!in_ptrs.empty() || sig.inputs.empty()) return;
     std::mt19937_64 rng(opts_.seed);
@@ -92,6 +101,13 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
         in_ptrs.push_back(t.constant);
       else {
         inputs[i] = random_activation(t.dtype, t.shape, rng);
+        if (rt) {
+          auto d = backends::to_device(*rt, dev, inputs[i], nullptr);
+          if (d.ok())
+            inputs[i] = std::move(d).value();
+          else
+            device_error = d.status().message();
+        }
         in_ptrs.push_back(&inputs[i]);
       }
     }
@@ -161,7 +177,9 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
   // One run of a candidate; false (with its error set) when it failed.
   auto run_once = [&](Timing& tm, bool measured) {
     try {
-      if (!timer) {
+      if (!device_error.empty()) {
+        tm.error = device_error;
+      } else if (!timer) {
         tm.error = "no timer for device " + backends::device_name(sig.device);
       } else {
         Result<double> ms = timer->time_ms([&] { return tm.prepared->run(tm.ctx, in_ptrs, tm.out_ptrs); });
@@ -182,13 +200,28 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
       for (size_t o = 0; o < shapes.size(); ++o) {
         // A dim of -1: the shape depends on the data, the tactic allocates the output (engine/executor.h).
         bool known = std::all_of(shapes[o].begin(), shapes[o].end(), [](int64_t d) { return d >= 0; });
-        tm.outs.push_back(known ? Tensor(o < dtypes.size() ? dtypes[o] : DataType::kFloat32, shapes[o]) : Tensor());
+        DataType dt = o < dtypes.size() ? dtypes[o] : DataType::kFloat32;
+        if (known && rt) {
+          auto d = backends::device_tensor(*rt, dev, dt, shapes[o]);
+          if (!d.ok()) throw std::runtime_error(d.status().message());
+          tm.outs.push_back(std::move(d).value());
+        } else {
+          tm.outs.push_back(known ? Tensor(dt, shapes[o]) : Tensor());
+        }
       }
       for (auto& o : tm.outs) tm.out_ptrs.push_back(&o);
       tm.ctx.threads = std::max(1, kiln::max_threads());
       if (size_t ws = tm.prepared->workspace_bytes(tm.ctx.threads)) {
-        tm.workspace = Tensor::uninitialized(DataType::kUInt8, {static_cast<int64_t>(ws)});
-        backends::poison_workspace(tm.workspace.raw(), ws);
+        if (rt) {
+          auto d = backends::device_tensor(*rt, dev, DataType::kUInt8, {static_cast<int64_t>(ws)});
+          if (!d.ok()) throw std::runtime_error(d.status().message());
+          tm.workspace = std::move(d).value();
+          if (Status f = rt->fill(tm.workspace.raw(), 0xFF, ws, nullptr); !f.ok())
+            throw std::runtime_error(f.message());
+        } else {
+          tm.workspace = Tensor::uninitialized(DataType::kUInt8, {static_cast<int64_t>(ws)});
+          backends::poison_workspace(tm.workspace.raw(), ws);
+        }
         tm.ctx.workspace = tm.workspace.raw();
         tm.ctx.workspace_bytes = ws;
       }

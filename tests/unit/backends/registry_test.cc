@@ -3,6 +3,7 @@
 // does not fit is the reason it is declined.
 #include <gtest/gtest.h>
 
+#include "backends/device_runtime.h"
 #include "backends/registry.h"
 #include "engine/tactics.h"
 
@@ -81,15 +82,21 @@ TEST(Registry, PrecisionDtypesAndDeviceAreCheckedFromTheInfo) {
 
 TEST(Registry, OneRegistryOfEveryTacticInfoByName) {
   const auto& all = backends::all_tactics();
+  const bool cuda = backends::device_runtime(DeviceKind::kCUDA) != nullptr;
+  int cuda_tactics = 0;
   for (const Tactic* t : all) {
     EXPECT_EQ(backends::find_tactic(t->name()), t);
-    EXPECT_EQ(t->info().device, DeviceKind::kCPU) << t->name();
+    cuda_tactics += t->info().device == DeviceKind::kCUDA;
+    if (!cuda) EXPECT_EQ(t->info().device, DeviceKind::kCPU) << t->name();
   }
   EXPECT_EQ(backends::find_tactic("no_such_tactic"), nullptr);
-  // A CUDA layer has no candidates in a CPU-only kiln.
+  // A CUDA layer has candidates only in a kiln with the CUDA backend, and they are CUDA tactics.
   Relu l;
   l.sig.device = {DeviceKind::kCUDA, 0};
-  EXPECT_TRUE(backends::candidate_tactics(l.sig).empty());
+  auto candidates = backends::candidate_tactics(l.sig);
+  EXPECT_EQ(candidates.empty(), !cuda);
+  for (const Tactic* t : candidates) EXPECT_EQ(t->info().device, DeviceKind::kCUDA) << t->name();
+  EXPECT_EQ(cuda_tactics > 0, cuda);
 }
 
 // The real case: oneDNN's Winograd is AVX-512 only, so a target capped at AVX2 (kiln build --isa avx2)

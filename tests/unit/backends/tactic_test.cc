@@ -14,6 +14,7 @@
 
 #include "../graph_builder.h"
 #include "backends/cpu/xformer_tactics.h"
+#include "backends/device_runtime.h"
 #include "backends/registry.h"
 #include "layer_case.h"
 #include "longtail_cases.h"
@@ -994,6 +995,8 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
     if (kOwnCases.count(t->name())) continue;
     // The INT8 linear layers likewise (int8_matmul_test.cc: integer inputs, bit for bit).
     if (t->name().find("_onednn_u8s8s32") != std::string::npos) continue;
+    // CUDA tactics run on the GPU, checked in cuda_tactic_test.cc.
+    if (t->info().device != DeviceKind::kCPU) continue;
     EXPECT_GT(checked[t->name()], 5) << t->name() << " was checked on too few random layers";
   }
 }
@@ -1124,9 +1127,15 @@ TEST(Tactics, LibrariesNameTheirRuntimeVersion) {
     EXPECT_EQ(libs, "");
     return;
   }
-  // "oneDNN X.Y.Z", the version of the library loaded (the timing cache is stale after an upgrade).
+  // "oneDNN X.Y.Z", the version of the library loaded (the timing cache is stale after an upgrade),
+  // then, in a CUDA build, " + CUDA runtime X.Y + cuBLASLt X.Y.Z".
   ASSERT_EQ(libs.rfind("oneDNN ", 0), 0u) << libs;
-  EXPECT_EQ(std::count(libs.begin(), libs.end(), '.'), 2) << libs;
+  std::string onednn_part = libs.substr(0, libs.find(" + "));
+  EXPECT_EQ(std::count(onednn_part.begin(), onednn_part.end(), '.'), 2) << libs;
+  if (backends::device_runtime(DeviceKind::kCUDA)) {
+    EXPECT_NE(libs.find(" + CUDA runtime "), std::string::npos) << libs;
+    EXPECT_NE(libs.find(" + cuBLASLt "), std::string::npos) << libs;
+  }
 }
 
 TEST(Tactics, NamesAreUniqueAndFindable) {

@@ -7,6 +7,7 @@
 
 #include "../graph_builder.h"
 #include "backends/cpu/tactic_list.h"
+#include "backends/device_runtime.h"
 #include "backends/registry.h"
 #include "engine/engine_impl.h"
 #include "engine/tactics.h"
@@ -78,7 +79,20 @@ TEST(Target, BadOptionsAreClearErrors) {
   EXPECT_NE(message(cfg).find("--layout-block 7"), std::string::npos);
   cfg.layout_block = -1;
   cfg.device = {DeviceKind::kCUDA, 0};
-  EXPECT_NE(message(cfg).find("device cuda:0: this kiln has no CUDA backend"), std::string::npos);
+  if (const backends::DeviceRuntime* rt = backends::device_runtime(DeviceKind::kCUDA)) {
+    // A CUDA build refuses only when the GPU is missing (its kernels are timed on it).
+    if (std::string why = rt->why_unavailable(0); !why.empty()) {
+      EXPECT_NE(message(cfg).find("device cuda:0: " + why), std::string::npos) << message(cfg);
+    }
+  } else {
+    EXPECT_NE(message(cfg).find("device cuda:0: this kiln was built without the CUDA backend"), std::string::npos);
+  }
+  cfg.device = {DeviceKind::kCUDA, 99};
+  EXPECT_NE(message(cfg).find("device cuda:99: "), std::string::npos) << message(cfg);
+  cfg.device = {};
+  cfg.tf32 = true;
+  EXPECT_NE(message(cfg).find("--tf32 applies to CUDA builds"), std::string::npos) << message(cfg);
+  cfg.tf32 = false;
   cfg.device = {};
   if (!(host_isa() & kIsaAmx)) {
     cfg.isa = "amx";

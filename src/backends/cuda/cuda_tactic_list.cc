@@ -1,0 +1,22 @@
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cuda_tactics.h"
+
+namespace kiln::backends::cuda {
+
+const std::vector<const Tactic*>& tactic_list() {
+  static const std::vector<const Tactic*> list = [] {
+    std::vector<const Tactic*> v = matmul_tactics();
+    for (const Tactic* t : own_kernel_tactics()) v.push_back(t);
+    return v;
+  }();
+  return list;
+}
+
+std::string library_versions() {
+  int rt = 0;
+  cudaRuntimeGetVersion(&rt);
+  return "CUDA runtime " + std::to_string(rt / 1000) + "." + std::to_string(rt % 1000 / 10) + " + " +
+         cublaslt_version();
+}
+
+}  // namespace kiln::backends::cuda

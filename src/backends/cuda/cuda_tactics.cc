@@ -1,0 +1,649 @@
+// kiln's own CUDA tactics: elementwise (unary, binary with broadcasting), Softmax/LogSoftmax,
+// LayerNormalization, Cast, and data movement (Transpose, Slice, Concat, Expand, Gather). Each computes its
+// kernel's parameters once at prepare time and launches on the run's stream; constant inputs are
+// copied to the device then (DeviceConstants).
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/cuda_tactics.h"
+#include "ops/movement_geometry.h"
+
+namespace kiln::backends::cuda {
+
+namespace {
+
+int64_t numel(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+Dims contiguous_strides(const Dims& d) {
+  Dims s(d.size(), 1);
+  for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
+  return s;
+}
+
+std::string float32_inputs(const LayerSignature& sig, size_t count) {
+  for (size_t i = 0; i < sig.inputs.size() && i < count; ++i)
+    if (sig.inputs[i].present && sig.inputs[i].dtype != DataType::kFloat32)
+      return "input " + std::to_string(i) + " is " + dtype_name(sig.inputs[i].dtype) + ", not float32";
+  return "";
+}
+
+bool broadcast(const Dims& a, const Dims& b, Dims* out) {
+  size_t r = std::max(a.size(), b.size());
+  Dims o(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t x = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t y = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (x != y && x != 1 && y != 1) return false;
+    o[i] = x == 1 ? y : x;
+  }
+  *out = std::move(o);
+  return true;
+}
+
+// Strides of `in` (right-aligned) over the broadcast output dims `out`: 0 along broadcast dims.
+void broadcast_strides(const Dims& in, const Dims& out, int64_t* strides) {
+  Dims s = contiguous_strides(in);
+  size_t off = out.size() - in.size();
+  for (size_t k = 0; k < out.size(); ++k) strides[k] = k < off || in[k - off] == 1 ? 0 : s[k - off];
+}
+
+Status launched(cudaError_t e, const char* kernel) { return cuda_status(e, kernel); }
+
+TacticInfo cuda_f32() { return {DeviceKind::kCUDA, kIsaPortable, DataType::kFloat32, {DataType::kFloat32}, {}}; }
+TacticInfo cuda_any_dtype() { return {DeviceKind::kCUDA, kIsaPortable, DataType::kUndefined, {}, {}}; }
+
+// ---------------------------------------------------------------- unary
+
+class PreparedUnary : public PreparedLayer {
+ public:
+  Dims shape;
+  UnaryParams p;
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    return launched(launch_unary(in[0]->data<float>(), out[0]->data<float>(), numel(shape), p, stream_of(ctx)),
+                    "elementwise_unary_cuda");
+  }
+};
+
+// The kernel's op for a node; false when it has none (or a parameter is not a constant).
+bool unary_params(const LayerSignature& sig, UnaryParams* p, std::string* why) {
+  const ir::Node& n = *sig.node;
+  const std::string& op = n.op_type;
+  static const std::pair<const char*, UnaryOp> kPlain[] = {
+      {"Relu", UnaryOp::kRelu},         {"Sigmoid", UnaryOp::kSigmoid},
+      {"Tanh", UnaryOp::kTanh},         {"Exp", UnaryOp::kExp},
+      {"Log", UnaryOp::kLog},           {"Sqrt", UnaryOp::kSqrt},
+      {"Neg", UnaryOp::kNeg},           {"Abs", UnaryOp::kAbs},
+      {"Erf", UnaryOp::kErf},           {"Floor", UnaryOp::kFloor},
+      {"Ceil", UnaryOp::kCeil},         {"Reciprocal", UnaryOp::kReciprocal},
+      {"Softplus", UnaryOp::kSoftplus}, {"HardSwish", UnaryOp::kHardSwish}};
+  for (const auto& [name, u] : kPlain)
+    if (op == name) {
+      p->op = u;
+      return true;
+    }
+  if (op == "Gelu") {
+    p->op = n.attr_string("approximate", "none") == "tanh" ? UnaryOp::kGeluTanh : UnaryOp::kGelu;
+    return true;
+  }
+  if (op == "LeakyRelu") {
+    p->op = UnaryOp::kLeakyRelu, p->alpha = n.attr_float("alpha", 0.01f);
+    return true;
+  }
+  if (op == "Elu") {
+    p->op = UnaryOp::kElu, p->alpha = n.attr_float("alpha", 1.f);
+    return true;
+  }
+  if (op == "HardSigmoid") {
+    p->op = UnaryOp::kHardSigmoid, p->alpha = n.attr_float("alpha", 0.2f), p->beta = n.attr_float("beta", 0.5f);
+    return true;
+  }
+  if (op == "Clip") {
+    p->op = UnaryOp::kClip, p->alpha = -INFINITY, p->beta = INFINITY;
+    if (n.opset < 11) {
+      p->alpha = n.attr_float("min", -INFINITY), p->beta = n.attr_float("max", INFINITY);
+      return true;
+    }
+    for (size_t i = 1; i <= 2; ++i) {
+      if (!sig.has_input(i)) continue;
+      const Tensor* c = sig.inputs[i].constant;
+      if (!c || c->numel() != 1 || c->dtype() != DataType::kFloat32) {
+        *why = "Clip's min/max is not a float32 constant";
+        return false;
+      }
+      (i == 1 ? p->alpha : p->beta) = c->data<float>()[0];
+    }
+    return true;
+  }
+  *why = "no CUDA kernel for " + op;
+  return false;
+}
+
+class UnaryCuda : public Tactic {
+ public:
+  std::string name() const override { return "elementwise_unary_cuda"; }
+  TacticInfo info() const override { return cuda_f32(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    std::vector<std::pair<std::string, std::string>> v;
+    for (const char* op : {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf", "Floor", "Ceil",
+                           "Reciprocal", "Softplus", "HardSwish", "Gelu", "LeakyRelu", "Elu", "HardSigmoid", "Clip"})
+      v.emplace_back("", op);
+    v.emplace_back("kiln", "Gelu");
+    return v;
+  }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (!sig.has_input(0)) return "no input";
+    if (auto e = float32_inputs(sig, 1); !e.empty()) return e;
+    UnaryParams p;
+    std::string why;
+    return unary_params(sig, &p, &why) ? "" : why;
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    auto l = std::make_unique<PreparedUnary>();
+    std::string why;
+    if (!unary_params(sig, &l->p, &why)) return Unsupported(why);
+    l->shape = sig.inputs[0].shape;
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+};
+
+// ---------------------------------------------------------------- binary
+
+class PreparedBinary : public PreparedLayer {
+ public:
+  Dims shape;
+  BinaryOp op = BinaryOp::kAdd;
+  BroadcastParams p;
+  DeviceConstants consts;
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    auto a = static_cast<const float*>(consts.data(0, in)), b = static_cast<const float*>(consts.data(1, in));
+    return launched(launch_binary(a, b, out[0]->data<float>(), numel(shape), op, p, stream_of(ctx)),
+                    "elementwise_binary_cuda");
+  }
+};
+
+class BinaryCuda : public Tactic {
+ public:
+  std::string name() const override { return "elementwise_binary_cuda"; }
+  TacticInfo info() const override { return cuda_f32(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    return {{"", "Add"}, {"", "Sub"}, {"", "Mul"}, {"", "Div"}, {"", "Pow"}, {"", "Max"}, {"", "Min"}, {"", "PRelu"}};
+  }
+  static BinaryOp op_of(const std::string& op) {
+    if (op == "Sub") return BinaryOp::kSub;
+    if (op == "Mul") return BinaryOp::kMul;
+    if (op == "Div") return BinaryOp::kDiv;
+    if (op == "Pow") return BinaryOp::kPow;
+    if (op == "Max") return BinaryOp::kMax;
+    if (op == "Min") return BinaryOp::kMin;
+    if (op == "PRelu") return BinaryOp::kPRelu;
+    return BinaryOp::kAdd;
+  }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (sig.inputs.size() != 2 || !sig.has_input(0) || !sig.has_input(1)) return "needs exactly two inputs";
+    if (auto e = float32_inputs(sig, 2); !e.empty()) return e;
+    if (sig.inputs[0].shape.size() > kMaxRank || sig.inputs[1].shape.size() > kMaxRank)
+      return "rank above " + std::to_string(kMaxRank);
+    if (sig.fully_known()) {
+      Dims o;
+      if (!broadcast(sig.inputs[0].shape, sig.inputs[1].shape, &o)) return "shapes do not broadcast";
+      if (sig.op() == "PRelu" && o != sig.inputs[0].shape) return "PRelu's slope broadcasts X";
+    }
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    auto l = std::make_unique<PreparedBinary>();
+    const Dims &a = sig.inputs[0].shape, &b = sig.inputs[1].shape;
+    if (!broadcast(a, b, &l->shape))
+      return InvalidArgument("shapes ", dims_str(a), " and ", dims_str(b), " do not broadcast");
+    l->op = op_of(sig.op());
+    l->p.rank = static_cast<int>(l->shape.size());
+    for (size_t k = 0; k < l->shape.size(); ++k) l->p.dims[k] = l->shape[k];
+    broadcast_strides(a, l->shape, l->p.a_strides);
+    broadcast_strides(b, l->shape, l->p.b_strides);
+    l->p.same_shape = a == l->shape && b == l->shape;
+    KILN_RETURN_IF_ERROR(l->consts.upload(sig));
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+};
+
+// ---------------------------------------------------------------- cast
+
+bool cast_type(DataType t, CastType* c) {
+  switch (t) {
+    case DataType::kFloat32: *c = CastType::kFloat32; return true;
+    case DataType::kInt32: *c = CastType::kInt32; return true;
+    case DataType::kInt64: *c = CastType::kInt64; return true;
+    case DataType::kBool: *c = CastType::kBool; return true;
+    default: return false;
+  }
+}
+
+class PreparedCast : public PreparedLayer {
+ public:
+  Dims shape;
+  DataType to_dtype = DataType::kFloat32;
+  CastType from = CastType::kFloat32, to = CastType::kFloat32;
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+  std::vector<DataType> output_dtypes() const override { return {to_dtype}; }
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    return launched(launch_cast(in[0]->raw(), from, out[0]->raw(), to, numel(shape), stream_of(ctx)), "cast_cuda");
+  }
+};
+
+class CastCuda : public Tactic {
+ public:
+  std::string name() const override { return "cast_cuda"; }
+  TacticInfo info() const override { return cuda_any_dtype(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Cast"}}; }
+  static DataType target(const LayerSignature& sig) {
+    return static_cast<DataType>(sig.node->attr_int("to", static_cast<int64_t>(DataType::kUndefined)));
+  }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    CastType c;
+    if (!sig.has_input(0) || !cast_type(sig.inputs[0].dtype, &c) || !cast_type(target(sig), &c))
+      return "casts other than between float32, int32, int64 and bool";
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    auto l = std::make_unique<PreparedCast>();
+    l->shape = sig.inputs[0].shape;
+    l->to_dtype = target(sig);
+    if (!cast_type(sig.inputs[0].dtype, &l->from) || !cast_type(l->to_dtype, &l->to))
+      return Unsupported("casts other than between float32, int32, int64 and bool");
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+};
+
+// ---------------------------------------------------------------- softmax
+
+class PreparedSoftmax : public PreparedLayer {
+ public:
+  Dims shape;
+  int64_t outer = 1, axis = 1, inner = 1;
+  bool log = false;
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    return launched(
+        launch_softmax(in[0]->data<float>(), out[0]->data<float>(), outer, axis, inner, log, stream_of(ctx)),
+        "softmax_cuda");
+  }
+};
+
+class SoftmaxCuda : public Tactic {
+ public:
+  std::string name() const override { return "softmax_cuda"; }
+  TacticInfo info() const override { return cuda_f32(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    return {{"", "Softmax"}, {"", "LogSoftmax"}};
+  }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (!sig.has_input(0)) return "no input";
+    if (auto e = float32_inputs(sig, 1); !e.empty()) return e;
+    int64_t rank = static_cast<int64_t>(sig.inputs[0].shape.size());
+    int64_t axis = sig.node->attr_int("axis", sig.node->opset >= 13 ? -1 : 1);
+    if (axis < 0) axis += rank;
+    if (rank == 0 || axis < 0 || axis >= rank) return "axis out of range";
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    auto l = std::make_unique<PreparedSoftmax>();
+    l->shape = sig.inputs[0].shape;
+    const int64_t rank = static_cast<int64_t>(l->shape.size());
+    int64_t axis = sig.node->attr_int("axis", sig.node->opset >= 13 ? -1 : 1);
+    if (axis < 0) axis += rank;
+    l->log = sig.op() == "LogSoftmax";
+    l->outer = l->axis = l->inner = 1;
+    for (int64_t k = 0; k < rank; ++k) {
+      int64_t d = l->shape[static_cast<size_t>(k)];
+      if (k < axis)
+        l->outer *= d;
+      else if (k == axis || sig.node->opset < 13)  // before opset 13: the trailing dims as one axis
+        l->axis *= d;
+      else
+        l->inner *= d;
+    }
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+};
+
+// ---------------------------------------------------------------- layer norm
+
+class PreparedLayerNorm : public PreparedLayer {
+ public:
+  Dims shape;
+  int64_t rows = 0, d = 0;
+  float epsilon = 1e-5f;
+  bool has_scale = false, has_bias = false;
+  DeviceConstants consts;
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    auto s = has_scale ? static_cast<const float*>(consts.data(1, in)) : nullptr;
+    auto b = has_bias ? static_cast<const float*>(consts.data(2, in)) : nullptr;
+    return launched(
+        launch_layer_norm(in[0]->data<float>(), s, b, out[0]->data<float>(), rows, d, epsilon, stream_of(ctx)),
+        "layer_norm_cuda");
+  }
+};
+
+class LayerNormCuda : public Tactic {
+ public:
+  std::string name() const override { return "layer_norm_cuda"; }
+  TacticInfo info() const override { return cuda_f32(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    return {{"", "LayerNormalization"}, {"kiln", "LayerNormalization"}};
+  }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (!sig.has_input(0)) return "no X";
+    if (auto e = float32_inputs(sig, 3); !e.empty()) return e;
+    const ir::Node& n = *sig.node;
+    if (sig.domain().empty() && !sig.has_input(1)) return "no Scale";
+    for (size_t o = 1; o < n.outputs.size(); ++o)
+      if (n.has_output(o)) return "Mean/InvStdDev outputs are asked for";
+    int64_t rank = static_cast<int64_t>(sig.inputs[0].shape.size());
+    int64_t axis = n.attr_int("axis", -1);
+    if (axis < 0) axis += rank;
+    if (rank == 0 || axis < 0 || axis >= rank) return "axis out of range";
+    if (!sig.inputs[0].known()) return "";
+    int64_t d = numel(Dims(sig.inputs[0].shape.begin() + axis, sig.inputs[0].shape.end()));
+    for (size_t i = 1; i <= 2; ++i)
+      if (sig.has_input(i) && (!sig.inputs[i].known() || numel(sig.inputs[i].shape) != d))
+        return "Scale/B does not have the normalized block's elements";
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    auto l = std::make_unique<PreparedLayerNorm>();
+    l->shape = sig.inputs[0].shape;
+    int64_t rank = static_cast<int64_t>(l->shape.size());
+    int64_t axis = sig.node->attr_int("axis", -1);
+    if (axis < 0) axis += rank;
+    l->d = numel(Dims(l->shape.begin() + axis, l->shape.end()));
+    l->rows = numel(Dims(l->shape.begin(), l->shape.begin() + axis));
+    l->epsilon = sig.node->attr_float("epsilon", 1e-5f);
+    l->has_scale = sig.has_input(1), l->has_bias = sig.has_input(2);
+    KILN_RETURN_IF_ERROR(l->consts.upload(sig));
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+};
+
+// ---------------------------------------------------------------- movement
+
+// One or more strided copies into the output (Transpose, Slice, Expand: one; Concat: one per input).
+class PreparedCopies : public PreparedLayer {
+ public:
+  Dims shape;
+  DataType dtype = DataType::kFloat32;
+  std::vector<std::pair<size_t, StridedCopy>> copies;  // (input, copy)
+  DeviceConstants consts;
+  const char* kernel = "";
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+  std::vector<DataType> output_dtypes() const override { return {dtype}; }
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    for (const auto& [i, c] : copies)
+      KILN_RETURN_IF_ERROR(launched(launch_strided_copy(consts.data(i, in), out[0]->raw(),
+                                                        static_cast<int64_t>(dtype_size(dtype)), c, stream_of(ctx)),
+                                    kernel));
+    return Status::Ok();
+  }
+};
+
+std::string movable(const LayerSignature& sig) {
+  if (!sig.has_input(0)) return "no input";
+  DataType t = sig.inputs[0].dtype;
+  size_t s = t == DataType::kString ? 0 : dtype_size(t);
+  if (s != 1 && s != 2 && s != 4 && s != 8) return std::string("elements of ") + dtype_name(t) + " cannot be moved";
+  if (sig.inputs[0].shape.size() > kMaxRank) return "rank above " + std::to_string(kMaxRank);
+  return "";
+}
+
+// The constant int64 values of input i, or false.
+bool const_ints(const LayerSignature& sig, size_t i, std::vector<int64_t>* v) {
+  if (!sig.has_input(i) || !sig.inputs[i].constant) return false;
+  const Tensor& t = *sig.inputs[i].constant;
+  if (t.dtype() != DataType::kInt64 && t.dtype() != DataType::kInt32) return false;
+  v->clear();
+  for (int64_t k = 0; k < t.numel(); ++k) v->push_back(t.get_i64(k));
+  return true;
+}
+
+class TransposeCuda : public Tactic {
+ public:
+  std::string name() const override { return "transpose_cuda"; }
+  TacticInfo info() const override { return cuda_any_dtype(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Transpose"}}; }
+  std::string why_unsupported(const LayerSignature& sig) const override { return movable(sig); }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    const Dims& x = sig.inputs[0].shape;
+    const int64_t rank = static_cast<int64_t>(x.size());
+    std::vector<int64_t> perm = sig.node->attr_ints("perm");
+    if (perm.empty())
+      for (int64_t k = rank; k-- > 0;) perm.push_back(k);
+    if (static_cast<int64_t>(perm.size()) != rank) return InvalidArgument("perm ", dims_str(perm), " for rank ", rank);
+    auto l = std::make_unique<PreparedCopies>();
+    l->dtype = sig.inputs[0].dtype, l->kernel = "transpose_cuda";
+    Dims in_strides = contiguous_strides(x);
+    StridedCopy c;
+    c.rank = static_cast<int>(rank);
+    for (int64_t k = 0; k < rank; ++k) {
+      int64_t p = perm[static_cast<size_t>(k)];
+      if (p < 0) p += rank;
+      if (p < 0 || p >= rank) return InvalidArgument("perm ", dims_str(perm), " out of range");
+      l->shape.push_back(x[static_cast<size_t>(p)]);
+      c.in_strides[k] = in_strides[static_cast<size_t>(p)];
+    }
+    Dims out_strides = contiguous_strides(l->shape);
+    for (int64_t k = 0; k < rank; ++k) c.dims[k] = l->shape[static_cast<size_t>(k)], c.out_strides[k] = out_strides[k];
+    l->copies.emplace_back(0, c);
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+};
+
+class SliceCuda : public Tactic {
+ public:
+  std::string name() const override { return "slice_cuda"; }
+  TacticInfo info() const override { return cuda_any_dtype(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Slice"}}; }
+  static bool params(const LayerSignature& sig, ops::SliceParams* p) {
+    if (sig.node->opset < 10) {
+      p->starts = sig.node->attr_ints("starts"), p->ends = sig.node->attr_ints("ends");
+      p->has_axes = sig.node->attr("axes") != nullptr;
+      if (p->has_axes) p->axes = sig.node->attr_ints("axes");
+      return true;
+    }
+    if (!const_ints(sig, 1, &p->starts) || !const_ints(sig, 2, &p->ends)) return false;
+    p->has_axes = sig.has_input(3), p->has_steps = sig.has_input(4);
+    if (p->has_axes && !const_ints(sig, 3, &p->axes)) return false;
+    if (p->has_steps && !const_ints(sig, 4, &p->steps)) return false;
+    return true;
+  }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (auto e = movable(sig); !e.empty()) return e;
+    ops::SliceParams p;
+    return params(sig, &p) ? "" : "starts/ends/axes/steps are not constants";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    ops::SliceParams p;
+    if (!params(sig, &p)) return Unsupported("starts/ends/axes/steps are not constants");
+    const Dims& x = sig.inputs[0].shape;
+    const int64_t rank = static_cast<int64_t>(x.size());
+    KILN_RETURN_IF_ERROR(ops::check_slice_params(p, rank));
+    Dims in_strides = contiguous_strides(x);
+    auto l = std::make_unique<PreparedCopies>();
+    l->dtype = sig.inputs[0].dtype, l->kernel = "slice_cuda";
+    l->shape = x;
+    StridedCopy c;
+    c.rank = static_cast<int>(rank);
+    for (int64_t k = 0; k < rank; ++k) c.in_strides[k] = in_strides[static_cast<size_t>(k)];
+    for (size_t j = 0; j < p.axes.size(); ++j) {
+      size_t a = static_cast<size_t>(p.axes[j]);
+      KILN_ASSIGN_OR_RETURN(ops::SliceAxis s, ops::slice_axis(x[a], p.starts[j], p.ends[j], p.steps[j]));
+      l->shape[a] = s.len;
+      c.in_offset += s.start * in_strides[a];
+      c.in_strides[a] = in_strides[a] * s.step;
+    }
+    Dims out_strides = contiguous_strides(l->shape);
+    for (int64_t k = 0; k < rank; ++k) c.dims[k] = l->shape[static_cast<size_t>(k)], c.out_strides[k] = out_strides[k];
+    l->copies.emplace_back(0, c);
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+};
+
+class ConcatCuda : public Tactic {
+ public:
+  std::string name() const override { return "concat_cuda"; }
+  TacticInfo info() const override { return cuda_any_dtype(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Concat"}}; }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (auto e = movable(sig); !e.empty()) return e;
+    for (const auto& t : sig.inputs)
+      if (!t.present || t.dtype != sig.inputs[0].dtype || t.shape.size() != sig.inputs[0].shape.size())
+        return "inputs differ in dtype or rank";
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    const int64_t rank = static_cast<int64_t>(sig.inputs[0].shape.size());
+    int64_t axis = sig.node->attr_int("axis", 0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return InvalidArgument("axis out of range");
+    auto l = std::make_unique<PreparedCopies>();
+    l->dtype = sig.inputs[0].dtype, l->kernel = "concat_cuda";
+    l->shape = sig.inputs[0].shape;
+    l->shape[static_cast<size_t>(axis)] = 0;
+    for (const auto& t : sig.inputs) l->shape[static_cast<size_t>(axis)] += t.shape[static_cast<size_t>(axis)];
+    Dims out_strides = contiguous_strides(l->shape);
+    int64_t at = 0;
+    for (size_t i = 0; i < sig.inputs.size(); ++i) {
+      const Dims& x = sig.inputs[i].shape;
+      for (int64_t k = 0; k < rank; ++k)
+        if (k != axis && x[static_cast<size_t>(k)] != l->shape[static_cast<size_t>(k)])
+          return InvalidArgument("input ", i, " ", dims_str(x), " does not fit ", dims_str(sig.inputs[0].shape));
+      StridedCopy c;
+      c.rank = static_cast<int>(rank);
+      Dims in_strides = contiguous_strides(x);
+      for (int64_t k = 0; k < rank; ++k)
+        c.dims[k] = x[static_cast<size_t>(k)], c.in_strides[k] = in_strides[static_cast<size_t>(k)],
+        c.out_strides[k] = out_strides[static_cast<size_t>(k)];
+      c.out_offset = at * out_strides[static_cast<size_t>(axis)];
+      at += x[static_cast<size_t>(axis)];
+      if (numel(x)) l->copies.emplace_back(i, c);
+    }
+    KILN_RETURN_IF_ERROR(l->consts.upload(sig));
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+};
+
+class ExpandCuda : public Tactic {
+ public:
+  std::string name() const override { return "expand_cuda"; }
+  TacticInfo info() const override { return cuda_any_dtype(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Expand"}}; }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (auto e = movable(sig); !e.empty()) return e;
+    std::vector<int64_t> s;
+    if (!const_ints(sig, 1, &s)) return "the shape is not a constant";
+    if (s.size() > kMaxRank) return "rank above " + std::to_string(kMaxRank);
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    std::vector<int64_t> s;
+    if (!const_ints(sig, 1, &s)) return Unsupported("the shape is not a constant");
+    auto l = std::make_unique<PreparedCopies>();
+    l->dtype = sig.inputs[0].dtype, l->kernel = "expand_cuda";
+    if (!broadcast(sig.inputs[0].shape, s, &l->shape))
+      return InvalidArgument("shape ", dims_str(s), " does not broadcast with ", dims_str(sig.inputs[0].shape));
+    StridedCopy c;
+    c.rank = static_cast<int>(l->shape.size());
+    broadcast_strides(sig.inputs[0].shape, l->shape, c.in_strides);
+    Dims out_strides = contiguous_strides(l->shape);
+    for (size_t k = 0; k < l->shape.size(); ++k) c.dims[k] = l->shape[k], c.out_strides[k] = out_strides[k];
+    l->copies.emplace_back(0, c);
+    KILN_RETURN_IF_ERROR(l->consts.upload(sig));
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+};
+
+class PreparedGather : public PreparedLayer {
+ public:
+  Dims shape;
+  DataType dtype = DataType::kFloat32;
+  bool idx64 = true;
+  int64_t outer = 1, axis = 1, count = 1, inner = 1;
+  DeviceConstants consts;
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+  std::vector<DataType> output_dtypes() const override { return {dtype}; }
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    return launched(launch_gather(consts.data(0, in), consts.data(1, in), idx64, out[0]->raw(),
+                                  static_cast<int64_t>(dtype_size(dtype)), outer, axis, count, inner, stream_of(ctx)),
+                    "gather_cuda");
+  }
+};
+
+class GatherCuda : public Tactic {
+ public:
+  std::string name() const override { return "gather_cuda"; }
+  TacticInfo info() const override { return cuda_any_dtype(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Gather"}}; }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (auto e = movable(sig); !e.empty()) return e;
+    if (!sig.has_input(1) || (sig.inputs[1].dtype != DataType::kInt64 && sig.inputs[1].dtype != DataType::kInt32))
+      return "indices are not int64/int32";
+    int64_t rank = static_cast<int64_t>(sig.inputs[0].shape.size()), axis = sig.node->attr_int("axis", 0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return "axis out of range";
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    const Dims& x = sig.inputs[0].shape;
+    const Dims& idx = sig.inputs[1].shape;
+    int64_t rank = static_cast<int64_t>(x.size()), axis = sig.node->attr_int("axis", 0);
+    if (axis < 0) axis += rank;
+    auto l = std::make_unique<PreparedGather>();
+    l->dtype = sig.inputs[0].dtype;
+    l->idx64 = sig.inputs[1].dtype == DataType::kInt64;
+    l->axis = x[static_cast<size_t>(axis)];
+    l->count = numel(idx);
+    for (int64_t k = 0; k < axis; ++k) l->outer *= x[static_cast<size_t>(k)];
+    for (int64_t k = axis + 1; k < rank; ++k) l->inner *= x[static_cast<size_t>(k)];
+    l->shape.assign(x.begin(), x.begin() + axis);
+    l->shape.insert(l->shape.end(), idx.begin(), idx.end());
+    l->shape.insert(l->shape.end(), x.begin() + axis + 1, x.end());
+    if (const Tensor* c = sig.inputs[1].constant)  // the reference rejects these; the kernel would write zeros
+      for (int64_t k = 0; k < c->numel(); ++k)
+        if (int64_t v = c->get_i64(k); v < -l->axis || v >= l->axis)
+          return InvalidArgument("index ", v, " is out of range for an axis of ", l->axis);
+    KILN_RETURN_IF_ERROR(l->consts.upload(sig));
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+};
+
+}  // namespace
+
+std::vector<const Tactic*> own_kernel_tactics() {
+  static const UnaryCuda unary;
+  static const BinaryCuda binary;
+  static const SoftmaxCuda softmax;
+  static const LayerNormCuda layer_norm;
+  static const TransposeCuda transpose;
+  static const SliceCuda slice;
+  static const ConcatCuda concat;
+  static const ExpandCuda expand;
+  static const GatherCuda gather;
+  static const CastCuda cast;
+  return {&unary, &binary, &softmax, &layer_norm, &transpose, &slice, &concat, &expand, &gather, &cast};
+}
+
+}  // namespace kiln::backends::cuda

@@ -1,0 +1,16 @@
+// The CUDA backend's tactic groups, in priority order in tactic_list() (cuda_tactic_list.cc).
+#pragma once
+
+#include <vector>
+
+#include "backends/tactic.h"
+
+namespace kiln::backends::cuda {
+
+// cuBLASLt MatMul/Gemm/kiln.FusedMatMul/kiln.FusedGemm: one tactic per rank of cuBLASLt's heuristic
+// (matmul_cublaslt_h0 .. h3, the tuner times them), and TF32 variants when the build allows TF32.
+std::vector<const Tactic*> matmul_tactics();
+// kiln's own kernels: elementwise, softmax, layer norm, data movement (cuda_tactics.cc).
+std::vector<const Tactic*> own_kernel_tactics();
+
+}  // namespace kiln::backends::cuda

@@ -1,0 +1,65 @@
+// The memory and stream services of an accelerator, as the engine and the tuner need them: device
+// buffers (the context's arena, staged inputs and outputs), pinned host staging, a stream per
+// execution context, copies and synchronization. A backend for a device kind implements it
+// (backends/cuda/cuda_runtime.cc); the engine reaches it through device_runtime() and includes no
+// device headers, so CPU-only builds compile the same engine code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "core/target.h"
+#include "core/tensor.h"
+
+namespace kiln::backends {
+
+class DeviceRuntime {
+ public:
+  virtual ~DeviceRuntime() = default;
+  virtual DeviceKind kind() const = 0;
+  // Why device `index` cannot be used here ("no CUDA driver", "cuda:3: the machine has 1 device");
+  // "" when it can.
+  virtual std::string why_unavailable(int index) const = 0;
+  // What identifies the device and its software for an engine built on it: "name", "compute_capability",
+  // "driver", "runtime", plus the backend's libraries ("cublaslt"). Empty when unavailable.
+  virtual std::map<std::string, std::string> identity(int index) const = 0;
+  // Why an engine whose kernels were chosen on `built` cannot run on device `index`, naming every
+  // field that differs; "" when it can.
+  virtual std::string incompatibility(const std::map<std::string, std::string>& built, int index) const = 0;
+
+  // Device memory of `bytes` (at least 256-byte aligned) on device `index`, freed with the last copy.
+  virtual Result<std::shared_ptr<uint8_t[]>> allocate(int index, size_t bytes) const = 0;
+  // Page-locked host memory (fast, asynchronous copies), freed with the last copy.
+  virtual Result<std::shared_ptr<uint8_t[]>> allocate_pinned(size_t bytes) const = 0;
+  // A stream of its own on device `index` (opaque: cudaStream_t for CUDA), destroyed with the last copy.
+  virtual Result<std::shared_ptr<void>> create_stream(int index) const = 0;
+
+  enum class Copy { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+  // Queued on `stream` (nullptr: the default stream); host memory that is not pinned makes it synchronous.
+  virtual Status copy(void* dst, const void* src, size_t bytes, Copy kind, void* stream) const = 0;
+  virtual Status fill(void* dst, int byte, size_t bytes, void* stream) const = 0;
+  // Waits until the work queued on `stream` is done; the first error of that work, naming it.
+  virtual Status synchronize(void* stream) const = 0;
+  // Runs `run` (which queues its work on `stream`) between two events recorded on `stream` and waits
+  // for the second: the device time of the queued work in milliseconds (the tuner's timer).
+  virtual Result<double> time_ms(const std::function<Status()>& run, void* stream) const = 0;
+};
+
+// The runtime of `kind` when this build has a backend for it (nullptr for the CPU, and for CUDA in a
+// build without -DKILN_CUDA).
+const DeviceRuntime* device_runtime(DeviceKind kind);
+
+// A copy of host tensor `t` in device memory of `rt` (device `index`), queued on `stream`; the
+// tensor's location says where it lives. Undefined tensors stay undefined.
+Result<Tensor> to_device(const DeviceRuntime& rt, int index, const Tensor& t, void* stream);
+// An uninitialized device tensor of this dtype and shape.
+Result<Tensor> device_tensor(const DeviceRuntime& rt, int index, DataType dtype, const Dims& shape);
+// A host copy of device tensor `t` (synchronizes `stream` first).
+Result<Tensor> to_host(const DeviceRuntime& rt, const Tensor& t, void* stream);
+
+}  // namespace kiln::backends
