@@ -38,9 +38,12 @@ void from_json(const json& j, CompareOptions& o) {
 }
 
 BuildFlags reference_build_flags(BuildFlags f) {
-  // New precision flags (per-layer precisions, calibration) must be cleared here too.
-  f.fp16 = f.bf16 = f.int8 = false;
+  // Every precision flag: the in-memory reference is the FP32 engine of the same model and passes.
+  f.fp16 = f.bf16 = f.int8 = f.best = f.strongly_typed = false;
   f.fp32 = true;
+  f.layer_precisions.clear();
+  f.calib_data.clear();
+  f.calib_cache.clear();
   return f;
 }
 
