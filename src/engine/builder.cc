@@ -473,7 +473,9 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
     layer_precisions.push_back(r.pattern + ":" + engine::precision_name(r.precision));
   static const char* constraint_names[] = {"none", "prefer", "obey"};
   e->build["config"] = {
-      {"precision", !int8.is_null() ? "int8" : precisions.size() == 1 ? "fp32" : "mixed"},
+      {"precision", !int8.is_null()          ? "int8"
+                    : precisions.size() == 1 ? "fp32"
+                                             : "mixed"},
       {"precisions", precision.strongly_typed ? nlohmann::json("strongly typed") : precisions},
       {"layer_precisions", layer_precisions},
       {"precision_constraints", constraint_names[static_cast<int>(precision.constraints)]},

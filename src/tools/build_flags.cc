@@ -3,8 +3,8 @@
 
 #include <cstdio>
 
-#include "engine/precision.h"
 #include "core/target.h"
+#include "engine/precision.h"
 #include "tools/cli_common.h"
 
 namespace kiln::tools {

@@ -89,7 +89,8 @@ json find_divergence(const CompareOptions& o, const Runners& r, const std::map<s
              {"name", n.name},
              {"op_type", (n.domain.empty() ? "" : n.domain + ".") + n.op_type},
              {"kernel", it != info.end() ? it->second->kernel : "reference"},
-             {"precision", ops::computes_in_int8(n) ? "int8" : engine::layer_precision(n, outs)},  // int8: the graph quantized it
+             {"precision",
+              ops::computes_in_int8(n) ? "int8" : engine::layer_precision(n, outs)},  // int8: the graph quantized it
              {"sources", sources},
              {"fused", sources.size() > 1}};
     json ins = json::array();
