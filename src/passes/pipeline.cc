@@ -33,6 +33,9 @@ const std::vector<PassInfo>& pipeline() {
       {"fold_qdq_matmul", fold_qdq_matmul,
        "DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(scale) -> Add(bias) -> kiln.DynQMatMul; "
        "Q(MatMul(DQ(x), DQ(W))) -> QLinearMatMul (INT8)"},
+      // After the Q/DQ folding passes, which read the weights' DequantizeLinear nodes.
+      {"fold_weight_dequantize", fold_weight_dequantize,
+       "DequantizeLinear of a constant weight no INT8 pattern took -> a float initializer (any size)"},
       // On plain ONNX Conv and AveragePool, before fold_batch_norm / fuse_activation make FusedConvs.
       {"pool_before_pointwise_conv", pool_before_pointwise_conv,
        "1x1 Conv -> unpadded AveragePool -> the pool first (the conv on k*k times fewer pixels)"},

@@ -175,6 +175,7 @@ int check_against_reference(const LayerCase& lc, int iter, float tol) {
 }
 
 TEST(Int8Matmul, MatMulIntegerIsBitExact) {
+  if (!backends::find_tactic("dyn_q_matmul_onednn_u8s8s32")) GTEST_SKIP() << "built without oneDNN";
   std::mt19937 rng(7);
   int ran = 0;
   for (int iter = 0; iter < 60; ++iter) ran += check_against_reference(matmul_integer_case(rng), iter, 0.f);
@@ -182,6 +183,7 @@ TEST(Int8Matmul, MatMulIntegerIsBitExact) {
 }
 
 TEST(Int8Matmul, QLinearMatMulIsBitExact) {
+  if (!backends::find_tactic("dyn_q_matmul_onednn_u8s8s32")) GTEST_SKIP() << "built without oneDNN";
   std::mt19937 rng(9);
   int ran = 0;
   for (int iter = 0; iter < 60; ++iter)
@@ -190,6 +192,7 @@ TEST(Int8Matmul, QLinearMatMulIsBitExact) {
 }
 
 TEST(Int8Matmul, DynQMatMulEqualsTheUnfusedOps) {
+  if (!backends::find_tactic("dyn_q_matmul_onednn_u8s8s32")) GTEST_SKIP() << "built without oneDNN";
   std::mt19937 rng(11);
   int ran = 0;
   for (int iter = 0; iter < 80; ++iter) {
@@ -201,6 +204,7 @@ TEST(Int8Matmul, DynQMatMulEqualsTheUnfusedOps) {
 }
 
 TEST(Int8Matmul, InfiniteActivationIsAnError) {
+  if (!backends::find_tactic("dyn_q_matmul_onednn_u8s8s32")) GTEST_SKIP() << "built without oneDNN";
   std::mt19937 rng(3);
   LayerCase lc;
   do lc = dyn_q_matmul_case(rng, 77);
@@ -223,6 +227,7 @@ TEST(Int8Matmul, InfiniteActivationIsAnError) {
 }
 
 TEST(Int8Matmul, DeclinesWhatItDoesNotImplementWithAReason) {
+  if (!backends::find_tactic("dyn_q_matmul_onednn_u8s8s32")) GTEST_SKIP() << "built without oneDNN";
   std::mt19937 rng(5);
   LayerCase lc = matmul_integer_case(rng);
   lc.constant[1] = false;  // activation x activation

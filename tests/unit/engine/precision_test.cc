@@ -106,7 +106,8 @@ TEST(Precision, StronglyTypedTakesNoOtherPrecision) {
   // A float32 graph, strongly typed: every layer computes in float32.
   cfg.layer_precisions.clear();
   auto e = Builder(cfg).build_from_memory(mlp_onnx());
-  for (const auto& l : nlohmann::json::parse(e->inspect_json())["layers"]) EXPECT_EQ(l["precision"], "fp32");
+  const nlohmann::json parsed1 = nlohmann::json::parse(e->inspect_json());
+  for (const auto& l : parsed1["layers"]) EXPECT_EQ(l["precision"], "fp32");
 }
 
 TEST(Precision, LayerPrecisionsObeyedPerLayer) {
@@ -188,7 +189,8 @@ TEST(Precision, Bf16WithoutAvx512Bf16WarnsAndBuildsFp32) {
   bool said = false;
   for (const auto& w : warnings) said |= w.find("--bf16: its kernels need avx512_bf16") != std::string::npos;
   EXPECT_TRUE(said) << (warnings.empty() ? "no warning" : warnings[0]);
-  for (const auto& l : nlohmann::json::parse(e->inspect_json())["layers"]) EXPECT_EQ(l["precision"], "fp32");
+  const nlohmann::json parsed2 = nlohmann::json::parse(e->inspect_json());
+  for (const auto& l : parsed2["layers"]) EXPECT_EQ(l["precision"], "fp32");
 }
 
 // The timing cache keys a layer's timings on the precision it computes in.
