@@ -14,6 +14,7 @@
 #include "engine/engine_impl.h"
 #include "onnx/exporter.h"
 #include "ops/shape_inference.h"
+#include "passes/pass.h"
 #include "quant/calib_cache.h"
 #include "quant/calibrator.h"
 #include "quant/qdq_insert.h"
@@ -262,6 +263,9 @@ Result<nlohmann::json> quantize_for_int8(ir::Model& model, const BuilderConfig& 
   KILN_ASSIGN_OR_RETURN(quant::Calibrator calibrator, quant::calibrator_from_name(cfg.calibrator));
   if (calibrator == quant::Calibrator::kPercentile && !(cfg.calib_percentile > 0 && cfg.calib_percentile <= 100))
     return InvalidArgument("--calib-percentile ", cfg.calib_percentile, " must be in (0, 100]");
+  // Values known at build time (a position embedding gathered at constant indices) are constants, not
+  // activations to observe: the FP32 engine folds them, so calibration would never see them.
+  KILN_RETURN_IF_ERROR(passes::fold_constants(g).status());
   KILN_RETURN_IF_ERROR(ops::infer_shapes(g));
   KILN_ASSIGN_OR_RETURN(quant::QdqPlan plan,
                         quant::plan_qdq(g, [&](const ir::Node& n) { return excluded(cfg.int8_exclude, n.name); }));

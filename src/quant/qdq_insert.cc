@@ -31,6 +31,8 @@ const Tensor* constant_of(const ir::Graph& g, const ir::UseIndex& uses, const st
   int p = uses.producer(name);
   if (p < 0) return nullptr;
   const ir::Node& n = g.nodes[static_cast<size_t>(p)];
+  // PyTorch's exporter shares equal initializers through Identity nodes.
+  if (n.op_type == "Identity" && n.domain.empty() && n.has_input(0)) return constant_of(g, uses, n.inputs[0]);
   if (n.op_type != "Constant" || !n.domain.empty()) return nullptr;
   const ir::Attribute* a = n.attr("value");
   return a && a->type == ir::Attribute::Type::kTensor ? &a->t : nullptr;

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "../graph_builder.h"
+#include "backends/registry.h"
 #include "core/target.h"
 #include "engine/engine_impl.h"
 #include "engine/precision.h"
@@ -22,6 +23,8 @@ using testing::GraphBuilder;
 using testing::random_tensor;
 
 bool has_bf16_cpu() { return (host_isa() & kIsaAvx512Bf16) != 0; }
+// The BF16 tactics are oneDNN's: a build without oneDNN (the sanitizer tree) has none.
+bool has_bf16_tactics() { return backends::find_tactic("matmul_onednn_bf16_packed") != nullptr; }
 
 // x [8, 256] -> fc1 (MatMul 256x192) -> + b -> Relu -> fc2 (MatMul 192x40) -> y
 std::string mlp_onnx() {
@@ -112,6 +115,7 @@ TEST(Precision, StronglyTypedTakesNoOtherPrecision) {
 
 TEST(Precision, LayerPrecisionsObeyedPerLayer) {
   if (!has_bf16_cpu()) GTEST_SKIP() << "this CPU lacks AVX-512 BF16";
+  if (!has_bf16_tactics()) GTEST_SKIP() << "built without oneDNN: no BF16 tactics";
   BuilderConfig cfg;
   cfg.precision = Precision::kBF16;
   cfg.precision_constraints = PrecisionConstraints::kObey;
@@ -180,6 +184,7 @@ TEST(Precision, ObeyFailsNamingTheLayerAndPreferFallsBack) {
 // the feature, and every layer stays FP32.
 TEST(Precision, Bf16WithoutAvx512Bf16WarnsAndBuildsFp32) {
   if (!(host_isa() & kIsaAvx512Vnni)) GTEST_SKIP() << "needs a CPU with avx512_vnni (the cap used)";
+  if (!has_bf16_tactics()) GTEST_SKIP() << "built without oneDNN: no BF16 tactics";
   BuilderConfig cfg;
   cfg.precision = Precision::kBF16;
   cfg.isa = "avx512_vnni";
