@@ -182,9 +182,16 @@ Result<std::vector<Profile>> profiles_from_json(const nlohmann::json& j) {
       p.name = jp.at("name").get<std::string>();
       for (const auto& [name, r] : jp.at("inputs").items())
         p.inputs[name] = {dims_from_json(r.at("min")), dims_from_json(r.at("opt")), dims_from_json(r.at("max"))};
-      p.memory_min = jp.at("memory").at("min").get<size_t>();
-      p.memory_opt = jp.at("memory").at("opt").get<size_t>();
-      p.memory_max = jp.at("memory").at("max").get<size_t>();
+      // Byte counts must be JSON unsigned integers: a float such as 6.7e25 converted to size_t is
+      // undefined behaviour (fuzz_shapes found one).
+      auto bytes = [&](const char* which) -> size_t {
+        const nlohmann::json& v = jp.at("memory").at(which);
+        if (!v.is_number_unsigned()) throw std::runtime_error(std::string("memory.") + which + " is not a byte count");
+        return v.get<size_t>();
+      };
+      p.memory_min = bytes("min");
+      p.memory_opt = bytes("opt");
+      p.memory_max = bytes("max");
       out.push_back(std::move(p));
     }
   } catch (const std::exception& ex) {
