@@ -81,14 +81,22 @@ std::string cpu_hint(DataType dt) {
 
 }  // namespace
 
+namespace {
+// The precisions the flags name: BuilderConfig::precision, then extra_precisions.
+std::vector<Precision> asked_precisions(const BuilderConfig& cfg) {
+  std::vector<Precision> asked{cfg.precision};
+  asked.insert(asked.end(), cfg.extra_precisions.begin(), cfg.extra_precisions.end());
+  return asked;
+}
+}  // namespace
+
 Result<PrecisionPolicy> precision_policy(const BuilderConfig& cfg, const Target& target,
                                          const std::function<void(const std::string&)>& warn) {
   PrecisionPolicy p;
   p.constraints = cfg.precision_constraints;
   p.strongly_typed = cfg.strongly_typed;
   p.allowed = {DataType::kFloat32};
-  std::vector<Precision> asked{cfg.precision};
-  asked.insert(asked.end(), cfg.extra_precisions.begin(), cfg.extra_precisions.end());
+  std::vector<Precision> asked = asked_precisions(cfg);
   const bool best = std::find(asked.begin(), asked.end(), Precision::kMixed) != asked.end();
   if (best) asked = {Precision::kFP32, Precision::kBF16, Precision::kFP16, Precision::kINT8};
   const std::string device = device_name(target.device);
@@ -172,8 +180,7 @@ bool layer_pinned_fp32(const PrecisionPolicy& p, const std::vector<std::string>&
 }
 
 bool int8_requested(const BuilderConfig& cfg) {
-  std::vector<Precision> asked{cfg.precision};
-  asked.insert(asked.end(), cfg.extra_precisions.begin(), cfg.extra_precisions.end());
+  const std::vector<Precision> asked = asked_precisions(cfg);
   auto has = [&](Precision x) { return std::find(asked.begin(), asked.end(), x) != asked.end(); };
   return has(Precision::kINT8) || (has(Precision::kMixed) && (!cfg.calib_data.empty() || !cfg.calib_cache.empty()));
 }
