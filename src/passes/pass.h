@@ -52,6 +52,7 @@ Result<int> remove_dead_nodes(ir::Graph& g);
 Result<int> eliminate_common_subexpressions(ir::Graph& g);
 Result<int> remove_noop_ops(ir::Graph& g);
 Result<int> fold_pad_into_window(ir::Graph& g);  // in fold_pad.cc
+Result<int> lower_patchify_conv(ir::Graph& g);
 Result<int> prune_padding_taps(ir::Graph& g);
 Result<int> pool_before_pointwise_conv(ir::Graph& g);
 Result<int> fold_batch_norm(ir::Graph& g);

@@ -17,6 +17,9 @@ const std::vector<PassInfo>& pipeline() {
       // First: turns Constant nodes and static shape computations into initializers, which every
       // later pattern relies on (it matches constants, not Constant nodes).
       {"fold_constants", fold_constants, "evaluate nodes whose inputs are known at build time"},
+      // Before remove_noop_ops, which cancels the transposes it leaves against the model's own.
+      {"lower_patchify_conv", lower_patchify_conv,
+       "Conv with kernel == stride read as tokens (ViT/ConvNeXt/Swin patch embedding) -> patches x MatMul"},
       {"remove_noop_ops", remove_noop_ops,
        "drop Identity/Dropout/zero Pad/no-op Cast/Reshape/Transpose, merge Reshape and Transpose pairs"},
       // After remove_noop_ops (all-zero Pads are gone) and before fold_batch_norm / fuse_activation,

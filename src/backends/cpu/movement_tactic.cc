@@ -143,11 +143,72 @@ void copy_rows(const View& v, const uint8_t* src, uint8_t* dst, const uint8_t* f
   }
 }
 
+// The dim (other than the innermost) that reads the source contiguously, when the innermost one does
+// not: a transpose that moves the last dim (attention's K^T). Copying its rows element by element
+// reads one element per cache line; tiles of (that dim x the innermost) read and write whole lines.
+int tiled_dim(const View& v) {
+  const ViewDim& last = v.dims.back();
+  if (v.dims.size() < 2 || !last.table.empty() || last.stride == 1 || last.stride == 0 || last.size < 8) return -1;
+  for (size_t k = 0; k + 1 < v.dims.size(); ++k)
+    if (!v.dims[k].table.empty()) return -1;
+  for (size_t k = 0; k + 1 < v.dims.size(); ++k)
+    if (v.dims[k].stride == 1 && v.dims[k].size >= 8) return static_cast<int>(k);
+  return -1;
+}
+
+// Tiles [u0, u1) of the tiled copy: each unit is one (outer index, tile of dim p, tile of the innermost).
+template <size_t ES>
+void copy_tiles(const View& v, int p, const uint8_t* src, uint8_t* dst, int64_t u0, int64_t u1) {
+  using T = std::conditional_t<ES == 1, uint8_t,
+                               std::conditional_t<ES == 2, uint16_t, std::conditional_t<ES == 4, uint32_t, uint64_t>>>;
+  constexpr int64_t kTp = 64 / ES < 8 ? 8 : 64 / ES, kTl = 32;
+  const size_t nd = v.dims.size();
+  Dims ostride(nd, 1);
+  for (size_t k = nd - 1; k-- > 0;) ostride[k] = ostride[k + 1] * v.dims[k + 1].size;
+  const ViewDim& last = v.dims.back();
+  const ViewDim& dp = v.dims[static_cast<size_t>(p)];
+  const int64_t tp = (dp.size + kTp - 1) / kTp, tl = (last.size + kTl - 1) / kTl;
+  const auto* s = reinterpret_cast<const T*>(src);
+  auto* o = reinterpret_cast<T*>(dst);
+  for (int64_t u = u0; u < u1; ++u) {
+    int64_t rest = u / (tp * tl);
+    const int64_t ip = (u / tl) % tp * kTp, il = u % tl * kTl;
+    int64_t soff = v.base, ooff = 0;
+    for (size_t k = nd - 1; k-- > 0;) {
+      if (static_cast<int>(k) == p) continue;
+      int64_t i = rest % v.dims[k].size;
+      rest /= v.dims[k].size;
+      soff += i * v.dims[k].stride, ooff += i * ostride[k];
+    }
+    const int64_t pe = std::min(dp.size, ip + kTp), le = std::min(last.size, il + kTl);
+    const int64_t st = last.stride, op = ostride[static_cast<size_t>(p)];
+    for (int64_t a = ip; a < pe; ++a) {
+      const T* sa = s + soff + a;
+      T* oa = o + ooff + a * op;
+      for (int64_t b = il; b < le; ++b) oa[b] = sa[b * st];
+    }
+  }
+}
+
 void copy_view(const View& v, size_t es, const void* src, void* dst, const uint8_t* fill) {
   const int64_t rows = v.rows(), n = v.dims.back().size;
   if (rows * n == 0) return;
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
+  if (int p = tiled_dim(v); p >= 0) {
+    const int64_t sp = v.dims[static_cast<size_t>(p)].size, kTp = es >= 8 ? 8 : 64 / static_cast<int64_t>(es);
+    const int64_t units = rows / sp * ((sp + kTp - 1) / kTp) * ((n + 31) / 32);
+    const int64_t per_unit = kTp * 32;
+    parallel_for(units, std::max<int64_t>(1, kGrainElements / per_unit), [&](int64_t u0, int64_t u1) {
+      switch (es) {
+        case 1: return copy_tiles<1>(v, p, s, d, u0, u1);
+        case 2: return copy_tiles<2>(v, p, s, d, u0, u1);
+        case 4: return copy_tiles<4>(v, p, s, d, u0, u1);
+        default: return copy_tiles<8>(v, p, s, d, u0, u1);
+      }
+    });
+    return;
+  }
   parallel_for(rows, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(n, 1)), [&](int64_t r0, int64_t r1) {
     switch (es) {
       case 1: return copy_rows<1>(v, s, d, fill, r0, r1);

@@ -1102,6 +1102,37 @@ TEST(Tactics, CeilModeAverageCountingPadsMatchesReference) {
   EXPECT_EQ(checked["pool2d_onednn_nchwc_single_thread"], 1);
 }
 
+// Transposes that move the innermost dim (attention's K^T: [S,B*H,D] -> [B*H,D,S]) copy tiles of the
+// dim that reads contiguously by the innermost one; odd sizes leave partial tiles on both edges.
+TEST(Tactics, TransposeMovingTheInnermostDimMatchesReference) {
+  struct Case {
+    Dims x;
+    std::vector<int64_t> perm;
+    DataType dt;
+  };
+  const Case cases[] = {
+      {{50, 96, 64}, {1, 2, 0}, DataType::kFloat32},     {{9, 33}, {1, 0}, DataType::kFloat32},
+      {{3, 65, 17, 10}, {0, 3, 1, 2}, DataType::kInt64}, {{70, 8}, {1, 0}, DataType::kUInt8},
+      {{2, 11, 40, 3}, {0, 2, 3, 1}, DataType::kInt16},  {{5, 130, 9}, {2, 1, 0}, DataType::kFloat32},
+  };
+  std::map<std::string, int> checked;
+  int iter = 0;
+  for (const Case& c : cases) {
+    LayerCase lc;
+    lc.node = make_node("", "Transpose", 1);
+    testing::GraphBuilder::set_ints(lc.node, "perm", c.perm);
+    std::mt19937 rng(static_cast<uint32_t>(iter));
+    lc.inputs = {testing::small_ints(c.x, c.dt, rng, -100, 100)};
+    lc.constant = {false};
+    std::vector<Tensor> want = testing::reference_outputs(lc);
+    ASSERT_FALSE(want.empty());
+    int took = 0;
+    check_tactics(lc, want, iter++, {isas_to_test().back()}, checked, &took);
+    EXPECT_GT(took, 0) << describe_case(lc);
+  }
+  EXPECT_EQ(checked["movement_kiln"], 6);
+}
+
 // A Gather index out of range is the user's error: the run returns it (the reference kernel does too).
 TEST(Tactics, GatherIndexOutOfRangeIsAnError) {
   testing::LayerCase lc;

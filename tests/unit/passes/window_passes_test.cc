@@ -234,5 +234,58 @@ TEST(PoolBeforePointwiseConv, LeavesOtherWindowsAndSharedConvsAlone) {
   }
 }
 
+// lower_patchify_conv: a ViT-style patch embedding (kernel == stride, read as tokens) becomes
+// patches x MatMul; with the model's Reshape + Transpose to [N, tokens, channels] after it, the
+// transposes cancel and only the patch gather remains. Odd channel and patch counts, with and without
+// bias, a non-square kernel.
+TEST(LowerPatchifyConv, PatchEmbeddingBecomesAMatMulAndTheTransposesCancel) {
+  struct Case {
+    int64_t c, oc, kh, kw, h, w;
+    bool bias;
+  };
+  for (const Case& k : {Case{3, 5, 4, 4, 12, 20, true}, Case{1, 7, 2, 3, 6, 9, false}, Case{5, 3, 5, 5, 5, 15, true}}) {
+    GraphBuilder b(13);
+    b.input("x", {2, k.c, k.h, k.w}).output("y");
+    b.init("w", random_tensor({k.oc, k.c, k.kh, k.kw}, 1)).init("bias", random_tensor({k.oc}, 2));
+    b.init("shape", i64s({2, k.oc, (k.h / k.kh) * (k.w / k.kw)}));
+    std::vector<std::string> in = {"x", "w"};
+    if (k.bias) in.push_back("bias");
+    GraphBuilder::set_ints(b.node("Conv", in, {"c"}), "strides", {k.kh, k.kw});
+    b.node("Reshape", {"c", "shape"}, {"r"});
+    GraphBuilder::set_ints(b.node("Transpose", {"r"}, {"y"}), "perm", {0, 2, 1});
+    ir::Model before = b.finish();
+    int changed = 0;
+    ir::Model after = apply_pass(before, passes::lower_patchify_conv, &changed);
+    EXPECT_EQ(changed, 1);
+    EXPECT_EQ(count_op(*after.graph, "Conv"), 0);
+    EXPECT_EQ(count_op(*after.graph, "MatMul"), 1);
+    EXPECT_LT(max_abs_diff(before, after), 1e-4);
+    ir::Model cleaned = apply_pass(after, passes::remove_noop_ops, &changed);
+    EXPECT_EQ(count_op(*cleaned.graph, "Transpose"), 1);  // the patch gather; the rest cancelled
+    EXPECT_LT(max_abs_diff(before, cleaned), 1e-4);
+  }
+}
+
+// Left alone: a stride other than the kernel, pads, dilations, groups, a height the kernel does not
+// divide, a conv read by a non-movement op (a ReLU: it feeds conv-land), a conv that is a graph output.
+TEST(LowerPatchifyConv, LeavesOtherConvsAlone) {
+  for (int variant = 0; variant < 7; ++variant) {
+    GraphBuilder b(13);
+    b.input("x", {1, 4, variant == 4 ? 10 : 8, 8}).output("y");
+    if (variant == 6) b.output("c");
+    b.init("w", random_tensor({6, variant == 3 ? 2 : 4, 4, 4}, 1));
+    auto& conv = b.node("Conv", {"x", "w"}, {"c"});
+    GraphBuilder::set_ints(conv, "strides", variant == 0 ? std::vector<int64_t>{2, 2} : std::vector<int64_t>{4, 4});
+    if (variant == 1) GraphBuilder::set_ints(conv, "pads", {1, 1, 1, 1});
+    if (variant == 2) GraphBuilder::set_ints(conv, "dilations", {2, 2});
+    if (variant == 3) GraphBuilder::set_int(conv, "group", 2);
+    b.node(variant == 5 ? "Relu" : "Flatten", {"c"}, {"y"});
+    ir::Model m = b.finish();
+    int changed = 0;
+    ir::Model after = apply_pass(m, passes::lower_patchify_conv, &changed);
+    EXPECT_EQ(changed, 0) << "variant " << variant;
+  }
+}
+
 }  // namespace
 }  // namespace kiln
