@@ -4,7 +4,8 @@
 // 32x32 / 16x16 "conv_proj", ConvNeXt's and Swin's 4x4 stems) and read the result as tokens at once
 // (Reshape / Flatten / Transpose). As a conv it runs in the channel-blocked layout and pays a
 // reorder back to plain NCHW plus the model's own transposes to [N, tokens, channels]; as a MatMul
-// it writes [N, OH*OW, OC] directly, and the transposes around it cancel (remove_noop_ops).
+// it writes [N, OH*OW, OC] directly, and the transposes around it cancel (remove_noop_ops; a reader
+// that permutes to channels-last gets a Reshape of the tokens instead).
 //
 // Rewrite, for x [N, C, H, W] with H = OH*KH, W = OW*KW and a constant weight W [OC, C, KH, KW]:
 //   Reshape(x, [0, C, OH, KH, OW, KW]) -> Transpose(0,2,4,1,3,5) -> Reshape([0, OH*OW, C*KH*KW])
@@ -125,6 +126,15 @@ Result<int> lower_patchify_conv(ir::Graph& g) {
         std::string biased = value("/tokens_biased");
         node("Add", "/bias", {tokens, conv.inputs[2]}, biased);
         tokens = biased;
+      }
+      // A reader that permutes to channels-last (ConvNeXt's and Swin's LayerNorm over channels) takes
+      // the tokens as [N, OH, OW, OC] directly.
+      for (int r : uses.consumers(conv.outputs[0])) {
+        ir::Node& t = g.nodes[static_cast<size_t>(r)];
+        if (t.op_type != "Transpose" || t.attr_ints("perm") != std::vector<int64_t>{0, 2, 3, 1}) continue;
+        node("Reshape", "/to_channels_last", {tokens, constant("/channels_last_shape", ints({0, p.oh, p.ow, p.oc}))},
+             t.outputs[0]);
+        removed.insert(r);
       }
       const std::string chw = value("/channels_first");
       node("Transpose", "/to_channels_first", {tokens}, chw).attrs["perm"] = ir::attr_ints({0, 2, 1});

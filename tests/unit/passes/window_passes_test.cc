@@ -266,6 +266,25 @@ TEST(LowerPatchifyConv, PatchEmbeddingBecomesAMatMulAndTheTransposesCancel) {
   }
 }
 
+// ConvNeXt's stem: the patch conv permuted to channels-last for a LayerNorm reads the tokens through a
+// Reshape, without a transpose back to NCHW and forth.
+TEST(LowerPatchifyConv, AChannelsLastReaderTakesTheTokensDirectly) {
+  GraphBuilder b(13);
+  b.input("x", {1, 3, 12, 8}).output("y");
+  b.init("w", random_tensor({6, 3, 4, 4}, 1)).init("bias", random_tensor({6}, 2));
+  GraphBuilder::set_ints(b.node("Conv", {"x", "w", "bias"}, {"c"}), "strides", {4, 4});
+  GraphBuilder::set_ints(b.node("Transpose", {"c"}, {"t"}), "perm", {0, 2, 3, 1});
+  b.node("Relu", {"t"}, {"y"});
+  ir::Model before = b.finish();
+  int changed = 0;
+  ir::Model after = apply_pass(before, passes::lower_patchify_conv, &changed);
+  EXPECT_EQ(changed, 1);
+  ir::Model cleaned = apply_pass(after, passes::remove_dead_nodes, &changed);
+  EXPECT_EQ(count_op(*cleaned.graph, "Conv"), 0);
+  EXPECT_EQ(count_op(*cleaned.graph, "Transpose"), 1);  // the patch gather
+  EXPECT_LT(max_abs_diff(before, cleaned), 1e-4);
+}
+
 // Left alone: a stride other than the kernel, pads, dilations, groups, a height the kernel does not
 // divide, a conv read by a non-movement op (a ReLU: it feeds conv-land), a conv that is a graph output.
 TEST(LowerPatchifyConv, LeavesOtherConvsAlone) {
