@@ -70,8 +70,6 @@ struct ToBf16 {
   }
 };
 
-int64_t blocks(int64_t c, int64_t b) { return (c + b - 1) / b; }
-
 // ---- kiln.BlockedConv ----
 
 class PreparedBlockedConvBf16 : public PreparedLayer {
@@ -146,14 +144,15 @@ class OnednnBlockedConvBf16 : public Tactic {
     if (group > 1 && group == c && c % 16 != 0)
       return "depthwise over " + std::to_string(c) + " channels, not a multiple of 16 (oneDNN has no BF16 kernel)";
     Dims x;
-    if (auto e = plain_x(sig, c, &x); !e.empty()) return e;
+    if (auto e = conv_plain_x(sig, c, &x); !e.empty()) return e;
     if (group > 1 && sig.inputs[0].shape.size() == 4) return "depthwise or grouped with a plain NCHW X";
     if (sig.has_input(3) && (sig.inputs[3].shape.size() != 5 || sig.inputs[3].shape[4] != b))
       return "the residual is not blocked";
     if (sig.inputs[0].known()) {
       ConvGeometry g;
       if (auto e = resolve_conv(*sig.node, x, w, g); !e.empty()) return e;
-      if (sig.has_input(3) && sig.inputs[3].known() && sig.inputs[3].shape != Dims{g.n, blocks(g.m, b), g.oh, g.ow, b})
+      if (sig.has_input(3) && sig.inputs[3].known() &&
+          sig.inputs[3].shape != Dims{g.n, channel_blocks(g.m, b), g.oh, g.ow, b})
         return "the residual is not the output's blocked shape";
     }
     return "";
@@ -166,12 +165,12 @@ class OnednnBlockedConvBf16 : public Tactic {
     p->block = sig.node->attr_int("block", 0);
     const Dims& wdims = sig.inputs[1].shape;
     Dims x;
-    plain_x(sig, wdims[1] * sig.node->attr_int("group", 1), &x);
+    conv_plain_x(sig, wdims[1] * sig.node->attr_int("group", 1), &x);
     ConvGeometry g;
     resolve_conv(*sig.node, x, wdims, g);
     p->has_bias = sig.has_input(2);
     p->has_residual = sig.has_input(3);
-    p->out_dims = {g.n, blocks(g.m, p->block), g.oh, g.ow, p->block};
+    p->out_dims = {g.n, channel_blocks(g.m, p->block), g.oh, g.ow, p->block};
     const bool plain_src = sig.inputs[0].shape.size() == 4;
     Status st = guarded(name(), [&]() -> Status {
       auto& eng = cpu_engine();
@@ -216,22 +215,6 @@ class OnednnBlockedConvBf16 : public Tactic {
     });
     if (!st.ok()) return Unsupported(st.message());
     return std::unique_ptr<PreparedLayer>(std::move(p));
-  }
-
- private:
-  // X as the conv sees it, [N, C, H, W]; blocked X must hold C channels.
-  static std::string plain_x(const LayerSignature& sig, int64_t c, Dims* x) {
-    if (!sig.has_input(0)) return "no X";
-    const Dims& s = sig.inputs[0].shape;
-    const int64_t b = sig.node->attr_int("block", 0);
-    if (s.size() == 4) {
-      *x = s;
-      return "";
-    }
-    if (s.size() != 5 || s[4] != b || (s[1] >= 0 && s[1] != blocks(c, b)))
-      return "X is neither plain 4-D nor " + std::to_string(c) + " channels blocked by " + std::to_string(b);
-    *x = {s[0], c, s[2], s[3]};
-    return "";
   }
 };
 

@@ -23,6 +23,20 @@ dnnl::memory::dims to_dnnl(const Dims& d) { return dnnl::memory::dims(d.begin(),
 
 std::string check_f32(const LayerSignature& sig) { return float32_cpu_layer(sig); }
 
+std::string conv_plain_x(const LayerSignature& sig, int64_t c, Dims* x) {
+  if (!sig.has_input(0)) return "no X";
+  const Dims& s = sig.inputs[0].shape;
+  const int64_t b = sig.node->attr_int("block", 0);
+  if (s.size() == 4) {
+    *x = s;
+    return "";
+  }
+  if (s.size() != 5 || s[4] != b || (s[1] >= 0 && s[1] != channel_blocks(c, b)))
+    return "X is neither plain 4-D nor " + std::to_string(c) + " channels blocked by " + std::to_string(b);
+  *x = {s[0], c, s[2], s[3]};
+  return "";
+}
+
 namespace {
 // activation name -> (algorithm, alpha, beta); false when unknown.
 bool activation_alg(const ir::Node& n, dnnl::algorithm& alg, float& alpha, float& beta) {

@@ -30,6 +30,12 @@ dnnl::memory::dims to_dnnl(const Dims& d);
 // "" if every present input is float32 and the compute precision is float32.
 std::string check_f32(const LayerSignature& sig);
 
+// Blocks of b channels that hold c channels.
+inline int64_t channel_blocks(int64_t c, int64_t b) { return (c + b - 1) / b; }
+// A blocked conv's X as the conv sees it, [N, C, H, W] (C from the weights; dims may be -1): plain 4-D,
+// or blocked [N, C/b, H, W, b] by the node's "block" holding C channels. "" or why not.
+std::string conv_plain_x(const LayerSignature& sig, int64_t c, Dims* x);
+
 // Runs `f` turning oneDNN's exceptions into a Status naming the tactic. `f` calls oneDNN's API, whose
 // memory objects and argument maps are small heap objects made per call (oneDNN 2.x's execute
 // builds its own argument map too): the scope marks them as the library's (core/library_scope.h).

@@ -43,7 +43,6 @@ std::string check_block(int64_t b) {
   return b == 8 || b == 16 ? "" : "block " + std::to_string(b) + " (oneDNN has nChw8c and nChw16c)";
 }
 tag blocked_tag(int64_t b) { return b == 16 ? tag::nChw16c : tag::nChw8c; }
-int64_t blocks(int64_t c, int64_t b) { return (c + b - 1) / b; }
 
 // oneDNN's f32 Winograd kernels are AVX-512 (avx512_core) only.
 bool has_winograd_isa() {
@@ -59,7 +58,7 @@ bool has_winograd_isa() {
 Dims tensor_dims(const memory::desc& md, int64_t block) {
   auto d = md.dims();
   if (block <= 0) return Dims(d.begin(), d.end());
-  return {d[0], blocks(d[1], block), d[2], d[3], block};
+  return {d[0], channel_blocks(d[1], block), d[2], d[3], block};
 }
 
 class PreparedBlockedConv : public PreparedLayer {
@@ -167,7 +166,7 @@ class OnednnBlockedConv : public Tactic {
     if (!(group == 1 || (group == c && group == w[0]) || ((c / group) % b == 0 && (w[0] / group) % b == 0)))
       return "grouped conv whose groups are not whole blocks of " + std::to_string(b) + " channels";
     Dims x;
-    if (auto e = plain_x(sig, c, &x); !e.empty()) return e;
+    if (auto e = conv_plain_x(sig, c, &x); !e.empty()) return e;
     if (sig.has_input(3) && (sig.inputs[3].shape.size() != 5 || sig.inputs[3].shape[4] != b))
       return "the residual is not blocked";
     if (winograd_) {
@@ -188,7 +187,8 @@ class OnednnBlockedConv : public Tactic {
       if (auto e = resolve_conv(*sig.node, x, w, g); !e.empty()) return e;
       if (single_thread_ && g.n * g.m * g.oh * g.ow > kSingleThreadMaxOutput)
         return "one thread: more than " + std::to_string(kSingleThreadMaxOutput) + " output floats";
-      if (sig.has_input(3) && sig.inputs[3].known() && sig.inputs[3].shape != Dims{g.n, blocks(g.m, b), g.oh, g.ow, b})
+      if (sig.has_input(3) && sig.inputs[3].known() &&
+          sig.inputs[3].shape != Dims{g.n, channel_blocks(g.m, b), g.oh, g.ow, b})
         return "the residual is not the output's blocked shape";
     }
     return "";
@@ -202,7 +202,7 @@ class OnednnBlockedConv : public Tactic {
     ConvGeometry& g = p->g;
     const Dims& wdims = sig.inputs[1].shape;
     Dims x;
-    plain_x(sig, wdims[1] * sig.node->attr_int("group", 1), &x);
+    conv_plain_x(sig, wdims[1] * sig.node->attr_int("group", 1), &x);
     resolve_conv(*sig.node, x, wdims, g);
     p->has_bias = sig.has_input(2);
     p->has_residual = sig.has_input(3);
@@ -268,20 +268,6 @@ class OnednnBlockedConv : public Tactic {
   }
 
  private:
-  // X as the conv sees it, [N, C, H, W] (C from W); dims may be -1. Blocked X must hold C.
-  static std::string plain_x(const LayerSignature& sig, int64_t c, Dims* x) {
-    if (!sig.has_input(0)) return "no X";
-    const Dims& s = sig.inputs[0].shape;
-    const int64_t b = sig.node->attr_int("block", 0);
-    if (s.size() == 4) {
-      *x = s;
-      return "";
-    }
-    if (s.size() != 5 || s[4] != b || (s[1] >= 0 && s[1] != blocks(c, b)))
-      return "X is neither plain 4-D nor " + std::to_string(c) + " channels blocked by " + std::to_string(b);
-    *x = {s[0], c, s[2], s[3]};
-    return "";
-  }
   static constexpr int64_t kSingleThreadMaxOutput = int64_t{1} << 16;
   bool winograd_, single_thread_, kiln_act_;
 };
@@ -326,7 +312,7 @@ class OnednnReorder : public Tactic {
     if (to && s.size() != 4) return "X is not 4-D";
     if (!to) {
       int64_t c = sig.node->attr_int("channels", -1);
-      if (s.size() != 5 || s[4] != b || c < 0 || (s[1] >= 0 && s[1] != blocks(c, b)))
+      if (s.size() != 5 || s[4] != b || c < 0 || (s[1] >= 0 && s[1] != channel_blocks(c, b)))
         return "Y is not 'channels' channels blocked by 'block'";
     }
     for (int64_t d : s)
