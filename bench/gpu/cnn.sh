@@ -34,6 +34,7 @@ for model in "$@"; do
       timeout 60 "$dir/bin/kiln" bench "$dir/$name.b$b.kiln" --duration 2
     done
     timeout 60 "$dir/bin/kiln" bench "$dir/$name.b1.kiln" --duration 1 --dump-profile
+    timeout 60 "$dir/bin/kiln" bench "$dir/$name.b32.kiln" --duration 1 --dump-profile
     timeout 120 "$dir/bin/kiln" compare "$model" --engine "$dir/$name.b1.kiln" --random-inputs \
       --shapes input:1x3x224x224
   ) >"$logs/$name.txt" 2>&1

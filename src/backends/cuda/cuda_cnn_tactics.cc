@@ -1,12 +1,15 @@
 // kiln's own CUDA tactics for the CNN layers besides the convolution: MaxPool / AveragePool (one
 // thread per output over a window resolved by ops::resolve_window, so ceil_mode, auto_pad, asymmetric
 // pads, dilations and count_include_pad follow the reference), GlobalAveragePool / GlobalMaxPool and
-// ReduceMean / ReduceMax over trailing axes (one warp per plane). Float32, float16 and bfloat16 data,
-// accumulated in float32.
+// ReduceMean / ReduceMax over trailing axes (one warp per plane), with float32, float16 and bfloat16
+// data accumulated in float32; and Split (ShuffleNet's channel split: one strided copy per output,
+// elements of any size).
 #include "backends/cuda/cuda_cnn_kernels.h"
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/cudnn_tactics.h"
 #include "ops/conv_util.h"
+#include "ops/movement_geometry.h"
 
 namespace kiln::backends::cuda {
 namespace {
@@ -186,12 +189,106 @@ class GlobalPoolCuda : public Tactic {
   }
 };
 
+// ---------------------------------------------------------------- split
+
+Dims contiguous_strides(const Dims& d) {
+  Dims s(d.size(), 1);
+  for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
+  return s;
+}
+
+class PreparedSplit : public PreparedLayer {
+ public:
+  std::vector<Dims> shapes;
+  DataType dtype = DataType::kFloat32;
+  std::vector<StridedCopy> copies;  // one per output
+  std::vector<Dims> output_shapes() const override { return shapes; }
+  std::vector<DataType> output_dtypes() const override { return std::vector<DataType>(shapes.size(), dtype); }
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    for (size_t o = 0; o < copies.size(); ++o) {
+      if (!out[o] || numel(shapes[o]) == 0) continue;  // an output nothing reads
+      KILN_RETURN_IF_ERROR(
+          cuda_status(launch_strided_copy(in[0]->raw(), out[o]->raw(), static_cast<int64_t>(dtype_size(dtype)),
+                                          copies[o], stream_of(ctx)),
+                      "split_cuda"));
+    }
+    return Status::Ok();
+  }
+};
+
+class SplitCuda : public Tactic {
+ public:
+  std::string name() const override { return "split_cuda"; }
+  TacticInfo info() const override { return {DeviceKind::kCUDA, kIsaPortable, DataType::kUndefined, {}, {}}; }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Split"}}; }
+  // The output sizes along the axis (axis resolved), or why not.
+  static std::string sizes(const LayerSignature& sig, int64_t* axis, std::vector<int64_t>* out) {
+    const ir::Node& n = *sig.node;
+    const int64_t r = static_cast<int64_t>(sig.inputs[0].shape.size());
+    if (r == 0 || r > kMaxRank) return "rank 0 or above " + std::to_string(kMaxRank);
+    *axis = n.attr_int("axis", 0);
+    if (*axis < -r || *axis >= r) return "axis out of range";
+    if (*axis < 0) *axis += r;
+    bool has_split = false;
+    std::vector<int64_t> split;
+    int64_t num_outputs = n.opset >= 18 && n.attr("num_outputs") ? n.attr_int("num_outputs", -1) : -1;
+    if ((n.opset >= 2 && n.opset < 13) || (n.opset < 2 && n.attr("split"))) {
+      has_split = n.attr("split") != nullptr, split = n.attr_ints("split");
+    } else if (sig.has_input(1)) {
+      const Tensor* c = sig.inputs[1].constant;
+      if (!c) return "split is not a constant";
+      for (int64_t k = 0; k < c->numel(); ++k) split.push_back(c->get_i64(k));
+      has_split = true;
+    }
+    auto s = ops::split_sizes(has_split, split, num_outputs, static_cast<int64_t>(n.outputs.size()),
+                              sig.inputs[0].shape[static_cast<size_t>(*axis)]);
+    if (!s.ok()) return s.status().message();
+    *out = *s;
+    return "";
+  }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (!sig.has_input(0)) return "no input";
+    DataType t = sig.inputs[0].dtype;
+    size_t e = t == DataType::kString ? 0 : dtype_size(t);
+    if (e != 1 && e != 2 && e != 4 && e != 8) return std::string("elements of ") + dtype_name(t) + " cannot be moved";
+    if (!sig.inputs[0].known()) return "";
+    int64_t axis;
+    std::vector<int64_t> s;
+    return sizes(sig, &axis, &s);
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    int64_t axis = 0;
+    std::vector<int64_t> lens;
+    if (std::string why = sizes(sig, &axis, &lens); !why.empty()) return Unsupported(why);
+    const Dims& x = sig.inputs[0].shape;
+    const Dims xs = contiguous_strides(x);
+    auto l = std::make_unique<PreparedSplit>();
+    l->dtype = sig.inputs[0].dtype;
+    int64_t begin = 0;
+    for (int64_t len : lens) {
+      Dims o = x;
+      o[static_cast<size_t>(axis)] = len;
+      Dims os = contiguous_strides(o);
+      StridedCopy c;
+      c.rank = static_cast<int>(x.size());
+      for (size_t k = 0; k < x.size(); ++k) c.dims[k] = o[k], c.in_strides[k] = xs[k], c.out_strides[k] = os[k];
+      c.in_offset = begin * xs[static_cast<size_t>(axis)];
+      begin += len;
+      l->shapes.push_back(o);
+      l->copies.push_back(c);
+    }
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+};
+
 }  // namespace
 
 std::vector<const Tactic*> cnn_kernel_tactics() {
   static const PoolCuda pool;
   static const GlobalPoolCuda global_pool;
-  return {&pool, &global_pool};
+  static const SplitCuda split;
+  return {&pool, &global_pool, &split};
 }
 
 }  // namespace kiln::backends::cuda

@@ -1,5 +1,8 @@
 // cuDNN convolution tactics. cuDNN's legacy API takes symmetric pads only: asymmetric ones (SAME_*
 // with an even window, explicit pads) pad a copy of X in the workspace and convolve it unpadded.
+// The epilogue: float32 layers whose activation is ReLU (or none, with the implicit precomputed GEMM
+// algorithm, the one cuDNN fuses an identity with) run cudnnConvolutionBiasActivationForward, bias
+// and residual fused; the others run kiln's epilogue kernel after the convolution.
 // Float32 computes in plain FMA unless the build allows TF32; float16/bfloat16 data use tensor
 // cores with float32 accumulation. Constant weights are converted to X's dtype (and the bias to
 // float32) at prepare time and copied to the device.
@@ -108,6 +111,8 @@ class PreparedConv : public PreparedLayer {
     if (y_desc) cudnnDestroyTensorDescriptor(y_desc);
     if (w_desc) cudnnDestroyFilterDescriptor(w_desc);
     if (conv_desc) cudnnDestroyConvolutionDescriptor(conv_desc);
+    if (bias_desc) cudnnDestroyTensorDescriptor(bias_desc);
+    if (act_desc) cudnnDestroyActivationDescriptor(act_desc);
   }
   Dims out_shape;
   DataType dtype = DataType::kFloat32;
@@ -115,6 +120,11 @@ class PreparedConv : public PreparedLayer {
   cudnnTensorDescriptor_t x_desc = nullptr, y_desc = nullptr;
   cudnnFilterDescriptor_t w_desc = nullptr;
   cudnnConvolutionDescriptor_t conv_desc = nullptr;
+  // cudnnConvolutionBiasActivationForward: bias [1, M, 1...] (zeros when the layer has none), ReLU or
+  // identity, the residual as z.
+  bool fused = false;
+  cudnnTensorDescriptor_t bias_desc = nullptr;
+  cudnnActivationDescriptor_t act_desc = nullptr;
   cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   size_t cudnn_ws = 0;
   // Asymmetric pads: X is copied into a zeroed padded buffer of pad_bytes first.
@@ -146,6 +156,14 @@ class PreparedConv : public PreparedLayer {
     KILN_CUDNN_RETURN_IF_ERROR(cudnnSetStream(h, s));
     const void* w = weight.defined() ? weight.raw() : consts.data(1, in);
     const float one = 1.f, zero = 0.f;
+    if (fused) {
+      // Without a residual z is y itself, scaled by 0 (cuDNN allows z to alias y).
+      const void* z = has_residual ? in[3]->raw() : out[0]->raw();
+      KILN_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBiasActivationForward(
+          h, &one, x_desc, x, w_desc, w, conv_desc, algo, conv_ws, cudnn_ws, has_residual ? &one : &zero, y_desc, z,
+          bias_desc, bias.raw(), act_desc, y_desc, out[0]->raw()));
+      return Status::Ok();
+    }
     KILN_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(h, &one, x_desc, x, w_desc, w, conv_desc, algo, conv_ws,
                                                        cudnn_ws, &zero, y_desc, out[0]->raw()));
     if (has_bias || has_residual || epilogue.act != EpilogueAct::kNone) {
@@ -310,6 +328,26 @@ class CudnnConv : public Tactic {
     } else {
       KILN_RETURN_IF_ERROR(l->consts.upload(sig));
     }
+    l->fused =
+        l->dtype == DataType::kFloat32 && (l->epilogue.act == EpilogueAct::kRelu ||
+                                           (l->epilogue.act == EpilogueAct::kNone && (l->has_bias || l->has_residual) &&
+                                            l->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM));
+    if (l->fused) {
+      Dims bs(xs.size(), 1);
+      bs[1] = wd[0];
+      std::vector<int> bi = ints(bs), bst = ints(contiguous_strides(bs));
+      KILN_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&l->bias_desc));
+      KILN_CUDNN_RETURN_IF_ERROR(cudnnSetTensorNdDescriptor(l->bias_desc, CUDNN_DATA_FLOAT, nd, bi.data(), bst.data()));
+      KILN_CUDNN_RETURN_IF_ERROR(cudnnCreateActivationDescriptor(&l->act_desc));
+      KILN_CUDNN_RETURN_IF_ERROR(cudnnSetActivationDescriptor(
+          l->act_desc, l->epilogue.act == EpilogueAct::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+          CUDNN_PROPAGATE_NAN, 0.0));
+      if (!l->has_bias) {
+        Tensor zeros(DataType::kFloat32, {wd[0]});
+        for (int64_t k = 0; k < wd[0]; ++k) zeros.data<float>()[k] = 0.f;
+        KILN_ASSIGN_OR_RETURN(l->bias, to_device(runtime(), dev, zeros, nullptr));
+      }
+    }
     if (l->has_bias) {
       Tensor b = *sig.inputs[2].constant;
       if (b.numel() != wd[0]) return InvalidArgument(node.where(), ": B has ", b.numel(), " elements, not ", wd[0]);
@@ -329,8 +367,8 @@ class CudnnConv : public Tactic {
 }  // namespace
 
 std::vector<const Tactic*> cudnn_conv_tactics() {
-  static const CudnnConv h0(0), h1(1), h2(2), h3(3);
-  return {&h0, &h1, &h2, &h3};
+  static const CudnnConv h0(0), h1(1), h2(2), h3(3), h4(4), h5(5), h6(6), h7(7);
+  return {&h0, &h1, &h2, &h3, &h4, &h5, &h6, &h7};
 }
 
 }  // namespace kiln::backends::cuda

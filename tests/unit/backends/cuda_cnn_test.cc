@@ -144,6 +144,32 @@ TEST(CudaCnnTactics, CudnnConvolutionFloat32) {
   expect_ran(ran, "conv_cudnn_h1", 20);
 }
 
+// The layers cuDNN fuses (float32 ReLU or identity with a bias and/or a residual): every heuristic rank.
+TEST(CudaCnnTactics, CudnnConvolutionFusedBiasReluResidual) {
+  KILN_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(77);
+  std::map<std::string, int> ran;
+  int cases = 0;
+  for (int i = 0; i < 40; ++i) {
+    LayerCase lc;
+    do {
+      lc = conv_case(rng, 7600 + 10 * i, i % 8 == 0 ? 1 : i % 8 == 1 ? 3 : 2);
+    } while (lc.node.op_type != "FusedConv");
+    lc.node.attrs.erase("activation");
+    if (i % 3) set_string(lc.node, "activation", "Relu");
+    if (!lc.inputs[2].defined()) {  // a bias
+      lc.node.inputs[2] = "in2";
+      lc.inputs[2] = random_tensor({lc.inputs[1].shape()[0]}, 7601 + 10 * i);
+    }
+    if (testing::reference_outputs(lc).empty()) continue;
+    ++cases;
+    check(*gpu, lc, 1e-4, 1e-4, ran);
+  }
+  EXPECT_GE(cases, 30);
+  expect_ran(ran, "conv_cudnn_h0", cases);
+  expect_ran(ran, "conv_cudnn_h2", cases / 3);
+}
+
 TEST(CudaCnnTactics, CudnnConvolutionHalfAndBFloat16) {
   KILN_SKIP_WITHOUT_GPU();
   std::mt19937 rng(72);
@@ -264,6 +290,59 @@ TEST(CudaCnnTactics, GlobalPoolingAndTrailingReductions) {
   }
   expect_ran(ran, "global_pool_cuda", 40);
   EXPECT_GE(declined["the reduced axes are not the trailing ones"], 3);
+}
+
+// Split (opset 11 attribute, opset 13 input, opset 18 num_outputs, uneven last part), float32 and
+// int64 elements: every output against the reference.
+TEST(CudaCnnTactics, Split) {
+  KILN_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(78);
+  const backends::Tactic* t = backends::find_tactic("split_cuda");
+  ASSERT_NE(t, nullptr);
+  for (int i = 0; i < 24; ++i) {
+    int64_t rank = pick(rng, 1, 4);
+    Dims x;
+    for (int64_t r = 0; r < rank; ++r) x.push_back(pick(rng, 1, 9));
+    int64_t axis = pick(rng, 0, rank - 1);
+    int64_t outs = pick(rng, 1, std::min<int64_t>(3, x[static_cast<size_t>(axis)]));
+    LayerCase lc;
+    lc.node = make_node("", "Split", 1);
+    lc.node.outputs.clear();
+    for (int64_t o = 0; o < outs; ++o) lc.node.outputs.push_back("y" + std::to_string(o));
+    GB::set_int(lc.node, "axis", rng() % 2 ? axis : axis - rank);
+    DataType dt = i % 3 == 2 ? DataType::kInt64 : DataType::kFloat32;
+    lc.inputs = {random_tensor(x, 9500 + i, dt, -50, 50)};
+    lc.constant = {false};
+    std::vector<int64_t> split;
+    int64_t left = x[static_cast<size_t>(axis)];
+    for (int64_t o = 0; o + 1 < outs; ++o) {
+      int64_t len = pick(rng, 0, left);
+      split.push_back(len), left -= len;
+    }
+    split.push_back(left);
+    switch (i % 3) {
+      case 0: lc.node.opset = 11, GB::set_ints(lc.node, "split", split); break;
+      case 1: {
+        lc.node.opset = 13;
+        lc.node.inputs.push_back("in1");
+        Tensor s(DataType::kInt64, {outs});
+        for (int64_t o = 0; o < outs; ++o) s.set_i64(o, split[static_cast<size_t>(o)]);
+        lc.inputs.push_back(s);
+        lc.constant.push_back(true);
+        break;
+      }
+      default: lc.node.opset = 18, GB::set_int(lc.node, "num_outputs", outs); break;
+    }
+    std::vector<Tensor> want = testing::reference_outputs(lc);
+    if (want.empty()) continue;  // num_outputs larger than the axis allows
+    auto got = testing::run_on_gpu(*gpu, *t, lc);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ASSERT_EQ(got.value().size(), want.size());
+    for (size_t o = 0; o < want.size(); ++o) {
+      std::string where;
+      EXPECT_TRUE(testing::close_to(got.value()[o], want[o], 0, 0, &where)) << "output " << o << ": " << where;
+    }
+  }
 }
 
 // ---------------------------------------------------------------- whole engines
