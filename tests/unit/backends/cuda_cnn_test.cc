@@ -158,6 +158,7 @@ TEST(CudaCnnTactics, CudnnConvolutionFusedBiasReluResidual) {
     lc.node.attrs.erase("activation");
     if (i % 3) set_string(lc.node, "activation", "Relu");
     if (!lc.inputs[2].defined()) {  // a bias
+      if (lc.node.inputs.size() < 3) lc.node.inputs.resize(3);
       lc.node.inputs[2] = "in2";
       lc.inputs[2] = random_tensor({lc.inputs[1].shape()[0]}, 7601 + 10 * i);
     }
