@@ -187,17 +187,6 @@ TEST(CudaCnnTactics, CudnnConvolutionHalfAndBFloat16) {
   }
 }
 
-TEST(CudaCnnTactics, CudnnConvolutionDeclinesWithAReason) {
-  KILN_SKIP_WITHOUT_GPU();
-  std::mt19937 rng(73);
-  LayerCase lc = conv_case(rng, 9000, 2);
-  lc.inputs[0] = lc.inputs[0].cast(DataType::kFloat64).value();
-  const backends::Tactic* t = backends::find_tactic("conv_cudnn_h0");
-  ASSERT_NE(t, nullptr);
-  std::string why = backends::why_declined(*t, testing::cuda_signature(lc));
-  EXPECT_NE(why.find("float64"), std::string::npos) << why;
-}
-
 // A random MaxPool / AveragePool of `spatial` dims: ceil_mode, pads, dilations, auto_pad,
 // count_include_pad.
 LayerCase pool_case(std::mt19937& rng, uint64_t seed, size_t spatial) {
@@ -249,16 +238,56 @@ TEST(CudaCnnTactics, Pooling) {
   EXPECT_GE(cases, 60);
 }
 
-TEST(CudaCnnTactics, MaxPoolIndicesAreDeclined) {
-  KILN_SKIP_WITHOUT_GPU();
-  std::mt19937 rng(75);
-  LayerCase lc = pool_case(rng, 9300, 2);
-  lc.node.op_type = "MaxPool";
-  lc.node.attrs.erase("count_include_pad");
-  lc.node.outputs = {"y", "indices"};
-  const backends::Tactic* t = backends::find_tactic("pool_cuda");
-  ASSERT_NE(t, nullptr);
-  EXPECT_NE(backends::why_declined(*t, testing::cuda_signature(lc)).find("Indices"), std::string::npos);
+// What the CNN tactics decline, with the reason: a signature check, so it runs in every CUDA build,
+// GPU or not (skipped only without the CUDA backend).
+TEST(CudaCnnTactics, DeclineReasons) {
+  const backends::Tactic* conv = backends::find_tactic("conv_cudnn_h0");
+  const backends::Tactic* pool = backends::find_tactic("pool_cuda");
+  const backends::Tactic* global = backends::find_tactic("global_pool_cuda");
+  if (!conv || !pool || !global) GTEST_SKIP() << "built without the CUDA backend";
+  auto why = [](const backends::Tactic* t, const LayerCase& lc, DataType compute = DataType::kFloat32) {
+    backends::LayerSignature sig = testing::cuda_signature(lc);
+    sig.compute = compute;
+    return backends::why_declined(*t, sig);
+  };
+  auto expect_reason = [](const std::string& got, const std::string& part) {
+    EXPECT_NE(got.find(part), std::string::npos) << "'" << got << "' does not say '" << part << "'";
+  };
+  std::mt19937 rng(73);
+  LayerCase lc = conv_case(rng, 9000, 2);
+  EXPECT_EQ(why(conv, lc), "");
+  EXPECT_EQ(why(conv, in_dtype(lc, DataType::kFloat16), DataType::kFloat16), "");
+  expect_reason(why(conv, lc, DataType::kFloat16), "float32 data computed in float16");
+  LayerCase f64 = lc;
+  f64.inputs[0] = f64.inputs[0].cast(DataType::kFloat64).value();
+  expect_reason(why(conv, f64), "float64");
+  LayerCase act = conv_case(rng, 9010, 2);
+  act.node.domain = "kiln", act.node.op_type = "FusedConv", act.node.opset = 1;
+  set_string(act.node, "activation", "Mish");
+  expect_reason(why(conv, act), "activation Mish has no kernel");
+  LayerCase runtime_bias = lc;
+  if (runtime_bias.node.inputs.size() < 3) runtime_bias.node.inputs.resize(3);
+  runtime_bias.node.inputs[2] = "in2";
+  runtime_bias.inputs[2] = random_tensor({lc.inputs[1].shape()[0]}, 9011);
+  runtime_bias.constant[2] = false;
+  expect_reason(why(conv, runtime_bias), "B is not a float constant");
+
+  LayerCase mp = pool_case(rng, 9300, 2);
+  mp.node.op_type = "MaxPool";
+  mp.node.attrs.erase("count_include_pad");
+  EXPECT_EQ(why(pool, mp), "");
+  mp.node.outputs = {"y", "indices"};
+  expect_reason(why(pool, mp), "Indices");
+
+  LayerCase red;
+  red.node = make_node("", "ReduceMean", 1);
+  red.node.opset = 13;
+  GB::set_ints(red.node, "axes", {1});
+  red.inputs = {random_tensor({2, 3, 4}, 9301)};
+  red.constant = {false};
+  expect_reason(why(global, red), "not the trailing ones");
+  GB::set_ints(red.node, "axes", {-1, 1});
+  EXPECT_EQ(why(global, red), "");
 }
 
 TEST(CudaCnnTactics, GlobalPoolingAndTrailingReductions) {
