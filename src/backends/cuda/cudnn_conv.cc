@@ -104,6 +104,10 @@ Dims contiguous_strides(const Dims& d) {
 
 std::vector<int> ints(const Dims& d) { return std::vector<int>(d.begin(), d.end()); }
 
+// Algorithms needing more scratch are left out: kiln build's default --workspace (1 GiB), which one of
+// them would exceed, failing the build, if it won the timing (FFT algorithms can at large batches).
+constexpr size_t kMaxWorkspace = size_t{1} << 30;
+
 class PreparedConv : public PreparedLayer {
  public:
   ~PreparedConv() override {
@@ -307,7 +311,8 @@ class CudnnConv : public Tactic {
       if (std::find(algos.begin(), algos.end(), p.algo) != algos.end()) continue;
       size_t bytes = 0;
       if (cudnnGetConvolutionForwardWorkspaceSize(h, l->x_desc, l->w_desc, l->conv_desc, l->y_desc, p.algo, &bytes) !=
-          CUDNN_STATUS_SUCCESS)
+              CUDNN_STATUS_SUCCESS ||
+          bytes > kMaxWorkspace)
         continue;
       algos.push_back(p.algo);
     }
