@@ -1,11 +1,12 @@
 // The CUDA backend's DeviceRuntime: cudart for memory, streams and copies; the device's identity
-// (name, compute capability, driver, runtime and cuBLASLt versions) for the engine file.
+// (name, compute capability, driver, runtime, cuBLASLt and cuDNN versions) for the engine file.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <mutex>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cudnn_tactics.h"
 
 namespace kiln::backends::cuda {
 
@@ -63,6 +64,7 @@ class CudaRuntime final : public DeviceRuntime {
     id["driver"] = version_str(driver);
     id["runtime"] = version_str(rt);
     id["cublaslt"] = cublaslt_version();
+    id["cudnn"] = cudnn_version();
     return id;
   }
 
@@ -70,9 +72,9 @@ class CudaRuntime final : public DeviceRuntime {
     if (std::string why = why_unavailable(index); !why.empty()) return why;
     std::map<std::string, std::string> here = identity(index);
     std::string diff;
-    // The kernels were chosen and the cuBLASLt algorithms picked for this GPU model and library: another
+    // The kernels were chosen and the cuBLASLt/cuDNN algorithms picked for this GPU model and library: another
     // one may not run them (compute capability) or run them slowly (model, library version).
-    for (const char* k : {"name", "compute_capability", "cublaslt"}) {
+    for (const char* k : {"name", "compute_capability", "cublaslt", "cudnn"}) {
       auto b = built.find(k);
       if (b == built.end()) continue;
       if (here[k] != b->second)
