@@ -42,6 +42,7 @@
 #include "onnx/exporter.h"
 #include "onnx/importer.h"
 #include "ops/interpreter.h"
+#include "plugin/custom_ops.h"
 
 namespace kiln::detail {
 
@@ -468,6 +469,9 @@ Result<std::shared_ptr<EngineImpl>> deserialize_parts(const std::shared_ptr<uint
   } catch (const std::exception& ex) {
     return InvalidModel("engine header is malformed (", ex.what(), ")", kRebuild);
   }
+  // Before the graph is read: its custom ops come from plugins, and a missing one is named as such.
+  KILN_RETURN_IF_ERROR(plugin::check_engine_plugins(
+      e->build.is_object() && e->build.contains("plugins") ? e->build["plugins"] : nlohmann::json()));
   if (graph_offset > body_len || graph_length > body_len - graph_offset || weights_offset > body_len ||
       weights_length > body_len - weights_offset)
     return InvalidModel("engine header points outside the file", kRebuild);
