@@ -46,6 +46,23 @@ if rc == 0:
 env = dict(os.environ, KILN_PLUGIN_PATH=SQUARE_PLUS + ":" + ROTARY)
 rc, out = kiln("run", W("sp.kiln"), "--inputs", W("sp_in.npz"), env=env)
 check(rc == 0, "KILN_PLUGIN_PATH loads the plugin: " + out[-300:])
+# KILN_PLUGIN_PATH naming a directory: every .so in it
+os.makedirs(W("plugin_dir"), exist_ok=True)
+for lib in (SQUARE_PLUS, ROTARY):
+    os.symlink(os.path.abspath(lib), W("plugin_dir", os.path.basename(lib)))
+rc, out = kiln("run", W("sp.kiln"), "--inputs", W("sp_in.npz"), env=dict(os.environ, KILN_PLUGIN_PATH=W("plugin_dir")))
+check(rc == 0, "KILN_PLUGIN_PATH with a directory loads its plugins: " + out[-300:])
+# The timing cache keeps plugin kernels' timings like built-in tactics'
+for i in range(2):
+    rc, out = kiln("build", W("square_plus.onnx"), "-o", W(f"sp_cached{i}.kiln"), "--plugin", SQUARE_PLUS,
+                   "--shapes", "x:4x16", "--timing-cache", W("timing.cache"))
+    check(rc == 0, f"build {i} with a timing cache: " + out[-300:])
+rc, out = kiln("inspect", W("sp_cached1.kiln"), "--plugin", SQUARE_PLUS, "--format", "json")
+if rc == 0:
+    j = json.loads(out[out.index("{"):])
+    act = [l for l in j["layers"] if l["op"] == "my.domain.SquarePlus"]
+    check(act and len(act[0]["candidates"]) == 2 and all(c["cached"] for c in act[0]["candidates"]),
+          "the second build takes both plugin kernels' timings from the cache: " + json.dumps(act[0]["candidates"]))
 # inspect: both kernels timed, the winner one of them, the plugin recorded
 rc, out = kiln("inspect", W("sp.kiln"), "--plugin", SQUARE_PLUS, "--format", "json")
 check(rc == 0, "inspect with the plugin: " + out[-300:])

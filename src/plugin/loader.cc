@@ -159,8 +159,8 @@ Result<PluginInfo> load_plugin_file(const std::string& path) {
   char real[PATH_MAX];
   if (!::realpath(path.c_str(), real))
     return NotFound(what,
-                    ": no such file (give the path of a shared library, e.g. build/examples/plugins/"
-                    "libkiln_example_ops.so)");
+                    ": no such file (give the path of a shared library, e.g. build/plugins/"
+                    "libkiln_square_plus.so)");
   std::string canonical = real;
   Loaded& L = loaded();
   std::lock_guard<std::mutex> lock(L.mu);

@@ -39,10 +39,11 @@ ir::Model custom_model(const std::string& domain, const std::string& op, const s
   n.opset = 1;
   n.name = "custom_0";
   if (attrs) attrs(n);
+  const int opset = n.opset;  // an attrs callback may change it: the domain's import follows
   b.output("y");
   ir::Model m = b.finish();
-  m.opset_imports[domain] = 1;
-  m.graph->opset_imports[domain] = 1;
+  m.opset_imports[domain] = opset;
+  m.graph->opset_imports[domain] = opset;
   return m;
 }
 
@@ -315,6 +316,18 @@ TEST(Plugin, CppRegisteredOpRunsThroughTheSamePath) {
   bool declined = false;
   for (const auto& p : loaded_plugins()) declined |= p.name == "cpp_test_ops";
   EXPECT_TRUE(declined);
+
+  // An opset past the op's range is an error naming the range.
+  CustomOpDesc ranged = d;
+  ranged.op_type = "ScaleV1", ranged.until_opset = 1;
+  ranged.kernels = {{"cpp_test_ops.scale_v1", KILN_DEVICE_CPU, 1, nullptr, nullptr, compute}};
+  register_custom_op(ranged);
+  expect_message(
+      [&] {
+        ir::Model v2 = custom_model("cpp.domain", "ScaleV1", {{"x", {2}}}, [](ir::Node& n) { n.opset = 2; });
+        Builder().build_from_memory(onnx_bytes(v2));
+      },
+      {"implements opsets 1-1; this node has opset 2"});
 
   // Registering over a built-in op is refused.
   CustomOpDesc relu = d;
