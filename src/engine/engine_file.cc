@@ -22,7 +22,10 @@
 // the checksums from zlib's CRC-32 to CRC-32C (the SSE4.2 instruction: checking a 100 MB engine took
 // ~60 ms with zlib, ~15 ms now). Files of other versions are refused with the advice to rebuild.
 // Within version 3, optional fields were added that older files lack and older readers ignore: a
-// reference layer's "reference" record (reasons, shape work, estimated ms) and build.reference.
+// reference layer's "reference" record (reasons, shape work, estimated ms) and build.reference;
+// build.plugins (the custom-op plugins the layers use: name, version, origin, ops, layers), checked
+// against the loaded plugins before the graph is read, and a plugin layer's stored state (the node
+// attribute kiln.plugin_state, src/plugin/custom_ops.h).
 #include <fcntl.h>
 #include <unistd.h>
 

@@ -303,6 +303,8 @@ Status check_registrable(const CustomOpDesc& d) {
   std::string what = "custom op '" + op_key(d.domain, d.op_type) + "' of plugin '" + d.plugin + "'";
   if (d.plugin.empty()) return InvalidArgument(what, ": the provider's name is empty");
   if (d.op_type.empty()) return InvalidArgument(what, ": the op type is empty");
+  if (d.domain == "kiln" || d.domain.rfind("kiln.", 0) == 0)
+    return InvalidArgument(what, ": the domain '", d.domain, "' is kiln's own (its fused ops); use a domain of yours");
   if (d.since_opset < 1 || (d.until_opset > 0 && d.until_opset < d.since_opset))
     return InvalidArgument(what, ": opset range ", d.since_opset, "-", d.until_opset, " is empty or starts below 1");
   if (d.max_inputs >= 0 && d.max_inputs < d.min_inputs)
