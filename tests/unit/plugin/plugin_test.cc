@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "../graph_builder.h"
 #include "kiln/custom_op.h"
@@ -184,6 +185,14 @@ TEST(Plugin, RotaryEmbeddingMatchesItsFormulaAndStoresItsTable) {
   EXPECT_GT(read_after, read_before);
   auto j = nlohmann::json::parse(loaded->inspect_json());
   EXPECT_EQ(j["build"]["plugins"][0]["name"], "kiln_example_rotary");
+
+  // Contexts on two threads share the layer's prepared kernel and its state.
+  std::vector<float> y_threads[2];
+  std::thread t0([&] { y_threads[0] = run_engine(*loaded, inputs(pos)); });
+  std::thread t1([&] { y_threads[1] = run_engine(*loaded, inputs(pos)); });
+  t0.join(), t1.join();
+  EXPECT_EQ(y_threads[0], y);
+  EXPECT_EQ(y_threads[1], y);
 
   // A kernel's failure is an error naming the layer, the plugin and the kernel.
   std::vector<int64_t> far = pos;
