@@ -33,14 +33,20 @@ const DeviceRuntime* device_runtime(DeviceKind kind) {
   return nullptr;
 }
 
-const std::vector<const Tactic*>& all_tactics() {
-  static const std::vector<const Tactic*> list = [] {
+namespace {
+std::vector<const Tactic*>& tactic_registry() {
+  static std::vector<const Tactic*> list = [] {
     std::vector<const Tactic*> v;
     for (const Backend& b : kBackends) v.insert(v.end(), b.tactics().begin(), b.tactics().end());
     return v;
   }();
   return list;
 }
+}  // namespace
+
+const std::vector<const Tactic*>& all_tactics() { return tactic_registry(); }
+
+void add_tactic(const Tactic* t) { tactic_registry().push_back(t); }
 
 const Tactic* find_tactic(const std::string& name) {
   for (const Tactic* t : all_tactics())

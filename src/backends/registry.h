@@ -19,6 +19,9 @@ namespace kiln::backends {
 // Every tactic of every backend compiled in, in priority order.
 const std::vector<const Tactic*>& all_tactics();
 const Tactic* find_tactic(const std::string& name);
+// Appends a tactic registered at run time (a custom op's kernel, src/plugin) after the built-in ones.
+// Not thread-safe against concurrent lookups: plugins load before engines build or run.
+void add_tactic(const Tactic* t);
 // The kernel libraries behind the tactics, with their run-time versions ("oneDNN 2.6.3"; "" with
 // none): part of the timing cache's identity, since a library upgrade changes the kernels' speed.
 std::string tactic_libraries();

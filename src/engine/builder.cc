@@ -16,6 +16,7 @@
 #include "ops/interpreter.h"
 #include "ops/shape_inference.h"
 #include "passes/pass.h"
+#include "plugin/custom_ops.h"
 
 namespace kiln {
 
@@ -533,6 +534,10 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   e->model = std::move(model);
   e->describe_layers();
   KILN_RETURN_IF_ERROR(choose_kernels(*e, opt_shapes, tuned_at, cfg, precision, log));
+  // Custom ops (src/plugin): which plugins the layers use (a loader without them refuses the engine),
+  // and their states stored in the graph.
+  KILN_ASSIGN_OR_RETURN(nlohmann::json plugins, plugin::record_plugins(*e->model.graph));
+  if (!plugins.empty()) e->build["plugins"] = std::move(plugins);
   for (size_t i = 0; i < e->layers.size(); ++i)  // reference-only builds choose nothing
     if (e->layers[i].precision.empty())
       e->layers[i].precision = engine::precision_name(
@@ -569,6 +574,7 @@ Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderC
 Builder::Builder(BuilderConfig config) : config_(std::move(config)) {}
 
 std::shared_ptr<Engine> Builder::build_from_file(const std::string& onnx_path) const try {
+  if (Status p = plugin::load_env_plugins_once(); !p.ok()) detail::throw_error(p);
   auto m = onnx_import::load_model(onnx_path);
   if (!m.ok()) detail::throw_error(m.status());
   auto e = detail::build_engine(std::move(m).value(), config_);
@@ -579,6 +585,7 @@ std::shared_ptr<Engine> Builder::build_from_file(const std::string& onnx_path) c
 }
 
 std::shared_ptr<Engine> Builder::build_from_memory(const std::string& onnx_bytes) const try {
+  if (Status p = plugin::load_env_plugins_once(); !p.ok()) detail::throw_error(p);
   auto m = onnx_import::parse_model(onnx_bytes, "");
   if (!m.ok()) detail::throw_error(m.status());
   auto e = detail::build_engine(std::move(m).value(), config_);

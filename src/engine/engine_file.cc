@@ -22,7 +22,10 @@
 // the checksums from zlib's CRC-32 to CRC-32C (the SSE4.2 instruction: checking a 100 MB engine took
 // ~60 ms with zlib, ~15 ms now). Files of other versions are refused with the advice to rebuild.
 // Within version 3, optional fields were added that older files lack and older readers ignore: a
-// reference layer's "reference" record (reasons, shape work, estimated ms) and build.reference.
+// reference layer's "reference" record (reasons, shape work, estimated ms) and build.reference;
+// build.plugins (the custom-op plugins the layers use: name, version, origin, ops, layers), checked
+// against the loaded plugins before the graph is read, and a plugin layer's stored state (the node
+// attribute kiln.plugin_state, src/plugin/custom_ops.h).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -42,6 +45,7 @@
 #include "onnx/exporter.h"
 #include "onnx/importer.h"
 #include "ops/interpreter.h"
+#include "plugin/custom_ops.h"
 
 namespace kiln::detail {
 
@@ -468,6 +472,9 @@ Result<std::shared_ptr<EngineImpl>> deserialize_parts(const std::shared_ptr<uint
   } catch (const std::exception& ex) {
     return InvalidModel("engine header is malformed (", ex.what(), ")", kRebuild);
   }
+  // Before the graph is read: its custom ops come from plugins, and a missing one is named as such.
+  KILN_RETURN_IF_ERROR(plugin::check_engine_plugins(
+      e->build.is_object() && e->build.contains("plugins") ? e->build["plugins"] : nlohmann::json()));
   if (graph_offset > body_len || graph_length > body_len - graph_offset || weights_offset > body_len ||
       weights_length > body_len - weights_offset)
     return InvalidModel("engine header points outside the file", kRebuild);

@@ -33,10 +33,10 @@ Status check_supported(const ir::Graph& g) {
   std::string msg = std::to_string(lines.size()) + " node(s) use ops kiln does not support:\n";
   for (const auto& l : lines) msg += l + "\n";
   msg +=
-      "To run this model, add these ops as plugins: implement an OpSchema (shape inference and a "
-      "reference kernel) and register it with KILN_REGISTER_OP(domain, op, since_opset, infer, "
-      "kernel) in a library linked into kiln (see src/ops/ for examples), or replace the nodes "
-      "when exporting the model.";
+      "To run this model, add these ops as a plugin: a shared library implementing kiln/plugin.h "
+      "(shape inference and CPU kernels), loaded with `kiln <command> --plugin libmyops.so`, "
+      "KILN_PLUGIN_PATH or kiln::load_plugin() — see examples/plugins/ (README.md) for a custom "
+      "activation and a fused rotary embedding; or replace the nodes when exporting the model.";
   return Unsupported(msg);
 }
 

@@ -144,6 +144,15 @@ void print_text(const nlohmann::json& j, bool passes_only) {
     if (b.contains("source"))
       std::printf("source   %s, %d nodes, %d BatchNormalization\n", b["source"]["producer"].get<std::string>().c_str(),
                   b["source"]["nodes"].get<int>(), b["source"]["batch_norms"].get<int>());
+    // Custom-op plugins the layers use (src/plugin): loading the engine needs each of them.
+    if (b.contains("plugins"))
+      for (const auto& p : b["plugins"]) {
+        std::string layers;
+        for (const auto& l : p["layers"]) layers += (layers.empty() ? "" : ", ") + l.get<std::string>();
+        std::printf("plugin   %s %s (%s)%s: layers %s\n", p["name"].get<std::string>().c_str(),
+                    p["version"].get<std::string>().c_str(), p.value("origin", "").c_str(),
+                    p.value("slow", false) ? ", interpreted kernels (slow)" : "", layers.c_str());
+      }
     for (const auto& in : j["inputs"])
       std::printf("input    %s %s\n", in["name"].get<std::string>().c_str(), in["type"].get<std::string>().c_str());
     for (const auto& o : j["outputs"])

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/engine_impl.h"
+#include "kiln/custom_op.h"
 #include "kiln/kiln.h"
 #include "onnx/importer.h"
 #include "tools/commands.h"
@@ -29,7 +30,19 @@ int main(int argc, char** argv) {
     sub->add_flag_callback(
         "--allow-external-data-outside", [] { kiln::onnx_import::set_allow_external_data_outside_default(true); },
         "let external data (of models and .pb inputs) resolve outside their file's folder (off: refused)");
+  // --plugin on every subcommand: custom-op libraries (kiln/plugin.h), loaded before the command
+  // imports a model or loads an engine; KILN_PLUGIN_PATH's are loaded first.
+  for (CLI::App* sub : app.get_subcommands({}))
+    sub->add_option_function<std::vector<std::string>>(
+           "--plugin",
+           [](const std::vector<std::string>& paths) {
+             for (const auto& p : paths) kiln::load_plugin(p);
+           },
+           "load a custom-op plugin (a shared library, kiln/plugin.h; repeatable; see examples/plugins)")
+        ->type_name("LIB.so")
+        ->allow_extra_args(false);
   try {
+    kiln::load_env_plugins();
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
