@@ -14,7 +14,10 @@ kiln); kiln-ort-qdq (kiln running ONNX Runtime's own Q/DQ file); ort-fp32 and or
 through bench/ort_runner.js --inputs/--save-outputs; ONNX Runtime's quantizer is Python-only and not a
 Debian package, so its entropy/percentile rows come from the README's table, marked as such).
 Agreement: the share of images whose top-1 class matches the FP32 model's in the same runtime.
-Prints a table like the README's and writes --json (default bench/out/fmnist/results.json).
+Prints a table like the README's and writes --json (default bench/out/fmnist/results.json); each variant's
+logits go to WORK/MODEL/logits_VARIANT.npy (which images moved, and whose arithmetic moved them).
+Runs with OMP_WAIT_POLICY=PASSIVE unless set: accuracy only, and spinning OpenMP threads slowed the
+calibration of a loaded machine several-fold.
 """
 import argparse
 import gzip
@@ -166,6 +169,7 @@ def main():
     ap.add_argument("--work", default=os.path.join(ROOT, "bench", "out", "fmnist"))
     ap.add_argument("--json", default=None, help="results file (default WORK/results.json)")
     args = ap.parse_args()
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if not dataset_present():
         print(f"fmnist: Fashion-MNIST not found in {DATASET} (apt-get install dataset-fashion-mnist)", file=sys.stderr)
         return 2
@@ -208,6 +212,7 @@ def main():
                     kiln_build(args.kiln, model, engine, args.batch, extra, log, args.threads)
                     logits = kiln_logits(args.kiln, engine, chunks, work, log, args.threads)
                     base = "kiln"
+                np.save(os.path.join(work, f"logits_{v}.npy"), logits)  # per-image analysis (whose top-1 moved)
                 r, top1 = summarize(logits, labels, ref.get(base))
                 if v.endswith("fp32"):
                     ref[base] = top1

@@ -23,6 +23,9 @@ namespace kiln::detail {
 
 namespace {
 
+// Observed activation values the first calibration pass keeps for the second (calibrate()).
+constexpr size_t kCalibrationKeepBytes = size_t{1} << 30;
+
 std::vector<std::string> model_inputs(const ir::Graph& g) {
   std::vector<std::string> names;
   for (const auto& in : g.inputs)
@@ -130,20 +133,52 @@ Result<std::map<std::string, quant::Range>> calibrate(const ir::Model& model, co
   c.warn = [warn](const std::string& w) { warn("calibration engine (FP32): " + w); };
   auto t0 = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<EngineImpl> engine, build_engine(std::move(m), c));
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  const double build_s = since(t0);
+  double pass_s[2] = {0, 0};
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < plan.observe.size(); ++i) index[plan.observe[i]] = i;
   std::vector<quant::TensorStats> stats(plan.observe.size());
   const bool histogram = quant::uses_histogram(calibrator);
+  // The histogram calibrators need each tensor's range before its histogram: the first pass keeps the
+  // observed values (up to kCalibrationKeepBytes in all) so that the second reads them instead of running
+  // the batches again; past that budget they are dropped and the second pass reruns the engine.
+  std::vector<std::vector<float>> kept(histogram ? stats.size() : 0);
+  bool keeping = histogram, rerun = false;
+  size_t kept_bytes = 0;
+  auto drop_kept = [&] {
+    keeping = false;
+    for (auto& k : kept) std::vector<float>().swap(k);
+  };
   for (int pass = 0; pass < (histogram ? 2 : 1); ++pass) {
-    if (pass == 1)
+    auto t_pass = std::chrono::steady_clock::now();
+    if (pass == 1) {
       for (auto& s : stats) s.hist = quant::Histogram(std::max(std::fabs(s.min), std::fabs(s.max)));
+      if (keeping) {
+        for (size_t i = 0; i < stats.size(); ++i)
+          stats[i].hist.add(kept[i].data(), static_cast<int64_t>(kept[i].size()));
+        drop_kept();
+        pass_s[pass] = since(t_pass);
+        break;
+      }
+      rerun = true;
+    }
     auto take = [&](const std::string& name, const Tensor& t) {
       auto it = index.find(name);
       if (it == index.end() || t.dtype() != DataType::kFloat32) return;
-      if (pass == 0)
-        stats[it->second].add_range(t.data<float>(), t.numel());
-      else
-        stats[it->second].hist.add(t.data<float>(), t.numel());
+      const float* x = t.data<float>();
+      const int64_t n = t.numel();
+      if (pass == 1) {
+        stats[it->second].hist.add(x, n);
+        return;
+      }
+      stats[it->second].add_range(x, n);
+      if (!keeping) return;
+      kept_bytes += static_cast<size_t>(n) * sizeof(float);
+      if (kept_bytes > kCalibrationKeepBytes) return drop_kept();
+      kept[it->second].insert(kept[it->second].end(), x, x + n);
     };
     for (size_t b = 0; b < batches.size(); ++b) {
       for (const auto& [name, v] : batches[b])
@@ -154,7 +189,9 @@ Result<std::map<std::string, quant::Range>> calibrate(const ir::Model& model, co
       });
       if (!r.ok()) return r.status().with_context("calibration batch " + std::to_string(b) + ": ");
     }
+    pass_s[pass] = since(t_pass);
   }
+  auto t_ranges = std::chrono::steady_clock::now();
   std::map<std::string, quant::Range> ranges;
   for (size_t i = 0; i < stats.size(); ++i) {
     if (!stats[i].seen)
@@ -167,11 +204,17 @@ Result<std::map<std::string, quant::Range>> calibrate(const ir::Model& model, co
     ranges[plan.observe[i]] =
         quant::calibrated_range(stats[i], input ? quant::Calibrator::kMinMax : calibrator, cfg.calib_percentile);
   }
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  char line[200];
-  std::snprintf(line, sizeof line, "[kiln build] calibrated %zu activations on %zu batches (%s, %d pass%s): %.2f s",
+  const double ranges_s = since(t_ranges), seconds = since(t0);
+  char line[300];
+  std::snprintf(line, sizeof line,
+                "[kiln build] calibrated %zu activations on %zu batches (%s, %d pass%s): %.2f s (FP32 engine built "
+                "in %.2f s, range pass %.2f s, histogram pass %.2f s%s, thresholds %.2f s)",
                 ranges.size(), batches.size(), quant::calibrator_name(calibrator), histogram ? 2 : 1,
-                histogram ? "es" : "", seconds);
+                histogram ? "es" : "", seconds, build_s, pass_s[0], pass_s[1],
+                histogram && !rerun ? " (from the kept values)"
+                : histogram         ? " (batches run again)"
+                                    : "",
+                ranges_s);
   log(line);
   return ranges;
 }

@@ -29,54 +29,71 @@ bool uses_histogram(Calibrator c) { return c != Calibrator::kMinMax; }
 
 void Histogram::add(const float* x, int64_t n) {
   if (counts.empty()) return;
-  const int64_t last = static_cast<int64_t>(counts.size()) - 1;
-  const double inv = amax > 0 ? static_cast<double>(counts.size()) / amax : 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double a = std::fabs(static_cast<double>(x[i]));
-    if (!std::isfinite(a)) continue;
-    if (a == 0) {
-      zeros += 1;
-      continue;
+  // In float, branch-light (the compiler vectorizes the first loop): the bin of each |x| first, then
+  // the counts; NaN and Inf get bin -1 and are skipped, exact zeros bin -2.
+  const int last = static_cast<int>(counts.size()) - 1;
+  const float inv = amax > 0 ? static_cast<float>(static_cast<double>(counts.size()) / amax) : 0.f;
+  constexpr int64_t kBlock = 1024;
+  int32_t bins[kBlock];
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t m = std::min(kBlock, n - begin);
+    const float* v = x + begin;
+    for (int64_t i = 0; i < m; ++i) {
+      const float a = std::fabs(v[i]);
+      const float scaled = std::min(a * inv, static_cast<float>(last));
+      bins[i] = !(a <= std::numeric_limits<float>::max()) ? -1 : a == 0.f ? -2 : static_cast<int32_t>(scaled);
     }
-    int64_t b = static_cast<int64_t>(a * inv);
-    counts[static_cast<size_t>(std::min(std::max<int64_t>(b, 0), last))] += 1;
+    for (int64_t i = 0; i < m; ++i) {
+      if (bins[i] >= 0)
+        counts[static_cast<size_t>(bins[i])] += 1;
+      else if (bins[i] == -2)
+        zeros += 1;
+    }
   }
 }
 
-double entropy_threshold(const Histogram& h, int levels) {
+double entropy_threshold(const Histogram& h, int levels, double max_clipped_share) {
   const int bins = static_cast<int>(h.counts.size());
   if (bins == 0 || h.amax <= 0) return 0;
   if (levels >= bins) return h.amax;
   const std::vector<double>& c = h.counts;
-  std::vector<double> beyond(static_cast<size_t>(bins) + 1, 0);  // beyond[i] = sum of c[i..]
-  for (int i = bins - 1; i >= 0; --i)
-    beyond[static_cast<size_t>(i)] = beyond[static_cast<size_t>(i) + 1] + c[static_cast<size_t>(i)];
-  if (beyond[0] <= 0) return 0;
-  std::vector<double> q(static_cast<size_t>(bins));
+  // Prefix sums: sum[k] of c[0..k), nonzero[k] the non-empty bins among them (each bucket in O(1)).
+  std::vector<double> sum(static_cast<size_t>(bins) + 1, 0), nonzero(static_cast<size_t>(bins) + 1, 0);
+  for (int k = 0; k < bins; ++k) {
+    sum[static_cast<size_t>(k) + 1] = sum[static_cast<size_t>(k)] + c[static_cast<size_t>(k)];
+    nonzero[static_cast<size_t>(k) + 1] = nonzero[static_cast<size_t>(k)] + (c[static_cast<size_t>(k)] > 0);
+  }
+  const double p_total = sum[static_cast<size_t>(bins)];
+  if (p_total <= 0) return 0;
+  // The search starts at `levels` bins (TensorRT's) or, later, at the first threshold that clips at most
+  // max_clipped_share of the values (zeros included, as the percentile calibrator counts them).
+  int first = levels;
+  if (max_clipped_share > 0) {
+    const double allowed = max_clipped_share * (p_total + h.zeros);
+    while (first < bins && p_total - sum[static_cast<size_t>(first)] > allowed) ++first;
+  }
   double best_kl = std::numeric_limits<double>::infinity();
   int best = bins;
-  for (int i = levels; i <= bins; ++i) {
-    // Q: the first i bins merged into `levels` buckets, each bucket's mass spread evenly over its
-    // non-empty bins (an empty bin stays empty: quantization cannot create values there).
-    for (int j = 0; j < levels; ++j) {
-      int start = static_cast<int>(static_cast<int64_t>(j) * i / levels);
-      int stop = static_cast<int>(static_cast<int64_t>(j + 1) * i / levels);
-      double sum = 0;
-      int nonzero = 0;
-      for (int k = start; k < stop; ++k) sum += c[static_cast<size_t>(k)], nonzero += c[static_cast<size_t>(k)] > 0;
-      for (int k = start; k < stop; ++k) q[static_cast<size_t>(k)] = c[static_cast<size_t>(k)] > 0 ? sum / nonzero : 0;
-    }
-    // P: the same bins with everything beyond the threshold clipped into the last one.
-    const double p_total = beyond[0], q_total = p_total - beyond[static_cast<size_t>(i)];
+  for (int i = first; i <= bins; ++i) {
+    const double beyond = p_total - sum[static_cast<size_t>(i)], q_total = sum[static_cast<size_t>(i)];
     if (q_total <= 0) continue;
+    // P: the first i bins, everything beyond the threshold clipped into the last one. Q: the same bins
+    // merged into `levels` buckets, each bucket's mass spread evenly over its non-empty bins (an empty
+    // bin stays empty: quantization cannot create values there).
     double kl = 0;
-    for (int k = 0; k < i; ++k) {
-      double p = c[static_cast<size_t>(k)] + (k == i - 1 ? beyond[static_cast<size_t>(i)] : 0);
-      if (p <= 0) continue;
-      p /= p_total;
-      double qq = q[static_cast<size_t>(k)] / q_total;
-      if (qq <= 0) qq = 1e-12;  // the clipped mass in an empty last bin: Q cannot hold it
-      kl += p * std::log(p / qq);
+    for (int j = 0; j < levels; ++j) {
+      const int start = static_cast<int>(static_cast<int64_t>(j) * i / levels);
+      const int stop = static_cast<int>(static_cast<int64_t>(j + 1) * i / levels);
+      const double nz = nonzero[static_cast<size_t>(stop)] - nonzero[static_cast<size_t>(start)];
+      const double q_bin =
+          nz > 0 ? (sum[static_cast<size_t>(stop)] - sum[static_cast<size_t>(start)]) / nz / q_total : 0;
+      for (int k = start; k < stop; ++k) {
+        double p = c[static_cast<size_t>(k)] + (k == i - 1 ? beyond : 0);
+        if (p <= 0) continue;
+        p /= p_total;
+        const double q = c[static_cast<size_t>(k)] > 0 ? q_bin : 1e-12;  // clipped mass in an empty last bin
+        kl += p * std::log(p / q);
+      }
     }
     if (kl < best_kl) best_kl = kl, best = i;
   }
@@ -133,7 +150,7 @@ Range calibrated_range(const TensorStats& s, Calibrator c, double percentile) {
   Range r{s.min, s.max};
   if (c == Calibrator::kMinMax || !s.seen) return r;
   const int levels = s.min >= 0 ? 256 : 128;
-  double t = c == Calibrator::kEntropy      ? entropy_threshold(s.hist, levels)
+  double t = c == Calibrator::kEntropy      ? entropy_threshold(s.hist, levels, kEntropyMaxClippedShare)
              : c == Calibrator::kPercentile ? percentile_threshold(s.hist, percentile)
                                             : mse_threshold(s.hist, levels);
   r.min = std::max(s.min, -t);

@@ -6,7 +6,8 @@
 // computes the u8 x s8 zero-point compensation, padding included, from the weights once). A rank-2
 // x (a Gemm) runs as a 1x1 convolution on [N, C, 1, 1].
 //
-// Rounding: oneDNN scales the int32 accumulator in float and rounds to nearest even, as the
+// Rounding: oneDNN scales the int32 accumulator in float and rounds to nearest even (a round post-op
+// before the destination zero point, as QuantizeLinear and ONNX Runtime's requantization), as the
 // reference does in double; the two differ only where float's rounding of the scale product moves a
 // value across a half-way point: at most one unit of the output (tests/unit/backends/int8_tactic_test.cc).
 #if defined(KILN_HAVE_ONEDNN)
@@ -151,6 +152,12 @@ class OnednnQConv : public Tactic {
       if (q.activation == "Clip")
         po.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, q.activation_min / q.y_scale,
                           q.activation_max / q.y_scale);
+      // QuantizeLinear rounds, then adds the zero point; oneDNN adds the destination zero point in float
+      // before its final rounding: round(v + zp), which differs at half-way points when zp is odd, and
+      // where v + zp loses v's last bits in float (13.500001 + 127 = 140.5 -> 140, not 141). Rounding
+      // first makes v + zp an exact integer (mobilenet_v2_fmnist's Q/DQ file: 2 of the 24,576 outputs of
+      // features.2's projection differed from ONNX Runtime's, 26 of its 40 logits by the end).
+      if (p->dst_zp) po.append_eltwise(1.f, dnnl::algorithm::eltwise_round, 0.f, 0.f);
       attr.set_post_ops(po);
       if (p->src_zp) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
       if (p->dst_zp) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});

@@ -162,5 +162,114 @@ TEST(Calibrator, RangeFromAThresholdKeepsTheSign) {
   EXPECT_EQ(r.max, 2.0);         // the observed max is inside t
 }
 
+// TensorRT's KL search written the obvious way (every bucket's sum and non-empty bins counted anew), to
+// check the prefix-sum one against.
+double naive_entropy_threshold(const Histogram& h, int levels, int first) {
+  const int bins = static_cast<int>(h.counts.size());
+  const std::vector<double>& c = h.counts;
+  double total = 0;
+  for (double v : c) total += v;
+  double best_kl = INFINITY;
+  int best = bins;
+  for (int i = first; i <= bins; ++i) {
+    double beyond = 0, kept = 0;
+    for (int k = 0; k < bins; ++k) (k < i ? kept : beyond) += c[static_cast<size_t>(k)];
+    if (kept <= 0) continue;
+    std::vector<double> q(static_cast<size_t>(i), 0);
+    for (int j = 0; j < levels; ++j) {
+      int start = j * i / levels, stop = (j + 1) * i / levels, nz = 0;
+      double sum = 0;
+      for (int k = start; k < stop; ++k) sum += c[static_cast<size_t>(k)], nz += c[static_cast<size_t>(k)] > 0;
+      for (int k = start; k < stop; ++k) q[static_cast<size_t>(k)] = c[static_cast<size_t>(k)] > 0 ? sum / nz : 0;
+    }
+    double kl = 0;
+    for (int k = 0; k < i; ++k) {
+      double p = (c[static_cast<size_t>(k)] + (k == i - 1 ? beyond : 0)) / total;
+      if (p <= 0) continue;
+      double qq = q[static_cast<size_t>(k)] > 0 ? q[static_cast<size_t>(k)] / kept : 1e-12;
+      kl += p * std::log(p / qq);
+    }
+    if (kl < best_kl) best_kl = kl, best = i;
+  }
+  return h.bin_width() * best;
+}
+
+TEST(Calibrator, EntropyMatchesTheNaiveSearchOnRandomHistograms) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int bins = 100 + static_cast<int>(rng() % 211), levels = 8 + static_cast<int>(rng() % 41);  // odd sizes
+    Histogram h(3.5, bins);
+    std::exponential_distribution<double> e(1.0);
+    for (int k = 0; k < bins; ++k)
+      h.counts[static_cast<size_t>(k)] = rng() % 5 == 0 ? 0 : std::floor(1000 * std::exp(-k / 20.0) * e(rng));
+    h.counts[static_cast<size_t>(bins - 1 - static_cast<int>(rng() % 7))] += 3;  // a far outlier
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": bins " + std::to_string(bins) + ", levels " +
+                 std::to_string(levels));
+    EXPECT_DOUBLE_EQ(entropy_threshold(h, levels), naive_entropy_threshold(h, levels, levels));
+  }
+}
+
+// A mobilenet_v2_fmnist-like ReLU6 output (features.1's depthwise conv: 4.4M non-zero values, nearly
+// exponential with mean 0.46, max 6, and spikes where the images' flat background makes one value many
+// times): TensorRT's search clips it right after a spike (1.10 there, 4.2% of the values saturated;
+// KL charges clipped values only their probability); with the clipped share bounded, at most that share
+// lies beyond the threshold.
+TEST(Calibrator, EntropyClipsAtMostTheAllowedShare) {
+  Histogram h(6.0);
+  const double bw = h.bin_width();
+  for (int k = 0; k < kHistogramBins; ++k)
+    h.counts[static_cast<size_t>(k)] = std::floor(4.4e6 * bw / 0.46 * std::exp(-(k + 0.5) * bw / 0.46));
+  for (int k : {3, 9, 186, 374}) h.counts[static_cast<size_t>(k)] += 5e4;
+  h.counts.back() += 1;  // the max
+  h.zeros = 4e6;
+  double total = h.zeros;
+  for (double v : h.counts) total += v;
+  auto clipped = [&](double t) {
+    double beyond = 0;
+    for (int k = static_cast<int>(std::lround(t / h.bin_width())); k < kHistogramBins; ++k)
+      beyond += h.counts[static_cast<size_t>(k)];
+    return beyond / total;
+  };
+  const double plain = entropy_threshold(h, 256), bounded = entropy_threshold(h, 256, 1e-5);
+  EXPECT_LT(plain, 4.0);
+  EXPECT_GT(clipped(plain), 1e-4);  // the failure the bound is for
+  EXPECT_LE(clipped(bounded), 1e-5);
+  EXPECT_GT(bounded, plain);
+  EXPECT_LE(bounded, h.amax);
+  // The bound only moves the search's start: where TensorRT's answer clips less, it stands.
+  Histogram u = uniform();
+  EXPECT_DOUBLE_EQ(entropy_threshold(u, 128, 1e-5), kHistogramBins);
+  Histogram o = bulk_and_outlier(1000);  // the outlier is 3e-5 of the values: clipping it is allowed
+  EXPECT_DOUBLE_EQ(entropy_threshold(o, 128, 1e-4), entropy_threshold(o, 128));
+}
+
+TEST(Calibrator, HistogramAddMatchesOneValueAtATime) {
+  // Sizes around the 1024-value block, values of both signs, zeros, beyond amax, NaN and Inf.
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> n(0.f, 2.f);
+  for (int64_t size : {1, 7, 1023, 1024, 1025, 3001}) {
+    std::vector<float> x(static_cast<size_t>(size));
+    for (auto& v : x) {
+      uint64_t r = rng() % 50;
+      v = r == 0 ? 0.f : r == 1 ? NAN : r == 2 ? -INFINITY : r == 3 ? 1e9f : n(rng);
+    }
+    Histogram h(5.0, 37);
+    h.add(x.data(), size);
+    std::vector<double> want(37, 0);
+    double zeros = 0;
+    for (float v : x) {
+      double a = std::fabs(static_cast<double>(v));
+      if (!std::isfinite(a)) continue;
+      if (a == 0) {
+        zeros += 1;
+        continue;
+      }
+      want[static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(a * 37 / 5.0), 36))] += 1;
+    }
+    EXPECT_EQ(h.zeros, zeros) << size;
+    EXPECT_EQ(h.counts, want) << size;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::quant
