@@ -2,6 +2,8 @@
 // reductions (one warp per row).
 #include <math.h>
 
+#include <type_traits>
+
 #include "backends/cuda/cuda_more_kernels.h"
 
 namespace kiln::backends::cuda {
@@ -14,7 +16,7 @@ int blocks_for(int64_t n) {
   return static_cast<int>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
 }
 
-#define KILN_GRID_STRIDE(i, n)                                                      \
+#define KILN_GRID_STRIDE(i, n)                                                           \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -117,6 +119,39 @@ __global__ void weighted_resize_kernel(const float* __restrict__ x, float* __res
   }
 }
 
+template <typename T>
+__device__ __forceinline__ T int_op(T a, T b, IntOp op) {
+  using U = typename std::make_unsigned<T>::type;  // wrapping add / sub / mul
+  switch (op) {
+    case IntOp::kAdd: return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+    case IntOp::kSub: return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+    case IntOp::kMul: return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    case IntOp::kDiv: return b == T(-1) ? static_cast<T>(U(0) - static_cast<U>(a)) : static_cast<T>(a / b);
+    case IntOp::kMod:
+    case IntOp::kFmod: {
+      if (b == T(-1)) return 0;
+      T r = static_cast<T>(a % b);
+      if (op == IntOp::kMod && r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+      return r;
+    }
+    case IntOp::kMin: return a < b ? a : b;
+    case IntOp::kMax: return a > b ? a : b;
+    case IntOp::kAbs: return a < 0 ? static_cast<T>(U(0) - static_cast<U>(a)) : a;
+    case IntOp::kNeg: return static_cast<T>(U(0) - static_cast<U>(a));
+  }
+  return 0;
+}
+
+template <typename T>
+__global__ void int_arith_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, int64_t n,
+                                 IntOp op, Broadcast3 p) {
+  KILN_GRID_STRIDE(i, n) {
+    int64_t off[2];
+    offsets3<2>(i, p, off);
+    y[i] = int_op(a[off[0]], b ? b[off[1]] : T(0), op);
+  }
+}
+
 __device__ __forceinline__ float reduce_init(ReduceOp op) {
   switch (op) {
     case ReduceOp::kMax: return -INFINITY;
@@ -208,20 +243,20 @@ cudaError_t launch_where(const void* cond, const void* a, const void* b, void* y
   auto c = static_cast<const unsigned char*>(cond);
   switch (elem_size) {
     case 1:
-      where_kernel<<<blocks_for(n), kThreads, 0, s>>>(c, static_cast<const uint8_t*>(a),
-                                                      static_cast<const uint8_t*>(b), static_cast<uint8_t*>(y), n, p);
+      where_kernel<<<blocks_for(n), kThreads, 0, s>>>(c, static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b),
+                                                      static_cast<uint8_t*>(y), n, p);
       break;
     case 2:
-      where_kernel<<<blocks_for(n), kThreads, 0, s>>>(
-          c, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), static_cast<uint16_t*>(y), n, p);
+      where_kernel<<<blocks_for(n), kThreads, 0, s>>>(c, static_cast<const uint16_t*>(a),
+                                                      static_cast<const uint16_t*>(b), static_cast<uint16_t*>(y), n, p);
       break;
     case 4:
-      where_kernel<<<blocks_for(n), kThreads, 0, s>>>(
-          c, static_cast<const uint32_t*>(a), static_cast<const uint32_t*>(b), static_cast<uint32_t*>(y), n, p);
+      where_kernel<<<blocks_for(n), kThreads, 0, s>>>(c, static_cast<const uint32_t*>(a),
+                                                      static_cast<const uint32_t*>(b), static_cast<uint32_t*>(y), n, p);
       break;
     case 8:
-      where_kernel<<<blocks_for(n), kThreads, 0, s>>>(
-          c, static_cast<const uint64_t*>(a), static_cast<const uint64_t*>(b), static_cast<uint64_t*>(y), n, p);
+      where_kernel<<<blocks_for(n), kThreads, 0, s>>>(c, static_cast<const uint64_t*>(a),
+                                                      static_cast<const uint64_t*>(b), static_cast<uint64_t*>(y), n, p);
       break;
     default: return cudaErrorInvalidValue;
   }
@@ -234,16 +269,16 @@ cudaError_t launch_compare(const void* a, const void* b, void* y, CompareType ty
   auto out = static_cast<unsigned char*>(y);
   switch (type) {
     case CompareType::kFloat32:
-      compare_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const float*>(a), static_cast<const float*>(b),
-                                                        out, n, op, p);
+      compare_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const float*>(a), static_cast<const float*>(b), out,
+                                                        n, op, p);
       break;
     case CompareType::kInt32:
-      compare_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const int32_t*>(a),
-                                                        static_cast<const int32_t*>(b), out, n, op, p);
+      compare_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const int32_t*>(a), static_cast<const int32_t*>(b),
+                                                        out, n, op, p);
       break;
     case CompareType::kInt64:
-      compare_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const int64_t*>(a),
-                                                        static_cast<const int64_t*>(b), out, n, op, p);
+      compare_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const int64_t*>(a), static_cast<const int64_t*>(b),
+                                                        out, n, op, p);
       break;
     case CompareType::kBool:
       compare_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const unsigned char*>(a),
@@ -253,13 +288,25 @@ cudaError_t launch_compare(const void* a, const void* b, void* y, CompareType ty
   return cudaGetLastError();
 }
 
+cudaError_t launch_int_arith(const void* a, const void* b, void* y, bool is64, IntOp op, int64_t n, const Broadcast3& p,
+                             cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  if (is64)
+    int_arith_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const int64_t*>(a), static_cast<const int64_t*>(b),
+                                                        static_cast<int64_t*>(y), n, op, p);
+  else
+    int_arith_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const int32_t*>(a), static_cast<const int32_t*>(b),
+                                                        static_cast<int32_t*>(y), n, op, p);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_axis_gather(const void* in, void* out, int64_t elem_size, const int64_t* maps, int64_t n,
                                const AxisGather& p, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   switch (elem_size) {
     case 1:
-      axis_gather_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const uint8_t*>(in),
-                                                            static_cast<uint8_t*>(out), maps, n, p);
+      axis_gather_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const uint8_t*>(in), static_cast<uint8_t*>(out),
+                                                            maps, n, p);
       break;
     case 2:
       axis_gather_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const uint16_t*>(in),

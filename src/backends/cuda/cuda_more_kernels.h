@@ -60,6 +60,13 @@ cudaError_t launch_weighted_resize(const float* x, float* y, const int64_t* inde
                                    const unsigned char* extrapolate, int64_t n, const WeightedResize& p,
                                    cudaStream_t s);
 
+// Integer (int32 / int64) arithmetic with broadcasting, wrapping like the reference: Add, Sub, Mul, Div
+// (truncating), Mod (fmod: the dividend's sign, else the divisor's), Min, Max; Abs and Neg read a only.
+// The tactic admits Div/Mod only with a constant divisor free of zeros.
+enum class IntOp : int { kAdd, kSub, kMul, kDiv, kMod, kFmod, kMin, kMax, kAbs, kNeg };
+cudaError_t launch_int_arith(const void* a, const void* b, void* y, bool is64, IntOp op, int64_t n, const Broadcast3& p,
+                             cudaStream_t s);
+
 // Float32 reductions of [outer, r, inner] over the middle axis: sum, mean, max, min, prod, sum of squares,
 // L1, L2, log-sum, log-sum-exp (ONNX Reduce*).
 enum class ReduceOp : int { kSum, kMean, kMax, kMin, kProd, kSumSquare, kL1, kL2, kLogSum, kLogSumExp };

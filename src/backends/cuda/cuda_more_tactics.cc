@@ -161,8 +161,8 @@ class PreparedCompare : public PreparedLayer {
   std::vector<DataType> output_dtypes() const override { return {DataType::kBool}; }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    return cuda_status(launch_compare(consts.data(0, in), unary ? nullptr : consts.data(1, in), out[0]->raw(), type,
-                                      op, numel(shape), p, stream_of(ctx)),
+    return cuda_status(launch_compare(consts.data(0, in), unary ? nullptr : consts.data(1, in), out[0]->raw(), type, op,
+                                      numel(shape), p, stream_of(ctx)),
                        "compare_cuda");
   }
 };
@@ -201,15 +201,92 @@ class CompareCuda : public Tactic {
   }
 
  private:
-  static constexpr std::pair<const char*, CompareOp> kOps[] = {
-      {"Equal", CompareOp::kEqual},     {"Less", CompareOp::kLess}, {"LessOrEqual", CompareOp::kLessOrEqual},
-      {"Greater", CompareOp::kGreater}, {"GreaterOrEqual", CompareOp::kGreaterOrEqual},
-      {"And", CompareOp::kAnd},         {"Or", CompareOp::kOr},     {"Xor", CompareOp::kXor},
-      {"Not", CompareOp::kNot}};
+  static constexpr std::pair<const char*, CompareOp> kOps[] = {{"Equal", CompareOp::kEqual},
+                                                               {"Less", CompareOp::kLess},
+                                                               {"LessOrEqual", CompareOp::kLessOrEqual},
+                                                               {"Greater", CompareOp::kGreater},
+                                                               {"GreaterOrEqual", CompareOp::kGreaterOrEqual},
+                                                               {"And", CompareOp::kAnd},
+                                                               {"Or", CompareOp::kOr},
+                                                               {"Xor", CompareOp::kXor},
+                                                               {"Not", CompareOp::kNot}};
   static CompareOp op_of(const std::string& name) {
     for (const auto& [n, op] : kOps)
       if (name == n) return op;
     return CompareOp::kEqual;
+  }
+};
+
+// ---------------------------------------------------------------- integer arithmetic
+
+class PreparedIntArith : public PreparedLayer {
+ public:
+  Dims shape;
+  DataType dtype = DataType::kInt64;
+  IntOp op = IntOp::kAdd;
+  bool unary = false;
+  Broadcast3 p;
+  DeviceConstants consts;
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+  std::vector<DataType> output_dtypes() const override { return {dtype}; }
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    return cuda_status(launch_int_arith(consts.data(0, in), unary ? nullptr : consts.data(1, in), out[0]->raw(),
+                                        dtype == DataType::kInt64, op, numel(shape), p, stream_of(ctx)),
+                       "int_arith_cuda");
+  }
+};
+
+class IntArithCuda : public Tactic {
+ public:
+  std::string name() const override { return "int_arith_cuda"; }
+  TacticInfo info() const override { return cuda_any_dtype(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override {
+    std::vector<std::pair<std::string, std::string>> v;
+    for (const auto& [name, op] : kOps) v.emplace_back("", name);
+    return v;
+  }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    IntOp op = op_of(sig);
+    const bool unary = op == IntOp::kAbs || op == IntOp::kNeg;
+    if (!sig.has_input(0) || (!unary && (sig.inputs.size() != 2 || !sig.has_input(1)))) return "missing inputs";
+    DataType t = sig.inputs[0].dtype;
+    if (t != DataType::kInt64 && t != DataType::kInt32) return "takes int32/int64 (the float kernels take float32)";
+    if (!unary && sig.inputs[1].dtype != t) return "the inputs differ in dtype";
+    if (sig.node->opset < 7 && !unary) return "legacy broadcasting (opset < 7)";
+    if (op == IntOp::kDiv || op == IntOp::kMod || op == IntOp::kFmod) {
+      const Tensor* d = sig.inputs[1].constant;
+      if (!d) return "an integer divisor computed at run time (division by zero is the reference's error)";
+      for (int64_t k = 0; k < d->numel(); ++k)
+        if (d->get_i64(k) == 0) return "a zero divisor";
+    }
+    return ranks_fit(sig);
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    if (std::string why = why_unsupported(sig); !why.empty()) return Unsupported(why);
+    auto l = std::make_unique<PreparedIntArith>();
+    l->op = op_of(sig);
+    l->unary = l->op == IntOp::kAbs || l->op == IntOp::kNeg;
+    l->dtype = sig.inputs[0].dtype;
+    std::vector<Dims> in = {sig.inputs[0].shape};
+    if (!l->unary) in.push_back(sig.inputs[1].shape);
+    if (!broadcast_all(in, &l->shape))
+      return InvalidArgument("shapes ", dims_str(in[0]), " and ", dims_str(in.back()), " do not broadcast");
+    l->p = broadcast3(in, l->shape);
+    KILN_RETURN_IF_ERROR(l->consts.upload(sig));
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+
+ private:
+  static constexpr std::pair<const char*, IntOp> kOps[] = {
+      {"Add", IntOp::kAdd}, {"Sub", IntOp::kSub}, {"Mul", IntOp::kMul}, {"Div", IntOp::kDiv}, {"Mod", IntOp::kMod},
+      {"Min", IntOp::kMin}, {"Max", IntOp::kMax}, {"Abs", IntOp::kAbs}, {"Neg", IntOp::kNeg}};
+  static IntOp op_of(const LayerSignature& sig) {
+    const std::string& name = sig.op();
+    if (name == "Mod") return sig.node->attr_int("fmod", 0) ? IntOp::kFmod : IntOp::kMod;
+    for (const auto& [n, op] : kOps)
+      if (name == n) return op;
+    return IntOp::kAdd;
   }
 };
 
@@ -366,11 +443,10 @@ class PreparedWeightedResize : public PreparedLayer {
   std::vector<Dims> output_shapes() const override { return {shape}; }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    return cuda_status(launch_weighted_resize(in[0]->data<float>(), out[0]->data<float>(), index.data<int64_t>(),
-                                              weight.data<float>(),
-                                              static_cast<const unsigned char*>(extrapolate.raw()), numel(shape), p,
-                                              stream_of(ctx)),
-                       "resize_cuda");
+    return cuda_status(
+        launch_weighted_resize(in[0]->data<float>(), out[0]->data<float>(), index.data<int64_t>(), weight.data<float>(),
+                               static_cast<const unsigned char*>(extrapolate.raw()), numel(shape), p, stream_of(ctx)),
+        "resize_cuda");
   }
 };
 
@@ -562,7 +638,8 @@ std::vector<const Tactic*> more_kernel_tactics() {
   static const TileCuda tile;
   static const ResizeCuda resize;
   static const ReduceCuda reduce;
-  return {&where, &compare, &pad, &tile, &resize, &reduce};
+  static const IntArithCuda int_arith;
+  return {&where, &compare, &pad, &tile, &resize, &reduce, &int_arith};
 }
 
 }  // namespace kiln::backends::cuda
