@@ -12,5 +12,7 @@ namespace kiln::backends::cuda {
 std::vector<const Tactic*> matmul_tactics();
 // kiln's own kernels: elementwise, softmax, layer norm, data movement (cuda_tactics.cc).
 std::vector<const Tactic*> own_kernel_tactics();
+// Where, comparisons, Pad, Tile, Resize, Reduce* (cuda_more_tactics.cc).
+std::vector<const Tactic*> more_kernel_tactics();
 
 }  // namespace kiln::backends::cuda
