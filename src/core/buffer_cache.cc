@@ -27,6 +27,7 @@ std::shared_ptr<uint8_t[]> BufferCache::acquire(size_t bytes) {
     classes_.resize(index + 1);
   }
   SizeClass& c = classes_[index];
+  c.capacity = capacity;
   const size_t k = c.buffers.size();
   for (size_t j = 0; j < k; ++j) {
     size_t at = (c.next + j) % k;
@@ -45,6 +46,22 @@ std::shared_ptr<uint8_t[]> BufferCache::acquire(size_t bytes) {
   ++count_, ++misses_;
   bytes_ += capacity;
   return c.buffers.back();
+}
+
+void BufferCache::release_free() {
+  for (SizeClass& c : classes_) {
+    size_t kept = 0;
+    for (auto& b : c.buffers) {
+      if (b.use_count() == 1) {  // only the cache holds it: freed
+        --count_;
+        bytes_ -= c.capacity;
+        continue;
+      }
+      c.buffers[kept++] = std::move(b);
+    }
+    c.buffers.resize(kept);
+    c.next = 0;
+  }
 }
 
 BufferCache* current_buffer_cache() { return t_cache; }

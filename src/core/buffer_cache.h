@@ -10,7 +10,7 @@
 // that cache (core/tensor.cc). A buffer is free again when no tensor holds it (the cache's own
 // shared_ptr is its only owner), so a tensor that outlives the run (an output the caller keeps) keeps
 // its buffer. Buffers are grouped by size class (exact multiples of 64 bytes up to 4 KiB, then four
-// classes per power of two), so a request takes a buffer at most ~19% larger than it asks for. Only
+// classes per power of two), so a request takes a buffer at most 25% larger than it asks for. Only
 // the installing thread uses the cache (kernels' worker threads allocate as usual). The cache stops
 // growing at kMaxBytes (then tensors allocate as without it).
 #pragma once
@@ -29,6 +29,10 @@ class BufferCache {
   // nullptr when the cache is full (the caller allocates a buffer of its own).
   std::shared_ptr<uint8_t[]> acquire(size_t bytes);
 
+  // Frees the buffers no tensor holds (the context calls it when its input shapes change, so that a
+  // service whose shapes vary keeps the high-water of one shape, not of every shape it has seen).
+  void release_free();
+
   size_t buffers() const { return count_; }
   size_t bytes() const { return bytes_; }
   int64_t hits() const { return hits_; }      // requests served by a cached buffer
@@ -37,7 +41,8 @@ class BufferCache {
  private:
   struct SizeClass {
     std::vector<std::shared_ptr<uint8_t[]>> buffers;
-    size_t next = 0;  // where the next search starts: buffers are mostly released in the order taken
+    size_t next = 0;      // where the next search starts: buffers are mostly released in the order taken
+    size_t capacity = 0;  // of each of its buffers
   };
   std::vector<SizeClass> classes_;
   size_t count_ = 0, bytes_ = 0;

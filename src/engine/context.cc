@@ -33,6 +33,7 @@ struct ContextImpl {
   // The buffers of the tensors that runs create outside the arena (data-dependent outputs, If/Loop
   // results, reference kernels' outputs), reused by later runs (core/buffer_cache.h).
   BufferCache buffers;
+  std::string buffers_sig;                          // the input shapes the cached buffers were taken at
   ShapeState shape_state;                           // declared shapes and profile choice (profiles.cc)
   LayerTimer layer_timer;                           // kiln bench's per-layer profile (set_layer_timer)
   ops::Deadline deadline;                           // set_deadline: installed around each run (ops/deadline.h)
@@ -168,6 +169,10 @@ Status ContextImpl::run() {
                              " memory, but this engine runs on the CPU — copy it to host memory first");
   KILN_RETURN_IF_ERROR(choose_profile(*engine, inputs, shape_state));
   std::string sig = signature(inputs);
+  if (sig != buffers_sig) {  // new shapes: the cache keeps what runs at these shapes need, not the last ones'
+    buffers.release_free();
+    buffers_sig = sig;
+  }
   auto it = plans.find(sig);
   if (it == plans.end()) {
     for (const auto& decl : g.inputs) {

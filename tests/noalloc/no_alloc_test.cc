@@ -393,6 +393,8 @@ TEST(NoAlloc, DetectorHeadSteadyStateRunAllocatesNothing) {
 
 // NonMaxSuppression and NonZero write outputs whose size depends on the data, so they allocate those
 // (engine/executor.h); their scratch is workspace: a run allocates what the output tensor alone does.
+// (Called here outside a context; inside one, the output's bytes come from the context's buffer cache:
+// IfNmsDetectorSteadyStateAllocatesNoBuffers.)
 TEST(NoAlloc, DataDependentTacticsAllocateOnlyTheirOutput) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(0, 10);

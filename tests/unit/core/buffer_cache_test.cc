@@ -58,6 +58,28 @@ TEST(BufferCache, SizeClassesHoldTheRequestAndStayClose) {
   EXPECT_LE(cache.bytes(), expect_bytes * 5 / 4 + 64 * 11);
 }
 
+TEST(BufferCache, ReleaseFreeKeepsTheBuffersTensorsHold) {
+  BufferCache cache;
+  Tensor held;
+  {
+    BufferCacheScope scope(&cache);
+    held = Tensor(DataType::kFloat32, {5000});
+    Tensor gone(DataType::kFloat32, {5000});
+    Tensor small(DataType::kInt64, {3});
+  }
+  EXPECT_EQ(cache.buffers(), 3u);
+  const size_t before = cache.bytes();
+  cache.release_free();
+  EXPECT_EQ(cache.buffers(), 1u);
+  EXPECT_LT(cache.bytes(), before);
+  EXPECT_GE(cache.bytes(), held.nbytes());
+  held.data<float>()[4999] = 1;  // still its own
+  held = Tensor();
+  cache.release_free();
+  EXPECT_EQ(cache.buffers(), 0u);
+  EXPECT_EQ(cache.bytes(), 0u);
+}
+
 TEST(BufferCache, WithoutAScopeTensorsAllocateAsBefore) {
   BufferCache cache;
   { Tensor t(DataType::kFloat32, {100}); }
