@@ -5,12 +5,20 @@
 #include <limits>
 #include <new>
 
+#include "core/buffer_cache.h"
+
 namespace kiln {
 
 namespace {
 std::shared_ptr<uint8_t[]> alloc_aligned(size_t bytes, bool zero = true) {
   size_t n = (bytes + 63) / 64 * 64;
   if (n == 0) n = 64;
+  // Inside an ExecutionContext's run: a buffer an earlier run released (core/buffer_cache.h).
+  if (BufferCache* cache = current_buffer_cache())
+    if (std::shared_ptr<uint8_t[]> b = cache->acquire(n)) {
+      if (zero) std::memset(b.get(), 0, n);
+      return b;
+    }
   // nothrow + explicit throw: under ASan a failing throwing new aborts instead of throwing, and
   // the interpreter turns bad_alloc into an error.
   auto* p = static_cast<uint8_t*>(::operator new[](n, std::align_val_t(64), std::nothrow));

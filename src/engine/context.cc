@@ -4,6 +4,7 @@
 #include <optional>
 #include <set>
 
+#include "core/buffer_cache.h"
 #include "core/checked_size.h"
 #include "core/mapped_file.h"
 #include "core/parallel.h"
@@ -29,6 +30,10 @@ struct ContextImpl {
   std::shared_ptr<const engine::MemoryPlan> plan;
   std::shared_ptr<uint8_t[]> arena;
   size_t arena_capacity = 0;
+  // The buffers of the tensors that runs create outside the arena (data-dependent outputs, If/Loop
+  // results, reference kernels' outputs), reused by later runs (core/buffer_cache.h).
+  BufferCache buffers;
+  std::string buffers_sig;                          // the input shapes the cached buffers were taken at
   ShapeState shape_state;                           // declared shapes and profile choice (profiles.cc)
   LayerTimer layer_timer;                           // kiln bench's per-layer profile (set_layer_timer)
   ops::Deadline deadline;                           // set_deadline: installed around each run (ops/deadline.h)
@@ -148,6 +153,7 @@ std::optional<Status> ContextImpl::run_bound(const std::string& sig,
 
 Status ContextImpl::run() {
   const ir::Graph& g = *engine->model.graph;
+  BufferCacheScope cached(&buffers);
   KILN_RETURN_IF_ERROR(open_device());
   // A device engine's layers read device copies of the inputs, and its outputs come back to the host.
   if (device) KILN_RETURN_IF_ERROR(device->stage_inputs(inputs, device_inputs));
@@ -163,6 +169,10 @@ Status ContextImpl::run() {
                              " memory, but this engine runs on the CPU — copy it to host memory first");
   KILN_RETURN_IF_ERROR(choose_profile(*engine, inputs, shape_state));
   std::string sig = signature(inputs);
+  if (sig != buffers_sig) {  // new shapes: the cache keeps what runs at these shapes need, not the last ones'
+    buffers.release_free();
+    buffers_sig = sig;
+  }
   auto it = plans.find(sig);
   if (it == plans.end()) {
     for (const auto& decl : g.inputs) {
@@ -256,6 +266,7 @@ Status ContextImpl::run() {
   // The executor's layer loop, the interpreter and Loop/Scan iterations all check this scope's
   // deadline (one ops::check_deadline call each), whatever executes the layers.
   ops::DeadlineScope scope(deadline);
+  outputs.clear();  // the last run's outputs give their buffers back first (a caller's copy keeps its own)
   KILN_ASSIGN_OR_RETURN(outputs, interp->run(inputs));
   shape_state.ran_with_current = true;
   return Status::Ok();

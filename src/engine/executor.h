@@ -26,7 +26,12 @@
 // computed at run time) reports that output's shape with a dim of -1 in output_shapes(): run_layer
 // then hands it an undefined tensor, which the tactic's run() replaces with one it allocates (of
 // output_dtypes()' dtype) once it knows the shape; such a main-graph output is moved into its arena
-// slot afterwards when it fits (the context's place_outputs), else stays a tensor of its own.
+// slot afterwards when it fits (the context's place_outputs), else stays a tensor of its own. Such
+// tensors (and every other one a run creates outside the arena: reference kernels' outputs, If/Loop
+// results) take their bytes from the context's BufferCache (core/buffer_cache.h), installed around
+// run(): buffers kept at their high-water capacity and reused by later runs, so a steady-state run of
+// a detector allocates no buffer and touches no fresh page (tests/noalloc counts; the interpreter
+// loop's small bookkeeping — frames, shape vectors — still allocates).
 //
 // The steady-state path (bind / run_bound): when every value is planned at the context's shapes
 // (none data-dependent) and no layer has a body, the executor binds once per shape: per layer its

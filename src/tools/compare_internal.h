@@ -165,6 +165,33 @@ std::string engine_precision(const detail::EngineImpl& e);
 json find_divergence(const CompareOptions& o, const Runners& r, const std::map<std::string, ops::Value>& inputs,
                      Status* st);
 
+// Near ties at TopK layers (compare_ties.cc, the rule at its top), for a detection head that failed
+// against the reference interpreter: "ties" (TopK layers where the engine ranked differently only
+// among keys within tolerance of each other), "divergences" (layers where it ranked differently
+// otherwise). With ties and no divergence, *replayed_out receives the reference's outputs with the
+// ties resolved the engine's way (else it is left empty).
+Result<json> explain_by_near_ties(const CompareOptions& o, const Runners& r,
+                                  const std::map<std::string, ops::Value>& inputs,
+                                  std::vector<std::pair<std::string, Tensor>>* replayed_out);
+
+// One TopK's indices on the test side against the reference's (keys: the reference's input): how many
+// positions differ, and whether each differing one is a near tie (the test's key within atol/rtol of
+// the reference's choice, both read in the reference's keys). `site` describes it for the report;
+// `forced_values` are the reference's keys at the test's indices (the TopK's values had it chosen so).
+struct TopKDifference {
+  int64_t positions_differing = 0;
+  bool tie = false;
+  json site;
+  Tensor forced_values;
+};
+Result<TopKDifference> classify_topk_difference(const ir::Node& n, const Tensor& keys, const Tensor& ref_indices,
+                                                const Tensor& test_indices, double atol, double rtol, double rel_floor);
+// The reference interpreter on `graph` with the named main-graph TopK layers' outputs replaced by
+// (values, indices): a tie resolved the test's way, the rest the reference's arithmetic.
+Result<std::vector<ops::Value>> run_reference_with_decisions(
+    std::shared_ptr<const ir::Graph> graph, const std::map<std::string, ops::Value>& inputs,
+    const std::map<std::string, std::pair<Tensor, Tensor>>& topk);
+
 // ---- reports (compare_report.cc)
 
 std::string html_report(const json& rep);  // self-contained: inline SVG, no script

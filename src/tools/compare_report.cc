@@ -9,6 +9,37 @@
 namespace kiln::tools::compare {
 
 namespace {
+
+// What compare_ties.cc found for a failed detection head (near ties at TopK layers, the replay).
+std::vector<std::string> near_tie_lines(const json& d) {
+  std::vector<std::string> out;
+  if (!d.contains("near_ties")) return out;
+  const json& t = d["near_ties"];
+  auto at = [](const json& p) {
+    return "rank " + std::to_string(p["rank"].get<long long>()) + ": reference index " +
+           std::to_string(p["ref_index"].get<long long>()) + " (key " + fmt(p["ref_key"]) + "), engine index " +
+           std::to_string(p["test_index"].get<long long>()) + " (key " + fmt(p["test_key"]) + "), gap " + fmt(p["gap"]);
+  };
+  for (const auto& x : t["ties"])
+    out.push_back("near tie at TopK '" + x["layer"].get<std::string>() + "' (k " +
+                  std::to_string(x["k"].get<long long>()) + "): the engine ranks " +
+                  std::to_string(x["positions_differing"].get<long long>()) +
+                  " position(s) differently, each among keys within atol " + fmt(x["atol"]) + " / rtol " +
+                  fmt(x["rtol"]) + " of the reference's choice; widest " + at(x["widest_tie"]));
+  for (const auto& x : t["divergences"])
+    out.push_back("TopK '" + x["layer"].get<std::string>() + "' ranks " +
+                  std::to_string(x["positions_differing"].get<long long>()) +
+                  " position(s) differently, not only at near ties: " + at(x["first_not_a_tie"]) + " (beyond atol " +
+                  fmt(x["atol"]) + " / rtol " + fmt(x["rtol"]) + ")");
+  if (t["ties"].empty() && t["divergences"].empty())
+    out.push_back("no TopK ranks differently: no near tie explains the difference");
+  if (d.value("replayed", false))
+    out.push_back(std::string("replayed: the reference interpreter with the tie(s) resolved the engine's way, compared "
+                              "again with the same tolerances: ") +
+                  (d["pass"].get<bool>() ? "PASS" : "FAIL") +
+                  "; before the replay: " + d["before_replay"]["why"].get<std::string>());
+  return out;
+}
 std::string html_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -168,6 +199,7 @@ std::string html_report(const json& rep) {
               ? std::string("none known")
               : fmt(d["score_threshold"]) + " (" + html_escape(d["score_threshold_source"].get<std::string>()) + ")")
       << "</td></tr></table>";
+    for (const auto& line : near_tie_lines(d)) h << "<p>" << html_escape(line) << "</p>";
     if (!d["why"].get<std::string>().empty())
       h << "<p class=\"fail\">" << html_escape(d["why"].get<std::string>()) << "</p>";
     h << "<table><tr><th>detection</th><th>score</th><th>verdict</th></tr>";
@@ -292,6 +324,7 @@ void print_text(const json& rep) {
                   u["index"].get<long long>(), u.contains("label") ? (" (label " + fmt(u["label"]) + ")").c_str() : "",
                   fmt(u["score"]).c_str(), u["explained"].get<bool>() ? "accepted" : "NOT accepted",
                   u["why"].get<std::string>().c_str());
+    for (const auto& line : near_tie_lines(d)) std::printf("  %s\n", line.c_str());
     if (!d["why"].get<std::string>().empty()) std::printf("  %s\n", d["why"].get<std::string>().c_str());
   }
   if (rep.contains("divergence")) {
