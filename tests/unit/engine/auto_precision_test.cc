@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "../graph_builder.h"
@@ -117,6 +118,8 @@ struct AutoPrecisionTest : ::testing::Test {
   fs::path dir;
   std::vector<std::string> warnings, lines;
   void SetUp() override {
+    // Timings on a shared machine are noise: the test is about error (engine/auto_precision.cc).
+    ::setenv("KILN_AUTO_PRECISION_IGNORE_TIME", "1", 1);
     dir = fs::temp_directory_path() / ("kiln_amp_test_" + std::to_string(::getpid()) + "_" +
                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir);
@@ -124,7 +127,10 @@ struct AutoPrecisionTest : ::testing::Test {
     // 48 samples: 6 batches of 8, the first 3 calibrate, 3 held back.
     ASSERT_TRUE(write_npz((dir / "calib.npz").string(), {{"x", testing::random_tensor({48, 16, 24, 24}, 7)}}).ok());
   }
-  void TearDown() override { fs::remove_all(dir); }
+  void TearDown() override {
+    ::unsetenv("KILN_AUTO_PRECISION_IGNORE_TIME");
+    fs::remove_all(dir);
+  }
   BuilderConfig config(const std::string& tolerance) {
     BuilderConfig c;
     c.auto_precision = true;
@@ -152,18 +158,19 @@ TEST_F(AutoPrecisionTest, KeepsTheSensitiveLayerFp32AndReducesTheRest) {
   std::map<std::string, std::string> chosen;
   for (const auto& u : rec["assignment"])
     for (const auto& n : u["nodes"]) chosen[n.get<std::string>()] = u["precision"].get<std::string>();
-  if (rec["ranking"].empty()) GTEST_SKIP() << "no INT8 kernel saves time on this machine";
+  if (rec["ranking"].empty()) GTEST_SKIP() << "no INT8 kernel here";
   ASSERT_TRUE(chosen.count("convB"));
   EXPECT_EQ(chosen["convB"], "fp32");
   // convB is by far the most sensitive: its INT8 error dwarfs the others'.
   const auto& ranking = rec["ranking"];
+  EXPECT_GE(ranking.size(), 3u);  // convA, convB, convC at least
   double worst_other = 0, convb = 0;
   for (const auto& r : ranking) {
     const bool is_b = r["layer"].get<std::string>().find("convB") != std::string::npos;
     (is_b ? convb : worst_other) = std::max(is_b ? convb : worst_other, r["error"].get<double>());
   }
   EXPECT_GT(convb, 10 * worst_other);
-  // Every other conv and the classifier: INT8 where INT8 saves time (the ranking lists those).
+  // Every other unit (convA, convC, the pooling): INT8.
   for (const auto& r : ranking) {
     const std::string layer = r["layer"].get<std::string>();
     if (layer.find("convB") != std::string::npos) continue;
@@ -172,10 +179,11 @@ TEST_F(AutoPrecisionTest, KeepsTheSensitiveLayerFp32AndReducesTheRest) {
   }
   // The engine's layers agree with the record, and the held-back figures are recorded.
   bool saw_int8 = false;
-  for (const auto& l : nlohmann::json::parse(e->inspect_json())["layers"]) {
+  const auto inspected = nlohmann::json::parse(e->inspect_json());
+  for (const auto& l : inspected["layers"]) {
     for (const auto& s : l["sources"])
       if (s == "convB") EXPECT_EQ(l["precision"], "fp32") << l.dump();
-    saw_int8 |= l["precision"] == "int8";
+    saw_int8 |= l["precision"] == "int8" || l["precision"] == "uint8";
   }
   EXPECT_TRUE(saw_int8);
   EXPECT_NE(rec["held_back"].get<std::string>().find("top1 agreement"), std::string::npos);
@@ -187,6 +195,8 @@ TEST_F(AutoPrecisionTest, KeepsTheSensitiveLayerFp32AndReducesTheRest) {
     printed_assignment |= l.find("chosen assignment") != std::string::npos;
   }
   EXPECT_TRUE(printed_ranking && printed_assignment);
+  if (HasFailure())
+    for (const auto& l : lines) std::fprintf(stderr, "%s\n", l.c_str());
 }
 
 TEST_F(AutoPrecisionTest, ClearErrors) {
