@@ -726,6 +726,7 @@ Result<std::shared_ptr<EngineImpl>> build_auto_precision(const ir::Model& model,
                                    {"search", trail},
                                    {"kept_fp32_by_search", dropped},
                                    {"builds", amp.builds},
+                                   {"search_build_warnings", amp.suppressed_warnings},
                                    {"seconds", seconds}};
   best->build["build_seconds"] = seconds;
   return best;
