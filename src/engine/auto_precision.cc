@@ -536,16 +536,18 @@ Result<std::shared_ptr<EngineImpl>> build_auto_precision(const ir::Model& model,
   for (size_t ui = 0; ui < n; ++ui) {
     Unit& u = amp.units[ui];
     for (DataType p : u.candidates) {
+      // What it saves is measured where it does compute in `p`: in the engine with every layer in it.
+      // A candidate saving nothing is not worth a build.
+      const auto& [fe, fprof] = full_engines[p];
+      const double saved = unit_ms(*fp32, fp32_layers, u.names) - unit_ms(*fe, fprof, u.names);
+      if (!(saved > 0) && !ignore_time) continue;
+      // Alone, a layer may not fold into the precision's kernel (an INT8 conv between FP32 layers keeps
+      // its Q/DQ around an FP32 kernel): its error is still what quantizing it costs.
       Assignment a(n, DataType::kFloat32);
       a[ui] = p;
-      // Alone, a layer may not fold into the precision's kernel (an INT8 conv between FP32 layers keeps
-      // its Q/DQ around an FP32 kernel): its error is still what quantizing it costs; what it saves is
-      // measured where it does compute in `p`, in the engine with every layer in it.
       KILN_ASSIGN_OR_RETURN(auto e, amp.build(a));
       KILN_ASSIGN_OR_RETURN(auto err, amp.evaluate(*e, amp.sens, amp.ref_sens));
-      const auto& [fe, fprof] = full_engines[p];
-      Option o{p, amp.sensitivity(err), unit_ms(*fp32, fp32_layers, u.names) - unit_ms(*fe, fprof, u.names)};
-      if (o.saved_ms > 0 || ignore_time) u.options.push_back(o);
+      u.options.push_back({p, amp.sensitivity(err), saved});
     }
     // The precision whose every-layer engine is fastest first: INT8 pays in chains (a layer reading
     // and writing int8 needs no conversion), which one unit's time alone does not show.
