@@ -164,6 +164,13 @@ struct BuilderConfig {
   /// Nodes (ONNX names, or fnmatch globs such as "/layer4/*") left in FP32 by INT8 calibration: their
   /// inputs get no Q/DQ. The per-layer precision flags fill this.
   std::vector<std::string> int8_exclude;
+  /// Automatic mixed precision (`kiln build --precision auto`, engine/auto_precision.h): each layer's
+  /// precision chosen by measured sensitivity and timing, the fastest assignment whose outputs meet every
+  /// `tolerances` entry ("OUTPUT:atol=A,rtol=R" or "OUTPUT:top1=Q") against the FP32 engine on held-back
+  /// inputs: the calib_data batches after the first calib_batches (default: the first 3/4 calibrate).
+  /// Candidates: the precisions `precision`/`extra_precisions` name besides FP32, else INT8 and BF16.
+  bool auto_precision = false;
+  std::vector<std::string> tolerances;
 };
 
 struct TensorDesc {

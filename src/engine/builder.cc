@@ -6,6 +6,7 @@
 
 #include "backends/device_runtime.h"
 #include "core/parallel.h"
+#include "engine/auto_precision.h"
 #include "engine/calibration.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
@@ -563,6 +564,7 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
 
 Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderConfig& cfg) {
   try {
+    if (cfg.auto_precision) return build_auto_precision(model, cfg);  // engine/auto_precision.h
     return build_impl(std::move(model), cfg);
   } catch (const std::bad_alloc&) {
     return OutOfRange("out of memory while building the engine");

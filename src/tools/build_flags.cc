@@ -94,6 +94,13 @@ std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const ch
       "where the engine runs: cpu (default), cuda (device 0) or cuda:N. A CUDA engine is built on the machine with "
       "that GPU (its kernels are timed there); layers without a CUDA kernel run on the host, reported");
   flag("--tf32", f.tf32, "CUDA: float32 matrix products may use TF32 tensor cores (default: exact float32)");
+  opt("--precision", f.precision,
+      "auto: automatic mixed precision, each layer's precision chosen by measured sensitivity and timing, the "
+      "fastest assignment meeting every --tolerance on held-back inputs (the --calib-data batches after "
+      "--calib-batches); candidates: --int8/--bf16 when given, else every precision with kernels here");
+  opt("--tolerance", f.tolerances,
+      "with --precision auto, repeatable: OUTPUT:atol=A,rtol=R (every element within A + R*|fp32| of the FP32 "
+      "engine's) or OUTPUT:top1=Q (a share Q of the rows keep FP32's top class; topK: among the top K)");
   return all;
 }
 
@@ -149,7 +156,19 @@ Result<BuilderConfig> builder_config(const BuildFlags& f) {
   }
   cfg.strict_tactics = f.strict_tactics;
   cfg.verbose = f.verbose;
-  if (!f.int8 && !f.best && (!f.calib_data.empty() || !f.calib_cache.empty()))
+  if (!f.precision.empty() && f.precision != "auto")
+    return InvalidArgument("--precision '", f.precision,
+                           "': only 'auto' (automatic mixed precision); for one precision use --fp32, --bf16, --int8 "
+                           "or --best");
+  cfg.auto_precision = f.precision == "auto";
+  cfg.tolerances = f.tolerances;
+  if (!cfg.auto_precision && !f.tolerances.empty())
+    return InvalidArgument("--tolerance is the target of --precision auto: add --precision auto");
+  if (cfg.auto_precision && f.best)
+    return InvalidArgument(
+        "--precision auto chooses among the precisions itself: leave out --best (or name the "
+        "candidates with --int8 / --bf16)");
+  if (!f.int8 && !f.best && !cfg.auto_precision && (!f.calib_data.empty() || !f.calib_cache.empty()))
     return InvalidArgument("--calib-data / --calib-cache calibrate an INT8 build: add --int8 (or --best)");
   cfg.calib_data = f.calib_data;
   cfg.calib_batches = f.calib_batches;

@@ -128,6 +128,24 @@ void print_int8(const nlohmann::json& q) {
                 t["min"].get<double>(), t["max"].get<double>(), t["scale"].get<double>(), t["zero_point"].get<int>());
 }
 
+void print_auto_precision(const nlohmann::json& a) {
+  std::string tols;
+  for (const auto& t : a["tolerances"]) tols += (tols.empty() ? "" : " and ") + t.get<std::string>();
+  std::printf(
+      "auto precision  tolerance %s (candidates %s): %.3f ms vs FP32 %.3f ms (layer times at build); held back (%zu "
+      "batches): %s\n",
+      tols.c_str(), a.value("candidates", "").c_str(), a.value("measured_ms", 0.0), a.value("fp32_measured_ms", 0.0),
+      a.value("held_back_batches", size_t{0}), a.value("held_back", "").c_str());
+  std::printf("  assignment:\n");
+  for (const auto& u : a["assignment"])
+    std::printf("    %-44s %-20s %s\n", u.value("layer", "").c_str(), u.value("op", "").c_str(),
+                u.value("precision", "").c_str());
+  std::printf("  sensitivity ranking (least sensitive first):\n");
+  for (const auto& r : a["ranking"])
+    std::printf("    %3d  %-44s %-5s error %-10.3g saved %.3f ms\n", r.value("rank", 0), r.value("layer", "").c_str(),
+                r.value("precision", "").c_str(), r.value("error", 0.0), r.value("saved_ms", 0.0));
+}
+
 void print_text(const nlohmann::json& j, bool passes_only) {
   const auto& b = j["build"];
   if (!passes_only) {
@@ -182,6 +200,7 @@ void print_text(const nlohmann::json& j, bool passes_only) {
             : (" (timing cache " + t["timing_cache"].get<std::string>() + ")").c_str());
   }
   if (b.contains("int8")) print_int8(b["int8"]);
+  if (b.contains("auto_precision")) print_auto_precision(b["auto_precision"]);
   print_reference(j);
   {  // Layers per precision (engine/precision.h), and the build's precision settings.
     std::map<std::string, int> per;
