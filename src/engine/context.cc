@@ -433,21 +433,42 @@ ExecutionContext::ExecutionContext(std::shared_ptr<const Engine> engine) : engin
 
 ExecutionContext::~ExecutionContext() = default;
 
-void ExecutionContext::set_input(const std::string& name, HostTensor t) try {
+void ExecutionContext::set_input(const std::string& name, HostTensor t) { bind_input(name, std::move(t), false); }
+
+void ExecutionContext::set_input_shared(const std::string& name, HostTensor t) { bind_input(name, std::move(t), true); }
+
+void ExecutionContext::bind_input(const std::string& name, HostTensor t, bool share) try {
   const ir::Graph& g = *impl_->engine->model.graph;
-  bool known = false;
-  for (const auto& in : g.inputs) known |= in.name == name;
-  if (!known) detail::throw_error(InvalidArgument("'", name, "' is not an input of the engine"));
+  const ir::ValueInfo* info = nullptr;
+  for (const auto& in : g.inputs)
+    if (in.name == name) info = &in;
+  if (!info) detail::throw_error(InvalidArgument("'", name, "' is not an input of the engine"));
   if (!dtype_is_known(t.dtype) || static_cast<DataType>(t.dtype) == DataType::kString)
     detail::throw_error(InvalidArgument("input '", name, "': unsupported dtype code ", t.dtype));
+  if (info->type.kind == ir::TypeInfo::Kind::kTensor && info->type.elem != DataType::kUndefined &&
+      info->type.elem != static_cast<DataType>(t.dtype))
+    detail::throw_error(InvalidArgument("input '", name, "' is ", dtype_name(info->type.elem), ", given ",
+                                        dtype_name(static_cast<DataType>(t.dtype)), ": convert it first"));
   for (int64_t d : t.shape)
     if (d < 0) detail::throw_error(InvalidArgument("input '", name, "': negative dimension ", d));
-  Tensor x(static_cast<DataType>(t.dtype), t.shape);
-  if (x.nbytes() != t.nbytes)
-    detail::throw_error(
-        InvalidArgument("input '", name, "': ", t.nbytes, " bytes given, ", x.describe(), " needs ", x.nbytes()));
-  if (t.nbytes) std::memcpy(x.raw(), t.data.get(), t.nbytes);
-  impl_->inputs[name] = ops::Value(std::move(x));
+  const auto dtype = static_cast<DataType>(t.dtype);
+  Result<int64_t> numel = checked_numel(t.shape, "input '" + name + "'");
+  if (!numel.ok()) detail::throw_error(numel.status());
+  const size_t needed = static_cast<size_t>(numel.value()) * dtype_size(dtype);
+  if (needed != t.nbytes)
+    detail::throw_error(InvalidArgument("input '", name, "': ", t.nbytes, " bytes given, ", dtype_name(dtype),
+                                        dims_str(t.shape), " needs ", needed));
+  // Shared: the context holds the caller's bytes (their owner in t.data) instead of a copy, when they
+  // are aligned as kiln's own tensors are (64 bytes; kernels may assume it) and not strings.
+  const bool aligned = reinterpret_cast<uintptr_t>(t.data.get()) % 64 == 0;
+  if (share && aligned && t.nbytes && dtype != DataType::kString) {
+    auto* bytes = static_cast<uint8_t*>(const_cast<void*>(t.data.get()));
+    impl_->inputs[name] = ops::Value(Tensor::alias(dtype, t.shape, std::shared_ptr<uint8_t[]>(t.data, bytes), 0));
+  } else {
+    Tensor x(dtype, t.shape);
+    if (t.nbytes) std::memcpy(x.raw(), t.data.get(), t.nbytes);
+    impl_->inputs[name] = ops::Value(std::move(x));
+  }
   detail::declare_shape(impl_->shape_state, name, t.shape);
 } catch (...) {
   detail::rethrow_as_error("binding input '" + name + "'");
