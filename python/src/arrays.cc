@@ -41,13 +41,17 @@ py::dtype numpy_dtype(DataTypeCode code, const std::string& what) {
 }
 
 DataTypeCode dtype_code(const py::dtype& dt) {
-  // Byte order: numpy's native order is the machine's, which kiln's tensors use.
-  if (dt.kind() == 'b') return 9;
-  for (const auto& r : kDtypes)
-    if (r.numpy && dt.is(py::dtype(r.numpy))) return r.code;
-  for (const auto& r : kDtypes)  // equal but not identical dtype objects
-    if (r.numpy && py::bool_(dt.attr("__eq__")(py::dtype(r.numpy)))) return r.code;
-  return 0;
+  // By kind and size (no dtype objects made on the run path); kiln's tensors are in native byte order.
+  const char order = dt.byteorder();
+  if (order == '>') return 0;  // x86 and ARM Linux are little-endian: '>' is foreign, '<' '=' '|' native
+  const auto size = dt.itemsize();
+  switch (dt.kind()) {
+    case 'b': return 9;
+    case 'f': return size == 4 ? 1 : size == 8 ? 11 : size == 2 ? 10 : 0;
+    case 'i': return size == 1 ? 3 : size == 2 ? 5 : size == 4 ? 6 : size == 8 ? 7 : 0;
+    case 'u': return size == 1 ? 2 : size == 2 ? 4 : size == 4 ? 12 : size == 8 ? 13 : 0;
+    default: return 0;
+  }
 }
 
 std::string onnx_type_string(DataTypeCode code) {

@@ -87,3 +87,18 @@ def test_build_releases_the_gil(tmp_path):
         state["building"] = False
         t.join()
     assert state["ticks"] >= 20, state  # a build of this model takes hundreds of ticker periods
+
+
+def test_thread_count_is_process_wide():
+    """kiln.set_threads in one thread applies to kernels run from every thread (OpenMP alone keeps
+    the count per thread)."""
+    before = kiln.threads()
+    seen = []
+    try:
+        kiln.set_threads(1)
+        t = threading.Thread(target=lambda: seen.append(kiln.threads()))
+        t.start()
+        t.join()
+        assert seen == [1]
+    finally:
+        kiln.set_threads(before)

@@ -6,6 +6,7 @@
 
 #include "backends/device_runtime.h"
 #include "core/parallel.h"
+#include "core/process_threads.h"
 #include "engine/calibration.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
@@ -569,6 +570,7 @@ Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderC
 Builder::Builder(BuilderConfig config) : config_(std::move(config)) {}
 
 std::shared_ptr<Engine> Builder::build_from_file(const std::string& onnx_path) const try {
+  sync_process_threads();
   auto m = onnx_import::load_model(onnx_path);
   if (!m.ok()) detail::throw_error(m.status());
   auto e = detail::build_engine(std::move(m).value(), config_);
@@ -579,6 +581,7 @@ std::shared_ptr<Engine> Builder::build_from_file(const std::string& onnx_path) c
 }
 
 std::shared_ptr<Engine> Builder::build_from_memory(const std::string& onnx_bytes) const try {
+  sync_process_threads();
   auto m = onnx_import::parse_model(onnx_bytes, "");
   if (!m.ok()) detail::throw_error(m.status());
   auto e = detail::build_engine(std::move(m).value(), config_);
@@ -590,6 +593,9 @@ std::shared_ptr<Engine> Builder::build_from_memory(const std::string& onnx_bytes
 
 const char* version() { return KILN_VERSION; }
 void set_threads(int n) { kiln::set_num_threads(n); }
-int threads() { return kiln::max_threads(); }
+int threads() {
+  sync_process_threads();
+  return kiln::max_threads();
+}
 
 }  // namespace kiln

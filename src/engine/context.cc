@@ -7,6 +7,7 @@
 #include "core/checked_size.h"
 #include "core/mapped_file.h"
 #include "core/parallel.h"
+#include "core/process_threads.h"
 #include "engine/device_session.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
@@ -425,6 +426,7 @@ std::string Engine::inspect_json() const { return detail::inspect(*impl_).dump(1
 // ---- ExecutionContext
 
 ExecutionContext::ExecutionContext(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)) {
+  sync_process_threads();  // plan_ahead prepares the layers with the process's thread count
   impl_ = std::make_unique<detail::ContextImpl>();
   impl_->engine = std::shared_ptr<const detail::EngineImpl>(engine_, &engine_->impl());
   impl_->interp = std::make_unique<engine::LayerExecutor>(impl_->engine->model.graph, impl_->engine->tactic_runtime());
@@ -501,6 +503,7 @@ std::vector<int64_t> ExecutionContext::output_shape(const std::string& name) con
 }
 
 void ExecutionContext::run() try {
+  sync_process_threads();
   if (impl_->numerics) impl_->numerics->begin_run(impl_->inputs);
   Status s = impl_->run();
   if (!s.ok()) detail::throw_error(s);
