@@ -59,10 +59,13 @@ def two_inputs():
 
 
 def passthrough():
-    """y = Identity(x): the engine's output is its input (zero-copy in and out is observable)."""
-    return _model([helper.make_node("Identity", ["x"], ["y"], name="id")],
+    """Outputs x itself and y = x + 1: the engine's output x is its input (zero-copy in and out is
+    observable)."""
+    one = numpy_helper.from_array(np.ones(64, np.float32), "one")
+    return _model([helper.make_node("Add", ["x", "one"], ["y"], name="add")],
                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
-                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])])
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64]),
+                   helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])], [one])
 
 
 def matmul_chain(size=512, depth=8):

@@ -449,8 +449,9 @@ void ExecutionContext::bind_input(const std::string& name, HostTensor t, bool sh
     detail::throw_error(InvalidArgument("input '", name, "': unsupported dtype code ", t.dtype));
   if (info->type.kind == ir::TypeInfo::Kind::kTensor && info->type.elem != DataType::kUndefined &&
       info->type.elem != static_cast<DataType>(t.dtype))
-    detail::throw_error(InvalidArgument("input '", name, "' is ", dtype_name(info->type.elem), ", given ",
-                                        dtype_name(static_cast<DataType>(t.dtype)), ": convert it first"));
+    detail::throw_error(InvalidArgument("input '", name, "' expects dtype ", dtype_name(info->type.elem), ", got ",
+                                        dtype_name(static_cast<DataType>(t.dtype)), dims_str(t.shape),
+                                        " — convert the input to ", dtype_name(info->type.elem)));
   for (int64_t d : t.shape)
     if (d < 0) detail::throw_error(InvalidArgument("input '", name, "': negative dimension ", d));
   const auto dtype = static_cast<DataType>(t.dtype);
