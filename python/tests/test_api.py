@@ -170,3 +170,18 @@ def test_threads_setting_round_trips():
     assert kiln.threads() == 1
     kiln.set_threads(before)
     assert kiln.__version__ == kiln.version() and kiln.version().count(".") == 2
+
+
+def test_int8_calibration_and_timing_cache(mlp_path, tmp_path, rng):
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=rng.standard_normal((64, 64)).astype(np.float32))
+    cache = tmp_path / "tc.json"
+    engine = kiln.build(mlp_path, precision="int8", calib_data=calib, calib_batch_size=16,
+                        shapes={"x": (16, 64)}, timing_cache=cache, threads=1)
+    assert engine.inspect()["build"]["config"]["precision"] == "int8"
+    assert cache.exists() and cache.stat().st_size > 0
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    y = engine.create_context().run({"x": x})["y"]
+    ref = models.mlp_reference(x)
+    assert np.abs(y - ref).max() < 0.1 * np.abs(ref).max()  # INT8: within a few quantization steps
+    kiln.set_threads(0)
