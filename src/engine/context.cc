@@ -455,9 +455,11 @@ void ExecutionContext::bind_input(const std::string& name, HostTensor t, bool sh
   for (int64_t d : t.shape)
     if (d < 0) detail::throw_error(InvalidArgument("input '", name, "': negative dimension ", d));
   const auto dtype = static_cast<DataType>(t.dtype);
-  Result<int64_t> numel = checked_numel(t.shape, "input '" + name + "'");
-  if (!numel.ok()) detail::throw_error(numel.status());
-  const size_t needed = static_cast<size_t>(numel.value()) * dtype_size(dtype);
+  const int64_t numel = dims_numel(t.shape);  // throws (out of range) when the count overflows int64
+  if (static_cast<uint64_t>(numel) > SIZE_MAX / dtype_size(dtype))
+    detail::throw_error(OutOfRange("input '", name, "': ", dtype_name(dtype), dims_str(t.shape), " has more bytes ",
+                                   "than fit in memory"));
+  const size_t needed = static_cast<size_t>(numel) * dtype_size(dtype);
   if (needed != t.nbytes)
     detail::throw_error(InvalidArgument("input '", name, "': ", t.nbytes, " bytes given, ", dtype_name(dtype),
                                         dims_str(t.shape), " needs ", needed));
