@@ -11,6 +11,7 @@ PACKAGES=(
   clang libclang-rt-14-dev   # the libFuzzer targets (ASan + UBSan tree of tests/fuzz/run_fuzz_sanitized.sh)
   chromium
   python3-numpy python3-onnx python3-torch python3-torchvision
+  python3-dev pybind11-dev python3-pybind11 python3-pytest python3-venv python3-pip python3-setuptools python3-wheel  # python/
   dataset-fashion-mnist      # the INT8 accuracy test and bench/fmnist (/usr/share/datasets/fashion-mnist)
 )
 

@@ -226,6 +226,10 @@ class ExecutionContext {
   ~ExecutionContext();
   /// Binds an input; its shape selects the profile (see set_profile).
   void set_input(const std::string& name, HostTensor tensor);
+  /// As set_input, without copying when the bytes are 64-byte aligned (otherwise copied): the context
+  /// keeps `tensor.data` (its owner) until the input is bound again or the context is destroyed, and
+  /// reads the bytes in every run() until then; the caller leaves them unchanged while a run is in flight.
+  void set_input_shared(const std::string& name, HostTensor tensor);
   /// Declares an input's shape ahead of its data: checks it against the profiles now (throws with the
   /// ranges when it fits none) so that output_shape() answers before run().
   void set_input_shape(const std::string& name, std::vector<int64_t> dims);
@@ -256,6 +260,7 @@ class ExecutionContext {
   detail::ContextImpl& impl() { return *impl_; }
 
  private:
+  void bind_input(const std::string& name, HostTensor tensor, bool share);
   std::shared_ptr<const Engine> engine_;
   std::unique_ptr<detail::ContextImpl> impl_;
 };

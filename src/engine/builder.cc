@@ -7,6 +7,7 @@
 #include "backends/device_runtime.h"
 #include "core/parallel.h"
 #include "engine/auto_precision.h"
+#include "core/process_threads.h"
 #include "engine/calibration.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
@@ -577,6 +578,7 @@ Builder::Builder(BuilderConfig config) : config_(std::move(config)) {}
 
 std::shared_ptr<Engine> Builder::build_from_file(const std::string& onnx_path) const try {
   if (Status p = plugin::load_env_plugins_once(); !p.ok()) detail::throw_error(p);
+  sync_process_threads();
   auto m = onnx_import::load_model(onnx_path);
   if (!m.ok()) detail::throw_error(m.status());
   auto e = detail::build_engine(std::move(m).value(), config_);
@@ -588,6 +590,7 @@ std::shared_ptr<Engine> Builder::build_from_file(const std::string& onnx_path) c
 
 std::shared_ptr<Engine> Builder::build_from_memory(const std::string& onnx_bytes) const try {
   if (Status p = plugin::load_env_plugins_once(); !p.ok()) detail::throw_error(p);
+  sync_process_threads();
   auto m = onnx_import::parse_model(onnx_bytes, "");
   if (!m.ok()) detail::throw_error(m.status());
   auto e = detail::build_engine(std::move(m).value(), config_);
@@ -599,6 +602,9 @@ std::shared_ptr<Engine> Builder::build_from_memory(const std::string& onnx_bytes
 
 const char* version() { return KILN_VERSION; }
 void set_threads(int n) { kiln::set_num_threads(n); }
-int threads() { return kiln::max_threads(); }
+int threads() {
+  sync_process_threads();
+  return kiln::max_threads();
+}
 
 }  // namespace kiln

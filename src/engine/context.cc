@@ -8,6 +8,7 @@
 #include "core/checked_size.h"
 #include "core/mapped_file.h"
 #include "core/parallel.h"
+#include "core/process_threads.h"
 #include "engine/device_session.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
@@ -436,6 +437,7 @@ std::string Engine::inspect_json() const { return detail::inspect(*impl_).dump(1
 // ---- ExecutionContext
 
 ExecutionContext::ExecutionContext(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)) {
+  sync_process_threads();  // plan_ahead prepares the layers with the process's thread count
   impl_ = std::make_unique<detail::ContextImpl>();
   impl_->engine = std::shared_ptr<const detail::EngineImpl>(engine_, &engine_->impl());
   impl_->interp = std::make_unique<engine::LayerExecutor>(impl_->engine->model.graph, impl_->engine->tactic_runtime());
@@ -444,21 +446,45 @@ ExecutionContext::ExecutionContext(std::shared_ptr<const Engine> engine) : engin
 
 ExecutionContext::~ExecutionContext() = default;
 
-void ExecutionContext::set_input(const std::string& name, HostTensor t) try {
+void ExecutionContext::set_input(const std::string& name, HostTensor t) { bind_input(name, std::move(t), false); }
+
+void ExecutionContext::set_input_shared(const std::string& name, HostTensor t) { bind_input(name, std::move(t), true); }
+
+void ExecutionContext::bind_input(const std::string& name, HostTensor t, bool share) try {
   const ir::Graph& g = *impl_->engine->model.graph;
-  bool known = false;
-  for (const auto& in : g.inputs) known |= in.name == name;
-  if (!known) detail::throw_error(InvalidArgument("'", name, "' is not an input of the engine"));
+  const ir::ValueInfo* info = nullptr;
+  for (const auto& in : g.inputs)
+    if (in.name == name) info = &in;
+  if (!info) detail::throw_error(InvalidArgument("'", name, "' is not an input of the engine"));
   if (!dtype_is_known(t.dtype) || static_cast<DataType>(t.dtype) == DataType::kString)
     detail::throw_error(InvalidArgument("input '", name, "': unsupported dtype code ", t.dtype));
+  if (info->type.kind == ir::TypeInfo::Kind::kTensor && info->type.elem != DataType::kUndefined &&
+      info->type.elem != static_cast<DataType>(t.dtype))
+    detail::throw_error(InvalidArgument("input '", name, "' expects dtype ", dtype_name(info->type.elem), ", got ",
+                                        dtype_name(static_cast<DataType>(t.dtype)), dims_str(t.shape),
+                                        " — convert the input to ", dtype_name(info->type.elem)));
   for (int64_t d : t.shape)
     if (d < 0) detail::throw_error(InvalidArgument("input '", name, "': negative dimension ", d));
-  Tensor x(static_cast<DataType>(t.dtype), t.shape);
-  if (x.nbytes() != t.nbytes)
-    detail::throw_error(
-        InvalidArgument("input '", name, "': ", t.nbytes, " bytes given, ", x.describe(), " needs ", x.nbytes()));
-  if (t.nbytes) std::memcpy(x.raw(), t.data.get(), t.nbytes);
-  impl_->inputs[name] = ops::Value(std::move(x));
+  const auto dtype = static_cast<DataType>(t.dtype);
+  const int64_t numel = dims_numel(t.shape);  // throws (out of range) when the count overflows int64
+  if (static_cast<uint64_t>(numel) > SIZE_MAX / dtype_size(dtype))
+    detail::throw_error(OutOfRange("input '", name, "': ", dtype_name(dtype), dims_str(t.shape), " has more bytes ",
+                                   "than fit in memory"));
+  const size_t needed = static_cast<size_t>(numel) * dtype_size(dtype);
+  if (needed != t.nbytes)
+    detail::throw_error(InvalidArgument("input '", name, "': ", t.nbytes, " bytes given, ", dtype_name(dtype),
+                                        dims_str(t.shape), " needs ", needed));
+  // Shared: the context holds the caller's bytes (their owner in t.data) instead of a copy, when they
+  // are aligned as kiln's own tensors are (64 bytes; kernels may assume it) and not strings.
+  const bool aligned = reinterpret_cast<uintptr_t>(t.data.get()) % 64 == 0;
+  if (share && aligned && t.nbytes && dtype != DataType::kString) {
+    auto* bytes = static_cast<uint8_t*>(const_cast<void*>(t.data.get()));
+    impl_->inputs[name] = ops::Value(Tensor::alias(dtype, t.shape, std::shared_ptr<uint8_t[]>(t.data, bytes), 0));
+  } else {
+    Tensor x(dtype, t.shape);
+    if (t.nbytes) std::memcpy(x.raw(), t.data.get(), t.nbytes);
+    impl_->inputs[name] = ops::Value(std::move(x));
+  }
   detail::declare_shape(impl_->shape_state, name, t.shape);
 } catch (...) {
   detail::rethrow_as_error("binding input '" + name + "'");
@@ -491,6 +517,7 @@ std::vector<int64_t> ExecutionContext::output_shape(const std::string& name) con
 }
 
 void ExecutionContext::run() try {
+  sync_process_threads();
   if (impl_->numerics) impl_->numerics->begin_run(impl_->inputs);
   Status s = impl_->run();
   if (!s.ok()) detail::throw_error(s);

@@ -256,10 +256,11 @@ Result<int> select_profile(const ir::Graph& g, const std::vector<Profile>& profi
   std::string which = forced >= 0           ? str_cat(" (profile ", forced, " was forced)")
                       : profiles.size() > 1 ? " (fits no profile)"
                                             : "";
-  return InvalidArgument(msg, which, " — build with a wider ", fix,
-                         forced >= 0           ? " or let kiln pick the profile"
-                         : profiles.size() > 1 ? " or add a --profile that covers it"
-                                               : "");
+  // kOutOfRange: a shape outside every profile (status.h; Python's kiln.ShapeError), exit code 3.
+  return OutOfRange(msg, which, " — build with a wider ", fix,
+                    forced >= 0           ? " or let kiln pick the profile"
+                    : profiles.size() > 1 ? " or add a --profile that covers it"
+                                          : "");
 }
 
 Result<std::map<std::string, Dims>> resolve_output_shapes(const ir::Graph& g,
@@ -289,11 +290,11 @@ Status set_input_shape(const EngineImpl& e, ShapeState& st, const std::string& n
   const SymShape& s = decl->type.shape;
   if (s.rank_known) {
     if (s.rank() != dims.size())
-      return InvalidArgument("input '", name, "' expects rank ", s.rank(), " ", s.str(), ", got ", dims_str(dims));
+      return OutOfRange("input '", name, "' expects rank ", s.rank(), " ", s.str(), ", got ", dims_str(dims));
     for (size_t i = 0; i < dims.size(); ++i)
       if (s.dims[i].known() && s.dims[i].value != dims[i])
-        return InvalidArgument("input '", name, "' expects shape ", s.str(), ", got ", dims_str(dims), " (",
-                               dim_label(decl, i), " must be ", s.dims[i].value, ")");
+        return OutOfRange("input '", name, "' expects shape ", s.str(), ", got ", dims_str(dims), " (",
+                          dim_label(decl, i), " must be ", s.dims[i].value, ")");
   }
   std::map<std::string, Dims> probe = st.declared;
   probe[name] = dims;

@@ -52,12 +52,12 @@ Status check_input_value(const ir::ValueInfo& decl, const Value& v) {
     if (t.shape.rank_known) {
       const Dims& d = v.tensor.shape();
       if (d.size() != t.shape.rank())
-        return InvalidArgument("input '", decl.name, "' expects rank ", t.shape.rank(), " ", t.str(), ", got ",
-                               v.tensor.describe());
+        return OutOfRange("input '", decl.name, "' expects rank ", t.shape.rank(), " ", t.str(), ", got ",
+                          v.tensor.describe());
       for (size_t i = 0; i < d.size(); ++i)
         if (t.shape.dims[i].known() && t.shape.dims[i].value != d[i])
-          return InvalidArgument("input '", decl.name, "' expects shape ", t.shape.str(), ", got ", dims_str(d),
-                                 " (dim ", i, " must be ", t.shape.dims[i].value, ")");
+          return OutOfRange("input '", decl.name, "' expects shape ", t.shape.str(), ", got ", dims_str(d), " (dim ", i,
+                            " must be ", t.shape.dims[i].value, ")");
     }
   } else if (t.kind == ir::TypeInfo::Kind::kSequence && !v.is_sequence()) {
     return InvalidArgument("input '", decl.name, "' expects a sequence ", t.str());

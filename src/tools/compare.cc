@@ -228,7 +228,7 @@ Result<json> detection_verdicts(const CompareOptions& o, const ir::Graph& g,
 }  // namespace
 
 Result<int> run_compare(CompareOptions o, const std::string& json_path, const std::string& html_path,
-                        const json* replay_of) {
+                        const json* replay_of, json* report_out) {
   if (!o.ref_engine_file.empty()) {
     if (o.ref != "onnx" && o.ref != "engine")
       return InvalidArgument("--ref-engine cannot go with --ref ", o.ref, ": the reference is the engine");
@@ -490,8 +490,10 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
     same &= first_name(old) == first_name(rep);
     rep["replay"] = {{"bundle_command", (*replay_of)["command"]}, {"reproduced", same}};
   }
-  print_text(rep);
-  if (check.enabled) {
+  if (report_out) *report_out = rep;
+  const bool print = !report_out;
+  if (print) print_text(rep);
+  if (print && check.enabled) {
     if (ref_numerics)
       for (const auto& line : engine::numerics_lines(*ref_numerics, "reference: " + ref_label))
         std::printf("%s\n", line.c_str());
@@ -503,7 +505,7 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
       std::printf("numerics: FAIL, the runner under test makes %s at layer '%s' where the reference does not\n",
                   fe["kind"].get<std::string>().c_str(), fe["layer"].get<std::string>().c_str());
   }
-  if (replay_of)
+  if (print && replay_of)
     std::printf("replay: %s\n", rep["replay"]["reproduced"].get<bool>()
                                     ? "reproduces the bundle's numbers exactly"
                                     : "numbers DIFFER from the bundle (see --json)");
@@ -520,7 +522,7 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
 
 }  // namespace compare
 
-void add_compare_command(CLI::App& app, int& exit_code) {
+void add_compare_command(CLI::App& app, int& exit_code, compare::CompareResult* result) {
   using compare::CompareOptions;
   auto o = std::make_shared<CompareOptions>();
   CLI::App* cmd = app.add_subcommand(
@@ -575,8 +577,18 @@ void add_compare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--html", o->html_path, "write a self-contained HTML report (histograms, per-layer plot)");
   cmd->add_option("--save-failure", o->save_failure, "on failure, write a repro bundle to DIR");
   cmd->add_option("--replay", o->replay, "rerun a repro bundle written by --save-failure");
-  cmd->callback([o, build_flags, &exit_code]() {
+  cmd->callback([o, build_flags, &exit_code, result]() {
     o->build_flags_given = given_flags(build_flags);
+    if (result) {  // the library's compare (include/kiln/compare.h): the report returned, nothing printed
+      if (!o->replay.empty()) {
+        result->status = InvalidArgument("--replay is a command-line feature: run `kiln compare --replay DIR`");
+        return;
+      }
+      Result<int> r = compare::run_compare(*o, o->json_path, o->html_path, nullptr, &result->report);
+      result->status = r.ok() ? Status::Ok() : r.status();
+      exit_code = r.ok() ? r.value() : exit_code_for(r.status());
+      return;
+    }
     Result<int> r = !o->replay.empty() ? compare::replay(o->replay, o->json_path, o->html_path)
                                        : compare::run_compare(*o, o->json_path, o->html_path, nullptr);
     exit_code = r.ok() ? r.value() : report_error(r.status());

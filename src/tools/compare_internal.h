@@ -208,8 +208,15 @@ Result<int> replay(const std::string& dir, const std::string& json_path, const s
 
 // ---- the command (compare.cc)
 
+// What the library's compare (compare_library.cc) gets back from the command: the report, or the error.
+struct CompareResult {
+  json report;
+  Status status = Status::Ok();
+};
+
 // Compares and reports; `replay_of`: the bundle being replayed (its numbers are checked).
+// `report_out`: the report is stored there and nothing is printed (the library's compare).
 Result<int> run_compare(CompareOptions o, const std::string& json_path, const std::string& html_path,
-                        const json* replay_of);
+                        const json* replay_of, json* report_out = nullptr);
 
 }  // namespace kiln::tools::compare
