@@ -221,6 +221,8 @@ def main():
                         row["ratio_vs_" + peer[:-3]] = row["kiln_graph_compute_ms"] / row[peer]
                 rows.append(row)
                 log("[bench] " + json.dumps(row))
+                with open(args.out, "w") as f:  # after every row: a run cut short keeps what it measured
+                    json.dump({"meta": meta, "rows": rows}, f, indent=1)
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     print_table(rows, meta)

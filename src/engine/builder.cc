@@ -10,8 +10,8 @@
 #include "engine/engine_impl.h"
 #include "engine/executor.h"
 #include "engine/precision.h"
-#include "engine/storage_dtypes.h"
 #include "engine/profiles.h"
+#include "engine/storage_dtypes.h"
 #include "ir/rewrite.h"
 #include "onnx/importer.h"
 #include "ops/interpreter.h"
@@ -511,8 +511,8 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
                                     {"casts", st.casts},
                                     {"constants_converted", st.constants}};
       log("[kiln build] storage dtypes: " + std::to_string(st.reduced_layers) + " layers in reduced precision (" +
-          engine::precision_name(st.reduced) + "), " + std::to_string(st.casts) + " Cast layers where precisions meet, " +
-          std::to_string(st.constants) + " constants converted");
+          engine::precision_name(st.reduced) + "), " + std::to_string(st.casts) +
+          " Cast layers where precisions meet, " + std::to_string(st.constants) + " constants converted");
     }
   }
 

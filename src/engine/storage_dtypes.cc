@@ -68,7 +68,7 @@ Result<StorageDtypeStats> assign_storage_dtypes(ir::Graph& g, const ir::Graph& t
   for (const auto& o : g.outputs) keep_fp32.insert(o.name);
   body_reads(g, &keep_fp32);
 
-  std::map<std::string, DataType> storage;                        // float32 activations stored reduced
+  std::map<std::string, DataType> storage;                            // float32 activations stored reduced
   std::map<std::pair<std::string, DataType>, std::string> converted;  // (constant, dtype) -> its copy
   std::map<std::pair<std::string, DataType>, std::string> casts;      // (value, dtype) -> the Cast's output
   auto stored = [&](const std::string& v) {

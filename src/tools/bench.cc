@@ -189,8 +189,7 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
       if (o.profile_index >= 0) ctx->set_profile(o.profile_index);
       const bool dev = detail::runs_on_device(ctx->impl());
       if (s == 0) on_device = dev;
-      if (dev)
-        detail::set_device_run_options(ctx->impl(), {o.cuda_graph, !o.no_data_transfers, /*time_phases=*/true});
+      if (dev) detail::set_device_run_options(ctx->impl(), {o.cuda_graph, !o.no_data_transfers, /*time_phases=*/true});
       for (const auto& [name, v] : values)
         ctx->set_input(name, HostTensor::borrow(static_cast<DataTypeCode>(v.tensor.dtype()), v.tensor.shape(),
                                                 v.tensor.raw(), v.tensor.nbytes()));
@@ -489,9 +488,10 @@ void print_text(const BenchOptions& o, const nlohmann::json& j) {
                   : (", engine load " + std::to_string(j["load_ms"].get<double>()) + " ms").c_str());
   if (j.contains("device_phases_ms")) {
     const auto& p = j["device_phases_ms"];
-    std::printf("[kiln bench] Device phases (median): H2D %.4f ms, compute %.4f ms, D2H %.4f ms%s\n",
-                p["h2d"].get<double>(), p["compute"].get<double>(), p["d2h"].get<double>(),
-                j["data_transfers"].get<bool>() ? "" : " (--no-data-transfers: inputs staged and outputs fetched once)");
+    std::printf(
+        "[kiln bench] Device phases (median): H2D %.4f ms, compute %.4f ms, D2H %.4f ms%s\n", p["h2d"].get<double>(),
+        p["compute"].get<double>(), p["d2h"].get<double>(),
+        j["data_transfers"].get<bool>() ? "" : " (--no-data-transfers: inputs staged and outputs fetched once)");
     const auto& g = j["cuda_graph"];
     if (g["enabled"].get<bool>())
       std::printf("[kiln bench] CUDA graph: %d capture(s), %lld replay(s)%s\n", g["captures"].get<int>(),

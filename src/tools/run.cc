@@ -82,8 +82,9 @@ Result<bool> run_model(const RunOptions& o) {
   if (is_engine) {
     detail::RunInfo info;
     if (o.numerics.enabled && o.cuda_graph) {
-      return InvalidArgument("--use-cuda-graph and --check-numerics: the guard observes every layer, which a "
-                             "replayed graph does not show it — give one or the other");
+      return InvalidArgument(
+          "--use-cuda-graph and --check-numerics: the guard observes every layer, which a "
+          "replayed graph does not show it — give one or the other");
     } else if (o.cuda_graph) {
       detail::DeviceRunStats st;
       KILN_ASSIGN_OR_RETURN(outs, detail::run_engine_graphed(engine->impl(), inputs, o.profile_index, &info, &st));

@@ -45,10 +45,12 @@ __global__ void softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64
   sum = block_reduce<false>(sum, shared);
   if (log) {
     float ls = logf(sum);
-    for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) yr[k * inner] = to_storage<T>(to_f32(xr[k * inner]) - m - ls);
+    for (int64_t k = threadIdx.x; k < axis; k += blockDim.x)
+      yr[k * inner] = to_storage<T>(to_f32(xr[k * inner]) - m - ls);
   } else {
     float inv = 1.f / sum;
-    for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) yr[k * inner] = to_storage<T>(expf(to_f32(xr[k * inner]) - m) * inv);
+    for (int64_t k = threadIdx.x; k < axis; k += blockDim.x)
+      yr[k * inner] = to_storage<T>(expf(to_f32(xr[k * inner]) - m) * inv);
   }
 }
 

@@ -183,9 +183,9 @@ class PreparedLtMatmul : public PreparedLayer {
     KILN_LT(cublasLtMatmul(static_cast<cublasLtHandle_t>(h), desc.get(), &g.alpha, b, la.get(), a, lb.get(), &g.beta, c,
                            lc.get(), y, lc.get(), &algo, ctx.workspace, workspace, stream_of(ctx)));
     if (g.act.op != UnaryOp::kIdentity)
-      KILN_RETURN_IF_ERROR(
-          cuda_status(launch_unary(out[0]->raw(), out[0]->raw(), numel(g.out), g.act, float_type(dtype), stream_of(ctx)),
-                      name.c_str()));
+      KILN_RETURN_IF_ERROR(cuda_status(
+          launch_unary(out[0]->raw(), out[0]->raw(), numel(g.out), g.act, float_type(dtype), stream_of(ctx)),
+          name.c_str()));
     return Status::Ok();
   }
 };
@@ -194,7 +194,7 @@ class LtMatmul : public Tactic {
  public:
   LtMatmul(int rank, bool tf32, DataType dt = DataType::kFloat32) : rank_(rank), tf32_(tf32), dt_(dt) {}
   std::string name() const override {
-    const char* prefix = tf32_                          ? "tf32_"
+    const char* prefix = tf32_                        ? "tf32_"
                          : dt_ == DataType::kFloat16  ? "f16_"
                          : dt_ == DataType::kBFloat16 ? "bf16_"
                                                       : "";
@@ -272,6 +272,11 @@ class LtMatmul : public Tactic {
     size_t max_ws = kMaxWorkspace;
     KILN_LT(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws));
+    // The arena gives tensors 64-byte alignment (memory_planner.h), not the 256 the heuristic assumes.
+    uint32_t align = 64;
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      KILN_LT(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align));
     cublasLtMatmulHeuristicResult_t results[kHeuristicRanks] = {};
     int found = 0;
     KILN_LT(cublasLtMatmulAlgoGetHeuristic(h, desc, l->la.get(), l->lb.get(), l->lc.get(), l->lc.get(), pref,

@@ -157,8 +157,9 @@ class CudaRuntime final : public DeviceRuntime {
     (void)cudaGetLastError();  // an invalidated capture leaves its error behind: reported here
     if (e != cudaSuccess || !graph) {
       if (graph) cudaGraphDestroy(graph);
-      return Unsupported("the capture failed: ", cudaGetErrorString(e == cudaSuccess ? cudaErrorStreamCaptureInvalidated : e),
-                         " (a layer synchronizes or copies through pageable host memory)");
+      return Unsupported(
+          "the capture failed: ", cudaGetErrorString(e == cudaSuccess ? cudaErrorStreamCaptureInvalidated : e),
+          " (a layer synchronizes or copies through pageable host memory)");
     }
     cudaGraphExec_t exec = nullptr;
     e = cudaGraphInstantiate(&exec, graph, 0);

@@ -311,9 +311,9 @@ class PreparedSoftmax : public PreparedLayer {
   std::vector<DataType> output_dtypes() const override { return {dtype}; }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    return launched(launch_softmax(in[0]->raw(), out[0]->raw(), outer, axis, inner, log, float_type(dtype),
-                                   stream_of(ctx)),
-                    "softmax_cuda");
+    return launched(
+        launch_softmax(in[0]->raw(), out[0]->raw(), outer, axis, inner, log, float_type(dtype), stream_of(ctx)),
+        "softmax_cuda");
   }
 };
 
@@ -375,9 +375,9 @@ class PreparedLayerNorm : public PreparedLayer {
              const std::vector<Tensor*>& out) const override {
     const void* s = has_scale ? consts.data(1, in) : nullptr;
     const void* b = has_bias ? consts.data(2, in) : nullptr;
-    return launched(launch_layer_norm(in[0]->raw(), s, b, out[0]->raw(), rows, d, epsilon, float_type(dtype),
-                                      stream_of(ctx)),
-                    "layer_norm_cuda");
+    return launched(
+        launch_layer_norm(in[0]->raw(), s, b, out[0]->raw(), rows, d, epsilon, float_type(dtype), stream_of(ctx)),
+        "layer_norm_cuda");
   }
 };
 
@@ -682,8 +682,7 @@ class GatherCuda : public Tactic {
 
 std::vector<const Tactic*> own_kernel_tactics() {
   static const UnaryCuda unary(DataType::kFloat32), unary_f16(DataType::kFloat16), unary_bf16(DataType::kBFloat16);
-  static const BinaryCuda binary(DataType::kFloat32), binary_f16(DataType::kFloat16),
-      binary_bf16(DataType::kBFloat16);
+  static const BinaryCuda binary(DataType::kFloat32), binary_f16(DataType::kFloat16), binary_bf16(DataType::kBFloat16);
   static const SoftmaxCuda softmax(DataType::kFloat32), softmax_f16(DataType::kFloat16),
       softmax_bf16(DataType::kBFloat16);
   static const LayerNormCuda layer_norm(DataType::kFloat32), layer_norm_f16(DataType::kFloat16),
@@ -694,8 +693,8 @@ std::vector<const Tactic*> own_kernel_tactics() {
   static const ExpandCuda expand;
   static const GatherCuda gather;
   static const CastCuda cast;
-  return {&unary,      &binary,      &softmax,      &layer_norm,      &transpose,       &slice,
-          &concat,     &expand,      &gather,       &cast,            &unary_f16,       &binary_f16,
+  return {&unary,       &binary,         &softmax,    &layer_norm,  &transpose,    &slice,
+          &concat,      &expand,         &gather,     &cast,        &unary_f16,    &binary_f16,
           &softmax_f16, &layer_norm_f16, &unary_bf16, &binary_bf16, &softmax_bf16, &layer_norm_bf16};
 }
 

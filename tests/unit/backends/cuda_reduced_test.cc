@@ -105,16 +105,15 @@ TEST(CudaReduced, UnaryOps) {
       if (op == "Gelu") lc.node.opset = 20;
       if (op == "LeakyRelu") GB::set_float(lc.node, "alpha", 0.13f);
       bool positive = op == "Log" || op == "Sqrt" || op == "Reciprocal";
-      lc.inputs.push_back(random_tensor(random_dims(rng, pick(rng, 1, 4), 13), 500 + c, DataType::kFloat32,
-                                        positive ? 0.1 : -3, 3));
+      lc.inputs.push_back(
+          random_tensor(random_dims(rng, pick(rng, 1, 4), 13), 500 + c, DataType::kFloat32, positive ? 0.1 : -3, 3));
       lc.constant = {false};
       if (op == "Clip") {
         lc.inputs.push_back(Tensor::scalar<float>(DataType::kFloat32, -0.4f));
         lc.inputs.push_back(Tensor::scalar<float>(DataType::kFloat32, 0.9f));
         lc.constant = {false, true, true};
       }
-      check(*gpu, "elementwise_unary_" + suffix(dt) + "_cuda", split(lc, dt), dt, 1e-5 + subnormal_step(dt),
-            u + 1e-5);
+      check(*gpu, "elementwise_unary_" + suffix(dt) + "_cuda", split(lc, dt), dt, 1e-5 + subnormal_step(dt), u + 1e-5);
     }
   }
 }
@@ -140,8 +139,7 @@ TEST(CudaReduced, BinaryOpsWithBroadcasting) {
       lc.inputs.push_back(random_tensor(b, 700 + c, DataType::kFloat32, div ? 0.5 : -2, 2));
       lc.constant = {false, rng() % 2 == 0};
       if (op == "PRelu") lc.inputs[1] = random_tensor({a.back()}, 700 + c);
-      check(*gpu, "elementwise_binary_" + suffix(dt) + "_cuda", split(lc, dt), dt, 1e-5 + subnormal_step(dt),
-            u + 1e-5);
+      check(*gpu, "elementwise_binary_" + suffix(dt) + "_cuda", split(lc, dt), dt, 1e-5 + subnormal_step(dt), u + 1e-5);
     }
   }
 }
@@ -231,8 +229,8 @@ TEST(CudaReduced, MatMulAndGemm) {
         extra[static_cast<size_t>(e)] = static_cast<double>(k) * std::ldexp(1.0, -24) * s.get_f64(e) * (1 + u) +
                                         u * beta_c * 1.0 /* |C| <= 1 */ * 2;
       for (int h = 0; h < 4; ++h) {
-        check(*gpu, "matmul_cublaslt_" + suffix(dt) + "_h" + std::to_string(h), p, dt, 1e-6 + subnormal_step(dt),
-              u, extra);
+        check(*gpu, "matmul_cublaslt_" + suffix(dt) + "_h" + std::to_string(h), p, dt, 1e-6 + subnormal_step(dt), u,
+              extra);
         ++ran;
       }
     }
@@ -313,8 +311,8 @@ TEST(CudaReduced, Fp16EngineMatchesTheFp32Cpu) {
       ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
       // LayerNorm's outputs are within a few units; the last product sums 31 of them times |w| <= 0.3,
       // each carrying the upstream roundings (a few u): 31 * 0.3 * 3 * 8u bounds it.
-      const double tol = 31 * 0.3 * 3 * 8 * unit_roundoff(prec == Precision::kFP16 ? DataType::kFloat16
-                                                                                        : DataType::kBFloat16);
+      const double tol =
+          31 * 0.3 * 3 * 8 * unit_roundoff(prec == Precision::kFP16 ? DataType::kFloat16 : DataType::kBFloat16);
       for (size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(y.as<float>()[i], want[i], tol) << want_precision << " element " << i;
     }
