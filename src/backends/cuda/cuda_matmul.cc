@@ -272,6 +272,13 @@ class LtMatmul : public Tactic {
     size_t max_ws = kMaxWorkspace;
     KILN_LT(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws));
+    // FP32 accumulation throughout: a split-K algorithm must not add its partial sums in an FP16/BF16
+    // output (CUBLASLT_REDUCTION_SCHEME_INPLACE / OUTPUT_TYPE), only in the compute type.
+    if (dt_ != DataType::kFloat32) {
+      uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      KILN_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                   sizeof schemes));
+    }
     // The arena gives tensors 64-byte alignment (memory_planner.h), not the 256 the heuristic assumes.
     uint32_t align = 64;
     for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
