@@ -216,6 +216,9 @@ Result<StorageDtypeStats> assign_storage_dtypes(ir::Graph& g, const ir::Graph& t
   for (const auto& in : g.inputs) read.insert(in.name);
   for (const auto& c : replaced)
     if (!read.count(c)) g.initializers.erase(c), g.value_types.erase(c);
+  // The order a load of the engine file gives (the importer sorts topologically, and the engine's
+  // kernels are stored per layer index): a Cast placed before its consumer is valid but not that order.
+  KILN_RETURN_IF_ERROR(g.topological_sort());
   return stats;
 }
 

@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "../graph_builder.h"
 #include "backends/device_runtime.h"
 #include "engine/engine_impl.h"
 #include "engine/storage_dtypes.h"
+#include "onnx/exporter.h"
+#include "onnx/importer.h"
 
 namespace kiln {
 namespace {
@@ -112,6 +115,35 @@ TEST(StorageDtypes, ReducedRegionsBetweenCasts) {
       ASSERT_EQ(got[o].tensor.dtype(), DataType::kFloat32);
       for (int64_t i = 0; i < want[o].tensor.numel(); ++i)
         EXPECT_NEAR(got[o].tensor.get_f64(i), want[o].tensor.get_f64(i), 64 * u) << "output " << o << " element " << i;
+    }
+  }
+}
+
+// The engine file stores the rewritten graph as ONNX: its float16/bfloat16 constants and Casts come back
+// bit for bit.
+TEST(StorageDtypes, TheRewrittenGraphSurvivesSerialization) {
+  if (!have_cuda_tactics()) GTEST_SKIP() << "built without the CUDA backend";
+  for (DataType dt : {DataType::kFloat16, DataType::kBFloat16}) {
+    Rewritten r = rewrite(dt);
+    auto bytes = onnx_import::serialize_model(r.model);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+    auto back = onnx_import::parse_model(bytes.value(), "");
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    const ir::Graph& a = *r.model.graph;
+    const ir::Graph& b = *back.value().graph;
+    ASSERT_EQ(a.initializers.size(), b.initializers.size());
+    for (const auto& [name, t] : a.initializers) {
+      ASSERT_TRUE(b.initializers.count(name)) << name;
+      const Tensor& u = b.initializers.at(name);
+      ASSERT_EQ(u.dtype(), t.dtype()) << name;
+      ASSERT_EQ(u.nbytes(), t.nbytes()) << name;
+      EXPECT_EQ(std::memcmp(u.raw(), t.raw(), t.nbytes()), 0) << name;
+    }
+    // Layer for layer in the same order: an engine stores its kernels by layer index.
+    ASSERT_EQ(a.nodes.size(), b.nodes.size());
+    for (size_t i = 0; i < a.nodes.size(); ++i) {
+      EXPECT_EQ(b.nodes[i].name, a.nodes[i].name) << "layer " << i;
+      if (a.nodes[i].op_type == "Cast") EXPECT_EQ(b.nodes[i].attr_int("to", 0), a.nodes[i].attr_int("to", 0));
     }
   }
 }
