@@ -48,6 +48,23 @@ class DeviceRuntime {
   // Runs `run` (which queues its work on `stream`) between two events recorded on `stream` and waits
   // for the second: the device time of the queued work in milliseconds (the tuner's timer).
   virtual Result<double> time_ms(const std::function<Status()>& run, void* stream) const = 0;
+  // Graphs (CUDA graphs): between begin_capture and end_capture the work queued on `stream` is recorded,
+  // not run; end_capture instantiates it into an executable graph (destroyed with the last copy), which
+  // launch_graph replays on a stream with the pointers it was captured with. A capture that fails (a
+  // synchronization or a pageable copy inside it) ends with the error. Unsupported where the backend
+  // has no graphs.
+  virtual Status begin_capture(void* stream) const {
+    (void)stream;
+    return Unsupported("this device runtime has no graphs");
+  }
+  virtual Result<std::shared_ptr<void>> end_capture(void* stream) const {
+    (void)stream;
+    return Unsupported("this device runtime has no graphs");
+  }
+  virtual Status launch_graph(void* graph, void* stream) const {
+    (void)graph, (void)stream;
+    return Unsupported("this device runtime has no graphs");
+  }
 };
 
 // The runtime of `kind` when this build has a backend for it (nullptr for the CPU, and for CUDA in a

@@ -3,8 +3,8 @@
 // it supports (op, attributes, dtypes, shapes, device) and prepares itself once per shape
 // (weights reordered/packed), after which its PreparedLayer writes into caller-given outputs.
 //
-// Dtype, device and precision are in every signature even though only FP32 on the CPU exists:
-// the CUDA backend and reduced precision add tactics, not new interfaces. A tactic declares as data
+// Dtype, device and precision are in every signature: the CUDA backend and reduced precision add
+// tactics, not new interfaces (the dtype contract: the end of this file). A tactic declares as data
 // (TacticInfo) the device, the instruction set and the dtypes it takes; the registry
 // (backends/registry.h) declines, with the reason, a tactic whose TacticInfo does not fit the layer's
 // signature before why_unsupported() is asked.
@@ -180,3 +180,18 @@ class Tactic {
 // backends/registry.h.
 
 }  // namespace kiln::backends
+
+// The dtype contract. A tactic reads its inputs in the dtypes its LayerSignature gives
+// (sig.inputs[i].dtype, constants included: TensorSig::constant holds a tensor of that dtype), writes
+// its outputs in the dtypes its PreparedLayer::output_dtypes() reports, and computes in sig.compute
+// (TacticInfo::compute; kUndefined for kernels that only move, compare or convert data, which take
+// their dtypes from the signature). Who chooses the storage dtypes:
+//   - device engines (CUDA): the builder (engine/storage_dtypes.h) stores a reduced-precision layer's
+//     float activations and weights in its precision, so an FP16 tactic sees float16 inputs and writes
+//     float16 outputs (TacticInfo::inputs/outputs {kFloat16}), accumulating as it documents (kiln's
+//     CUDA kernels and cuBLASLt: float32); the Cast layers the builder inserts convert where layers of
+//     different precisions meet, and engine inputs and outputs keep the model's dtypes;
+//   - CPU engines: storage stays float32 and a reduced-precision tactic converts its input itself
+//     (the BF16 oneDNN tactics: TacticInfo::inputs {kFloat32}, compute kBFloat16).
+// A tactic checks every input it reads against its dtypes in why_unsupported(), not only the first
+// one the registry checks (TacticInfo::inputs), and declines the others with the reason.

@@ -13,6 +13,7 @@
 #include "engine/executor.h"
 #include "engine/precision.h"
 #include "engine/profiles.h"
+#include "engine/storage_dtypes.h"
 #include "ir/rewrite.h"
 #include "onnx/importer.h"
 #include "ops/interpreter.h"
@@ -501,6 +502,22 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   model.opset_imports["kiln"] = 1;
   model.graph->opset_imports["kiln"] = 1;
   log("[kiln build] optimized: " + std::to_string(count_nodes(*model.graph)) + " layers");
+  // Device engines with a reduced precision: activations stored in it between its layers, Casts where
+  // precisions meet (engine/storage_dtypes.h).
+  if (target.device.kind != DeviceKind::kCPU) {
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> typed, infer_at(*model.graph, opt_shapes));
+    KILN_ASSIGN_OR_RETURN(engine::StorageDtypeStats st,
+                          engine::assign_storage_dtypes(*model.graph, *typed, target, precision));
+    if (st.reduced != DataType::kUndefined) {
+      e->build["storage_dtypes"] = {{"reduced", engine::precision_name(st.reduced)},
+                                    {"reduced_layers", st.reduced_layers},
+                                    {"casts", st.casts},
+                                    {"constants_converted", st.constants}};
+      log("[kiln build] storage dtypes: " + std::to_string(st.reduced_layers) + " layers in reduced precision (" +
+          engine::precision_name(st.reduced) + "), " + std::to_string(st.casts) +
+          " Cast layers where precisions meet, " + std::to_string(st.constants) + " constants converted");
+    }
+  }
 
   KILN_ASSIGN_OR_RETURN(e->plan, plan_at(*model.graph, opt_shapes));
   if (e->plan.arena_bytes > cfg.activation_bytes)

@@ -44,6 +44,17 @@ struct ContextImpl {
   std::unique_ptr<engine::DeviceSession> device;
   bool device_opened = false;
   std::map<std::string, ops::Value> device_inputs;
+  DeviceRunOptions device_options;  // graphs, boundary copies (set_device_run_options)
+  DeviceRunStats device_stats;
+  bool staged_once = false;
+  std::vector<ops::Value> fetched;  // the last outputs fetched (data_transfers off: what output() reads)
+  // The captured graph and what it was captured with: the bound signature, the input and arena addresses.
+  std::shared_ptr<void> graph;
+  std::string graph_sig;
+  std::vector<const void*> graph_addresses;
+  std::vector<ops::Value> graph_outputs;  // the device outputs the graph writes
+  std::string warm_sig;                   // the signature whose first (uncaptured) run was made
+  Status run_graph(const std::string& sig, const std::map<std::string, ops::Value>& run_inputs);
   Status open_device();
   Result<std::shared_ptr<uint8_t[]>> allocate_arena(size_t bytes);
 
@@ -104,7 +115,9 @@ const ContextImpl::Slot* ContextImpl::slot_of(const ir::Node& n, size_t o) const
   return o < s.size() && s[o].offset != SIZE_MAX ? &s[o] : nullptr;
 }
 
-bool ContextImpl::may_bind() const { return !interp->on_node && !interp->on_layer; }
+// The numerics guard (on_layer) rides on a device engine's bound run, which copies each layer's
+// tensors to the host for it (run_bound); the CPU's bound run has no per-layer values to show it.
+bool ContextImpl::may_bind() const { return !interp->on_node && (!interp->on_layer || (device && numerics)); }
 
 Status ContextImpl::open_device() {
   if (device_opened) return Status::Ok();
@@ -140,8 +153,57 @@ std::optional<Status> ContextImpl::run_bound(const std::string& sig,
                                              const std::map<std::string, ops::Value>& run_inputs) {
   ops::DeadlineScope scope(deadline);
   layer_begin = std::chrono::steady_clock::now();
-  Status s = interp->run_bound(run_inputs, outputs, layer_timer ? bound_timer : nullptr);
-  if (s.ok() && device) s = device->fetch_outputs(outputs);  // a device engine's outputs come back to the host
+  std::function<void(size_t, const ir::Node&)> after = layer_timer ? bound_timer : nullptr;
+  Status observed = Status::Ok();
+  if (device && numerics) {
+    // The guard reads host tensors: each layer's inputs and outputs are copied back after it ran
+    // (slow, like every observed run; the guard is a debugging run).
+    after = [this, &observed, timer = after](size_t i, const ir::Node& n) {
+      if (timer) timer(i, n);
+      if (!observed.ok()) return;
+      std::vector<ops::Value> ins, outs;
+      for (const Tensor* t : interp->bound_step_inputs(i)) {
+        ins.emplace_back();
+        if (!t) continue;
+        auto h = t->location().host() ? Result<Tensor>(*t) : backends::to_host(device->runtime(), *t, device->stream());
+        if (!h.ok()) return void(observed = h.status());
+        ins.back() = ops::Value(std::move(h).value());
+      }
+      for (const Tensor& t : interp->bound_step_outputs(i)) {
+        auto h = backends::to_host(device->runtime(), t, device->stream());
+        if (!h.ok()) return void(observed = h.status());
+        outs.push_back(ops::Value(std::move(h).value()));
+      }
+      std::vector<const ops::Value*> in_ptrs;
+      for (size_t k = 0; k < ins.size(); ++k) in_ptrs.push_back(interp->bound_step_inputs(i)[k] ? &ins[k] : nullptr);
+      numerics->observe(*engine->model.graph, n, in_ptrs, outs);
+    };
+  }
+  Status s = Status::Ok();
+  auto c0 = std::chrono::steady_clock::now();
+  if (device && device_options.cuda_graph && !numerics && !layer_timer) {
+    s = run_graph(sig, run_inputs);
+  } else {
+    if (device && device_options.cuda_graph)
+      device_stats.graph_blocker = numerics ? "the numerics guard observes every layer" : "a per-layer timer is set";
+    s = interp->run_bound(run_inputs, outputs, after);
+  }
+  if (s.ok()) s = observed;
+  if (s.ok() && device && device_options.time_phases) {
+    s = device->runtime().synchronize(device->stream());
+    device_stats.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
+  }
+  if (s.ok() && device) {  // a device engine's outputs come back to the host
+    auto d0 = std::chrono::steady_clock::now();
+    if (device_options.data_transfers || fetched.size() != outputs.size()) {
+      s = device->fetch_outputs(outputs);
+      if (s.ok() && !device_options.data_transfers) fetched = outputs;
+    } else {
+      s = device->runtime().synchronize(device->stream());
+      outputs = fetched;
+    }
+    device_stats.d2h_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - d0).count();
+  }
   if (s.ok()) shape_state.ran_with_current = true;
   if (s.ok() || !interp->bound_mismatch()) return s;
   // A reference kernel's output disagreed with shape inference: these shapes take the interpreter
@@ -152,12 +214,62 @@ std::optional<Status> ContextImpl::run_bound(const std::string& sig,
   return std::nullopt;
 }
 
+Status ContextImpl::run_graph(const std::string& sig, const std::map<std::string, ops::Value>& run_inputs) {
+  const backends::DeviceRuntime& rt = device->runtime();
+  std::vector<const void*> addresses{arena.get()};
+  for (const auto& [name, v] : run_inputs) addresses.push_back(v.is_tensor() ? v.tensor.raw() : nullptr);
+  if (graph && graph_sig == sig && graph_addresses == addresses) {
+    KILN_RETURN_IF_ERROR(rt.launch_graph(graph.get(), device->stream()));
+    outputs = graph_outputs;
+    ++device_stats.graph_replays;
+    device_stats.graph_blocker.clear();
+    return Status::Ok();
+  }
+  graph.reset();
+  // A signature's first run goes uncaptured: the kernels' modules load (lazily) and libraries set
+  // themselves up outside the capture; the next run captures.
+  if (warm_sig != sig) {
+    warm_sig = sig;
+    return interp->run_bound(run_inputs, outputs, nullptr);
+  }
+  if (std::string why = interp->graph_blocker(); !why.empty()) {
+    device_stats.graph_blocker = why;
+    return interp->run_bound(run_inputs, outputs, nullptr);
+  }
+  KILN_RETURN_IF_ERROR(rt.begin_capture(device->stream()));
+  Status s = interp->run_bound(run_inputs, outputs, nullptr);  // recorded, not run
+  auto captured = rt.end_capture(device->stream());
+  if (!s.ok() || !captured.ok()) {  // a layer that cannot be captured: the run starts again, uncaptured
+    device_stats.graph_blocker = !s.ok() ? "a layer failed under capture: " + s.message() : captured.status().message();
+    return interp->run_bound(run_inputs, outputs, nullptr);
+  }
+  graph = std::move(captured).value();
+  graph_sig = sig, graph_addresses = std::move(addresses), graph_outputs = outputs;
+  ++device_stats.graph_captures;
+  KILN_RETURN_IF_ERROR(rt.launch_graph(graph.get(), device->stream()));
+  ++device_stats.graph_replays;
+  device_stats.graph_blocker.clear();
+  return Status::Ok();
+}
+
 Status ContextImpl::run() {
   const ir::Graph& g = *engine->model.graph;
   BufferCacheScope cached(&buffers);
   KILN_RETURN_IF_ERROR(open_device());
   // A device engine's layers read device copies of the inputs, and its outputs come back to the host.
-  if (device) KILN_RETURN_IF_ERROR(device->stage_inputs(inputs, device_inputs));
+  if (device) {
+    auto h0 = std::chrono::steady_clock::now();
+    bool restage = device_options.data_transfers || !staged_once || device_inputs.size() != inputs.size();
+    for (const auto& [name, v] : inputs) {
+      auto it = device_inputs.find(name);
+      restage |= it == device_inputs.end() || !it->second.is_tensor() || !v.is_tensor() ||
+                 it->second.tensor.shape() != v.tensor.shape() || it->second.tensor.dtype() != v.tensor.dtype();
+    }
+    if (restage) KILN_RETURN_IF_ERROR(device->stage_inputs(inputs, device_inputs));
+    staged_once = true;
+    if (device_options.time_phases) KILN_RETURN_IF_ERROR(device->runtime().synchronize(device->stream()));
+    device_stats.h2d_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
+  }
   const std::map<std::string, ops::Value>& run_inputs = device ? device_inputs : inputs;
   // Steady state: the shapes of the last run, bound. Nothing below allocates (tests/noalloc).
   if (shape_state.forced == bound_forced && interp->bound_accepts(run_inputs) && may_bind())
@@ -288,6 +400,14 @@ std::vector<int64_t> declined_runs(const ContextImpl& ctx) { return ctx.interp->
 
 std::string steady_state_blocker(const ContextImpl& ctx) { return ctx.unbound_reason; }
 
+void set_device_run_options(ContextImpl& ctx, const DeviceRunOptions& o) {
+  ctx.device_options = o;
+  ctx.fetched.clear();
+  if (!o.cuda_graph) ctx.graph.reset();
+}
+DeviceRunStats device_run_stats(const ContextImpl& ctx) { return ctx.device_stats; }
+bool runs_on_device(const ContextImpl& ctx) { return ctx.engine->built_for.device.kind != DeviceKind::kCPU; }
+
 Result<std::vector<ops::Value>> run_engine(
     const EngineImpl& e, const std::map<std::string, ops::Value>& inputs, int profile, RunInfo* info,
     std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer) {
@@ -300,6 +420,22 @@ Result<std::vector<ops::Value>> run_engine(
   ctx.shape_state.forced = profile;
   KILN_RETURN_IF_ERROR(ctx.run());
   if (info) *info = {ctx.shape_state.chosen, ctx.plan ? ctx.plan->arena_bytes : 0};
+  return std::move(ctx.outputs);
+}
+
+Result<std::vector<ops::Value>> run_engine_graphed(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
+                                                   int profile, RunInfo* info, DeviceRunStats* stats) {
+  ContextImpl ctx;
+  ctx.engine = std::shared_ptr<const EngineImpl>(std::shared_ptr<const EngineImpl>(), &e);  // non-owning
+  ctx.interp = std::make_unique<engine::LayerExecutor>(e.model.graph, e.tactic_runtime());
+  if (e.built_for.device.kind == DeviceKind::kCPU)
+    return InvalidArgument("--use-cuda-graph: this engine runs on the CPU (build it with --device cuda)");
+  ctx.device_options.cuda_graph = true;
+  ctx.inputs = inputs;
+  ctx.shape_state.forced = profile;
+  for (int run = 0; run < 2; ++run) KILN_RETURN_IF_ERROR(ctx.run());
+  if (info) *info = {ctx.shape_state.chosen, ctx.plan ? ctx.plan->arena_bytes : 0};
+  if (stats) *stats = ctx.device_stats;
   return std::move(ctx.outputs);
 }
 

@@ -172,6 +172,35 @@ std::vector<int64_t> declined_runs(const ContextImpl& ctx);
 // Why the context's last run went through the interpreter loop rather than the allocation-free bound
 // path (engine/executor.h): "layer 'Flatten_3' (Flatten) runs its reference kernel"; "" when it did not.
 std::string steady_state_blocker(const ContextImpl& ctx);
+
+// A device engine's context (kiln bench/run --use-cuda-graph, --no-data-transfers):
+//   cuda_graph      the steady-state run's layer launches are captured into a device graph once per
+//                   input-shape signature (and input/arena addresses) and replayed; a new signature
+//                   captures again. A layer list that cannot be captured (a layer on the host, a failed
+//                   capture) runs layer by layer, with the reason in DeviceRunStats::graph_blocker. Not
+//                   with the numerics guard or a per-layer timer (they observe each layer).
+//   data_transfers  false: after the first run, inputs of unchanged shapes are not staged again and
+//                   outputs stay on the device (output() then reads the last fetched ones): the compute
+//                   alone, as trtexec --noDataTransfers.
+//   time_phases     synchronize between staging, compute and fetching to time each (DeviceRunStats).
+struct DeviceRunOptions {
+  bool cuda_graph = false;
+  bool data_transfers = true;
+  bool time_phases = false;
+};
+struct DeviceRunStats {
+  int graph_captures = 0;
+  int64_t graph_replays = 0;
+  std::string graph_blocker;  // why the last run did not replay a graph ("" when it did, or graphs are off)
+  double h2d_ms = 0, compute_ms = 0, d2h_ms = 0;  // the last run's phases (time_phases)
+};
+void set_device_run_options(ContextImpl& ctx, const DeviceRunOptions& o);
+DeviceRunStats device_run_stats(const ContextImpl& ctx);
+bool runs_on_device(const ContextImpl& ctx);
+// kiln run --use-cuda-graph: a device engine run twice on `inputs` with CUDA graphs (the first run
+// captures, the second replays); the replayed run's outputs, and the graph state in *stats.
+Result<std::vector<ops::Value>> run_engine_graphed(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
+                                                   int profile, RunInfo* info, DeviceRunStats* stats);
 // Where the builder's warnings go: cfg.warn, else "kiln: warning: ..." on stderr.
 std::function<void(const std::string&)> warner(const BuilderConfig& cfg);
 // Records the body layers left on reference kernels (engine::BodyTuning::reference) in

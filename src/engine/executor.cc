@@ -429,6 +429,20 @@ std::string LayerExecutor::bind(const MemoryPlan& plan,
   return "";
 }
 
+std::string LayerExecutor::graph_blocker() const {
+  if (!bound_) return "the layer list is not bound";
+  if (!rt_) return "a CPU engine";
+  for (const Step& s : steps_) {
+    const std::string who =
+        "layer '" + (s.node->name.empty() ? s.node->op_type : s.node->name) + "' (" + s.node->op_type + ")";
+    if (s.kind == Step::Kind::kReference) return who + " runs on the host (reference kernel): it synchronizes";
+    if (s.kind == Step::Kind::kView && !s.ins.empty() && s.ins[0] && s.ins[0]->location().host() &&
+        s.outs[0].raw() != s.ins[0]->raw())
+      return who + " copies from host memory";
+  }
+  return "";
+}
+
 bool LayerExecutor::is_view(const ir::Node& n) {
   static const char* const kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
   if (!n.domain.empty()) return false;

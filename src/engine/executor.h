@@ -140,6 +140,13 @@ class LayerExecutor : public ops::Interpreter {
   // `after_layer` (may be empty) is called after each layer, as place_outputs would be.
   Status run_bound(const std::map<std::string, ops::Value>& inputs, std::vector<ops::Value>& outputs,
                    const std::function<void(size_t, const ir::Node&)>& after_layer);
+  // The tensors of bound step i (its inputs, nullptr for missing ones, and its outputs), as an
+  // after_layer call of run_bound sees them (a device engine's live in device memory).
+  const std::vector<const Tensor*>& bound_step_inputs(size_t i) const { return steps_[i].ins; }
+  const std::vector<Tensor>& bound_step_outputs(size_t i) const { return steps_[i].outs; }
+  // Why the bound layer list cannot be captured into a device graph ("" when it can): a layer that
+  // runs on the host (its reference kernel, between synchronizing copies) or copies from host memory.
+  std::string graph_blocker() const;
 
  protected:
   Result<std::vector<ops::Value>> run_layer(const ir::Graph& g, size_t i, const ops::OpSchema& schema,

@@ -373,7 +373,12 @@ std::shared_ptr<const backends::PreparedLayer> TacticRuntime::get(const ir::Grap
     sig.inputs[k].shape = types[k].shape;
   }
   std::shared_ptr<const backends::PreparedLayer> p;
-  std::string why = backends::why_declined(*l.tactic, sig);
+  // A tactic of another op (an engine whose stored layer order no longer matches its graph's) would
+  // compute something else: never prepared.
+  std::string why = backends::implements(*l.tactic, sig)
+                        ? backends::why_declined(*l.tactic, sig)
+                        : "it does not implement " + (n.domain.empty() ? n.op_type : n.domain + "." + n.op_type) +
+                              " (the engine's layers do not match its graph: rebuild the engine)";
   if (why.empty()) {
     ++prepares_;
     try {

@@ -42,6 +42,7 @@ struct BenchOptions {
   double deadline_s = 0;  // --deadline: per run
   std::string export_times, export_profile;
   bool dump_profile = false, json = false;
+  bool cuda_graph = false, no_data_transfers = false;  // device engines (--use-cuda-graph, --no-data-transfers)
 };
 
 // One measured iteration.
@@ -162,6 +163,10 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
   // Per stream and layer: runs whose tactic declined the shapes, before and after measuring.
   std::vector<std::vector<int64_t>> declined_before(S), declined_after(S);
   std::vector<Status> errors(S, Status::Ok());
+  // Device engines: each measured run's phases (staging, compute, fetching) and the last graph state.
+  std::vector<std::vector<double>> h2d(S), compute(S), d2h(S);
+  std::vector<detail::DeviceRunStats> device_stats(S);
+  bool on_device = false;
   std::barrier sync(S);
   Clock::time_point start;
   std::mutex start_mu;
@@ -182,6 +187,9 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
       ctx = engine->create_context();
       if (s == 0) context_ms = std::chrono::duration<double, std::milli>(Clock::now() - c0).count();
       if (o.profile_index >= 0) ctx->set_profile(o.profile_index);
+      const bool dev = detail::runs_on_device(ctx->impl());
+      if (s == 0) on_device = dev;
+      if (dev) detail::set_device_run_options(ctx->impl(), {o.cuda_graph, !o.no_data_transfers, /*time_phases=*/true});
       for (const auto& [name, v] : values)
         ctx->set_input(name, HostTensor::borrow(static_cast<DataTypeCode>(v.tensor.dtype()), v.tensor.shape(),
                                                 v.tensor.raw(), v.tensor.nbytes()));
@@ -240,6 +248,11 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
         auto e = Clock::now();
         samples[s].push_back({s, std::chrono::duration<double, std::milli>(b - start).count(),
                               std::chrono::duration<double, std::milli>(e - b).count()});
+        if (detail::runs_on_device(ctx->impl())) {
+          device_stats[s] = detail::device_run_stats(ctx->impl());
+          h2d[s].push_back(device_stats[s].h2d_ms), compute[s].push_back(device_stats[s].compute_ms);
+          d2h[s].push_back(device_stats[s].d2h_ms);
+        }
       }
       declined_after[s] = detail::declined_runs(ctx->impl());
     } catch (const Error& e) {
@@ -298,6 +311,27 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
   j["first_run_vs_median"] = median > 0 ? first_run_ms / median : 0.0;
   j["context_ms"] = context_ms;
   j["load_ms"] = load_ms;
+  if (on_device) {
+    auto median_of = [](const std::vector<std::vector<double>>& per_stream) {
+      std::vector<double> v;
+      for (const auto& x : per_stream) v.insert(v.end(), x.begin(), x.end());
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    };
+    // Synchronized between phases: their medians add up to about the latency's.
+    j["device_phases_ms"] = {{"h2d", median_of(h2d)}, {"compute", median_of(compute)}, {"d2h", median_of(d2h)}};
+    j["data_transfers"] = !o.no_data_transfers;
+    int captures = 0;
+    int64_t replays = 0;
+    for (const auto& d : device_stats) captures += d.graph_captures, replays += d.graph_replays;
+    j["cuda_graph"] = {{"enabled", o.cuda_graph},
+                       {"captures", captures},
+                       {"replays", replays},
+                       {"blocker", device_stats[0].graph_blocker}};
+  } else if (o.cuda_graph || o.no_data_transfers) {
+    return InvalidArgument(o.cuda_graph ? "--use-cuda-graph" : "--no-data-transfers",
+                           ": this engine runs on the CPU (build it with --device cuda)");
+  }
 
   const auto& layers = engine->impl().layers;
   // Layers whose tactic declined the run-time shapes in measured runs: they ran reference kernels.
@@ -452,6 +486,20 @@ void print_text(const BenchOptions& o, const nlohmann::json& j) {
               j["built_from_onnx"].get<bool>()
                   ? ""
                   : (", engine load " + std::to_string(j["load_ms"].get<double>()) + " ms").c_str());
+  if (j.contains("device_phases_ms")) {
+    const auto& p = j["device_phases_ms"];
+    std::printf(
+        "[kiln bench] Device phases (median): H2D %.4f ms, compute %.4f ms, D2H %.4f ms%s\n", p["h2d"].get<double>(),
+        p["compute"].get<double>(), p["d2h"].get<double>(),
+        j["data_transfers"].get<bool>() ? "" : " (--no-data-transfers: inputs staged and outputs fetched once)");
+    const auto& g = j["cuda_graph"];
+    if (g["enabled"].get<bool>())
+      std::printf("[kiln bench] CUDA graph: %d capture(s), %lld replay(s)%s\n", g["captures"].get<int>(),
+                  static_cast<long long>(g["replays"].get<int64_t>()),
+                  g["blocker"].get<std::string>().empty()
+                      ? ""
+                      : ("; not replayed: " + g["blocker"].get<std::string>()).c_str());
+  }
   if (j["declined_layers"].get<int>() > 0)
     std::printf(
         "[kiln bench] warning: %d layers' tactics declined the run-time shapes: those layers ran reference kernels "
@@ -505,6 +553,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--export-profile", o->export_profile,
                   "write a per-layer Chrome trace (FILE.json; one track per stream; opens in Perfetto)");
   cmd->add_flag("--json", o->json, "print the results as JSON on stdout");
+  cmd->add_flag("--use-cuda-graph", o->cuda_graph,
+                "device engines: capture the layer launches into a CUDA graph once per input shape and replay it "
+                "(layers on the host prevent it: the reason is reported)");
+  cmd->add_flag("--no-data-transfers", o->no_data_transfers,
+                "device engines: stage the inputs and fetch the outputs once, then time the compute alone");
   cmd->callback([o, build_flags, &exit_code]() {
     o->build_flags_given = given_flags(build_flags);
     auto r = bench(*o);

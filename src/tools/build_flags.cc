@@ -34,12 +34,14 @@ std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const ch
       "every input shape is used. --min/--opt/--max-shapes (or the fixed shapes) form the first profile when given");
   flag("--fp32", f.fp32, "FP32 precision (default; always allowed, whatever else is)");
   flag("--fp16", f.fp16,
-       "allow FP16: refused on the CPU, which has no FP16 kernels in kiln (CPUs without AVX-512 FP16, such as AMD "
+       "allow FP16. --device cuda: layers with an FP16 kernel keep their activations and weights in FP16 "
+       "(FP32 accumulation), Casts where they meet FP32 layers, engine inputs/outputs in the model's dtypes. "
+       "Refused on the CPU, which has no FP16 kernels in kiln (CPUs without AVX-512 FP16, such as AMD "
        "Zen 4, have no FP16 arithmetic; FP16 storage with FP32 compute would only add conversions)");
   flag("--bf16", f.bf16,
-       "allow BF16 (oneDNN's AVX-512 BF16 kernels for convolutions and matrix products: bf16 inputs and weights, "
-       "fp32 accumulation and outputs), timed per layer against FP32, the faster kept. Without avx512_bf16: a "
-       "warning, and the layers stay FP32");
+       "allow BF16 (CPU: oneDNN's AVX-512 BF16 kernels for convolutions and matrix products: bf16 inputs and "
+       "weights, fp32 accumulation and outputs), timed per layer against FP32, the faster kept. Without "
+       "avx512_bf16: a warning, and the layers stay FP32. --device cuda: as --fp16, in BF16");
   flag("--best", f.best, "allow every precision that has kernels here; the fastest per layer, by timing");
   opt("--layer-precisions", f.layer_precisions,
       "NAME_OR_GLOB:fp32|bf16|fp16|int8,... the precision of the layers whose name (or source ONNX node's name) "

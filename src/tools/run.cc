@@ -30,6 +30,7 @@ struct RunOptions {
   double deadline_s = 0;      // --deadline; 0: none
   NumericsCheck numerics;     // --check-numerics, --int8-saturation
   std::string numerics_json;  // --numerics-json FILE
+  bool cuda_graph = false;    // --use-cuda-graph (device engines)
 };
 
 // A directory to write into: created when missing; an existing file there is an error.
@@ -80,7 +81,18 @@ Result<bool> run_model(const RunOptions& o) {
   NumericsReport numerics;
   if (is_engine) {
     detail::RunInfo info;
-    if (o.numerics.enabled) {
+    if (o.numerics.enabled && o.cuda_graph) {
+      return InvalidArgument(
+          "--use-cuda-graph and --check-numerics: the guard observes every layer, which a "
+          "replayed graph does not show it — give one or the other");
+    } else if (o.cuda_graph) {
+      detail::DeviceRunStats st;
+      KILN_ASSIGN_OR_RETURN(outs, detail::run_engine_graphed(engine->impl(), inputs, o.profile_index, &info, &st));
+      if (st.graph_blocker.empty())
+        std::printf("cuda graph: captured %d time(s), outputs from a replay\n", st.graph_captures);
+      else
+        std::printf("cuda graph: not used: %s (outputs from a layer-by-layer run)\n", st.graph_blocker.c_str());
+    } else if (o.numerics.enabled) {
       KILN_ASSIGN_OR_RETURN(
           outs, detail::run_engine_checked(engine->impl(), inputs, o.numerics, &numerics, o.profile_index, &info));
     } else {
@@ -166,6 +178,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--rtol", o->tol.rtol, "relative tolerance for --expect-outputs");
   cmd->add_option("--atol", o->tol.atol, "absolute tolerance for --expect-outputs");
   add_deadline_option(cmd, o->deadline_s);
+  cmd->add_flag("--use-cuda-graph", o->cuda_graph,
+                "device engines: run twice through a CUDA graph (capture, then replay) and print the replay's "
+                "outputs, or why the graph could not be used");
   cmd->add_flag("--check-numerics", o->numerics.enabled,
                 "name the first layer (bodies included) whose output holds Inf/NaN, exceeds FP16's range (an error "
                 "for FP16 layers, a warning otherwise) or saturates INT8; exit 1 on an error. Runs the observing "

@@ -1,9 +1,14 @@
-// Elementwise kernels: unary activations and math, binary ops with numpy broadcasting, Cast.
+// Elementwise kernels: unary activations and math, binary ops with numpy broadcasting, Cast. The
+// float kernels are templated on the storage type (float, __half, __nv_bfloat16) and compute in
+// float32: each element is loaded, widened, computed and rounded once on the store.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 
 #include <type_traits>
 
+#include "backends/cuda/cuda_float_types.cuh"
 #include "backends/cuda/cuda_kernels.h"
 
 namespace kiln::backends::cuda {
@@ -47,10 +52,11 @@ __device__ __forceinline__ float unary(float x, UnaryParams p) {
   return x;
 }
 
-__global__ void unary_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n, UnaryParams p) {
+template <typename T>
+__global__ void unary_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, UnaryParams p) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[i] = unary(x[i], p);
+    y[i] = to_storage<T>(unary(to_f32(x[i]), p));
 }
 
 __device__ __forceinline__ float binary(float a, float b, BinaryOp op) {
@@ -67,15 +73,17 @@ __device__ __forceinline__ float binary(float a, float b, BinaryOp op) {
   return a;
 }
 
-__global__ void binary_same_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ y,
-                                   int64_t n, BinaryOp op) {
+template <typename T>
+__global__ void binary_same_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, int64_t n,
+                                   BinaryOp op) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[i] = binary(a[i], b[i], op);
+    y[i] = to_storage<T>(binary(to_f32(a[i]), to_f32(b[i]), op));
 }
 
-__global__ void binary_broadcast_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ y,
-                                        int64_t n, BinaryOp op, BroadcastParams p) {
+template <typename T>
+__global__ void binary_broadcast_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, int64_t n,
+                                        BinaryOp op, BroadcastParams p) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t rest = i, ia = 0, ib = 0;
@@ -85,7 +93,7 @@ __global__ void binary_broadcast_kernel(const float* __restrict__ a, const float
       ia += c * p.a_strides[k];
       ib += c * p.b_strides[k];
     }
-    y[i] = binary(a[ia], b[ib], op);
+    y[i] = to_storage<T>(binary(to_f32(a[ia]), to_f32(b[ib]), op));
   }
 }
 
@@ -100,19 +108,41 @@ __device__ __forceinline__ To from_float(float v) {
   return static_cast<To>(t);
 }
 
+template <typename T>
+constexpr bool kReduced = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+
 template <typename From, typename To>
 __global__ void cast_kernel(const From* __restrict__ x, To* __restrict__ y, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    From v = x[i];
-    if constexpr (std::is_same_v<To, uint8_t>)
-      y[i] = v != From(0) ? 1 : 0;
-    else if constexpr (std::is_same_v<From, float> && !std::is_same_v<To, float>)
-      y[i] = from_float<To>(v);
-    else if constexpr (std::is_same_v<To, float>)
-      y[i] = static_cast<float>(static_cast<double>(v));
-    else
-      y[i] = static_cast<To>(v);
+    if constexpr (kReduced<From> || kReduced<To>) {
+      // Through float32: exact for float16/bfloat16 -> float32, one rounding (to nearest even) the
+      // other way, as the reference's float_to_half / float_to_bfloat16. Integers and bool go through
+      // float32 as well (the reference casts through double: identical for every float16/bfloat16 value).
+      float v;
+      if constexpr (kReduced<From>)
+        v = to_f32(x[i]);
+      else
+        v = static_cast<float>(x[i]);
+      if constexpr (kReduced<To>)
+        y[i] = to_storage<To>(v);
+      else if constexpr (std::is_same_v<To, uint8_t>)
+        y[i] = v != 0.f ? 1 : 0;
+      else if constexpr (std::is_same_v<To, float>)
+        y[i] = v;
+      else
+        y[i] = from_float<To>(v);
+    } else {
+      From v = x[i];
+      if constexpr (std::is_same_v<To, uint8_t>)
+        y[i] = v != From(0) ? 1 : 0;
+      else if constexpr (std::is_same_v<From, float> && !std::is_same_v<To, float>)
+        y[i] = from_float<To>(v);
+      else if constexpr (std::is_same_v<To, float>)
+        y[i] = static_cast<float>(static_cast<double>(v));
+      else
+        y[i] = static_cast<To>(v);
+    }
   }
 }
 
@@ -123,6 +153,10 @@ cudaError_t cast_from(const From* x, void* y, CastType to, int64_t n, cudaStream
     case CastType::kInt32: cast_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, static_cast<int32_t*>(y), n); break;
     case CastType::kInt64: cast_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, static_cast<int64_t*>(y), n); break;
     case CastType::kBool: cast_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, static_cast<uint8_t*>(y), n); break;
+    case CastType::kFloat16: cast_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, static_cast<__half*>(y), n); break;
+    case CastType::kBFloat16:
+      cast_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, static_cast<__nv_bfloat16*>(y), n);
+      break;
   }
   return cudaGetLastError();
 }
@@ -136,24 +170,31 @@ cudaError_t launch_cast(const void* in, CastType from, void* out, CastType to, i
     case CastType::kInt32: return cast_from(static_cast<const int32_t*>(in), out, to, n, s);
     case CastType::kInt64: return cast_from(static_cast<const int64_t*>(in), out, to, n, s);
     case CastType::kBool: return cast_from(static_cast<const uint8_t*>(in), out, to, n, s);
+    case CastType::kFloat16: return cast_from(static_cast<const __half*>(in), out, to, n, s);
+    case CastType::kBFloat16: return cast_from(static_cast<const __nv_bfloat16*>(in), out, to, n, s);
   }
   return cudaErrorInvalidValue;
 }
 
-cudaError_t launch_unary(const float* x, float* y, int64_t n, UnaryParams p, cudaStream_t s) {
+cudaError_t launch_unary(const void* x, void* y, int64_t n, UnaryParams p, FloatType t, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
-  unary_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, y, n, p);
-  return cudaGetLastError();
+  return dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    unary_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n, p);
+  });
 }
 
-cudaError_t launch_binary(const float* a, const float* b, float* y, int64_t n, BinaryOp op, const BroadcastParams& p,
-                          cudaStream_t s) {
+cudaError_t launch_binary(const void* a, const void* b, void* y, int64_t n, BinaryOp op, const BroadcastParams& p,
+                          FloatType t, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
-  if (p.same_shape)
-    binary_same_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, b, y, n, op);
-  else
-    binary_broadcast_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, b, y, n, op, p);
-  return cudaGetLastError();
+  return dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    auto pa = static_cast<const T*>(a), pb = static_cast<const T*>(b);
+    if (p.same_shape)
+      binary_same_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(pa, pb, static_cast<T*>(y), n, op);
+    else
+      binary_broadcast_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(pa, pb, static_cast<T*>(y), n, op, p);
+  });
 }
 
 }  // namespace kiln::backends::cuda

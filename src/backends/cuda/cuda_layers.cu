@@ -1,7 +1,9 @@
 // Row kernels (Softmax, LayerNormalization: one block per row, block reductions) and data movement
-// (strided copies for Transpose/Slice/Concat/Expand, Gather).
+// (strided copies for Transpose/Slice/Concat/Expand, Gather). The row kernels are templated on the
+// storage type and reduce in float32.
 #include <math.h>
 
+#include "backends/cuda/cuda_float_types.cuh"
 #include "backends/cuda/cuda_kernels.h"
 
 namespace kiln::backends::cuda {
@@ -29,46 +31,49 @@ __device__ float block_reduce(float v, float* shared) {
   return v;
 }
 
-__global__ void softmax_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t axis, int64_t inner,
-                               bool log) {
+template <typename T>
+__global__ void softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t axis, int64_t inner, bool log) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x, o = row / inner, i = row % inner;
-  const float* xr = x + o * axis * inner + i;
-  float* yr = y + o * axis * inner + i;
+  const T* xr = x + o * axis * inner + i;
+  T* yr = y + o * axis * inner + i;
   float m = -INFINITY;
-  for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) m = fmaxf(m, xr[k * inner]);
+  for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) m = fmaxf(m, to_f32(xr[k * inner]));
   m = block_reduce<true>(m, shared);
   float sum = 0.f;
-  for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) sum += expf(xr[k * inner] - m);
+  for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) sum += expf(to_f32(xr[k * inner]) - m);
   sum = block_reduce<false>(sum, shared);
   if (log) {
     float ls = logf(sum);
-    for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) yr[k * inner] = xr[k * inner] - m - ls;
+    for (int64_t k = threadIdx.x; k < axis; k += blockDim.x)
+      yr[k * inner] = to_storage<T>(to_f32(xr[k * inner]) - m - ls);
   } else {
     float inv = 1.f / sum;
-    for (int64_t k = threadIdx.x; k < axis; k += blockDim.x) yr[k * inner] = expf(xr[k * inner] - m) * inv;
+    for (int64_t k = threadIdx.x; k < axis; k += blockDim.x)
+      yr[k * inner] = to_storage<T>(expf(to_f32(xr[k * inner]) - m) * inv);
   }
 }
 
-__global__ void layer_norm_kernel(const float* __restrict__ x, const float* __restrict__ scale,
-                                  const float* __restrict__ bias, float* __restrict__ y, int64_t d, float epsilon) {
+template <typename T>
+__global__ void layer_norm_kernel(const T* __restrict__ x, const T* __restrict__ scale, const T* __restrict__ bias,
+                                  T* __restrict__ y, int64_t d, float epsilon) {
   __shared__ float shared[32];
-  const float* xr = x + blockIdx.x * d;
-  float* yr = y + blockIdx.x * d;
+  const T* xr = x + blockIdx.x * d;
+  T* yr = y + blockIdx.x * d;
   float sum = 0.f;
-  for (int64_t k = threadIdx.x; k < d; k += blockDim.x) sum += xr[k];
+  for (int64_t k = threadIdx.x; k < d; k += blockDim.x) sum += to_f32(xr[k]);
   const float mean = block_reduce<false>(sum, shared) / static_cast<float>(d);
   float sq = 0.f;
   for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
-    float c = xr[k] - mean;
+    float c = to_f32(xr[k]) - mean;
     sq += c * c;
   }
   const float inv = rsqrtf(block_reduce<false>(sq, shared) / static_cast<float>(d) + epsilon);
   for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
-    float v = (xr[k] - mean) * inv;
-    if (scale) v *= scale[k];
-    if (bias) v += bias[k];
-    yr[k] = v;
+    float v = (to_f32(xr[k]) - mean) * inv;
+    if (scale) v *= to_f32(scale[k]);
+    if (bias) v += to_f32(bias[k]);
+    yr[k] = to_storage<T>(v);
   }
 }
 
@@ -124,18 +129,25 @@ cudaError_t gather_as(const void* data, const void* idx, bool idx64, void* out, 
 
 }  // namespace
 
-cudaError_t launch_softmax(const float* x, float* y, int64_t outer, int64_t axis, int64_t inner, bool log,
+cudaError_t launch_softmax(const void* x, void* y, int64_t outer, int64_t axis, int64_t inner, bool log, FloatType t,
                            cudaStream_t s) {
   if (outer * axis * inner == 0) return cudaSuccess;
-  softmax_kernel<<<static_cast<unsigned>(outer * inner), kRowThreads, 0, s>>>(x, y, axis, inner, log);
-  return cudaGetLastError();
+  return dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    softmax_kernel<T><<<static_cast<unsigned>(outer * inner), kRowThreads, 0, s>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), axis, inner, log);
+  });
 }
 
-cudaError_t launch_layer_norm(const float* x, const float* scale, const float* bias, float* y, int64_t rows, int64_t d,
-                              float epsilon, cudaStream_t s) {
+cudaError_t launch_layer_norm(const void* x, const void* scale, const void* bias, void* y, int64_t rows, int64_t d,
+                              float epsilon, FloatType t, cudaStream_t s) {
   if (rows * d == 0) return cudaSuccess;
-  layer_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, scale, bias, y, d, epsilon);
-  return cudaGetLastError();
+  return dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    layer_norm_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
+        static_cast<const T*>(x), static_cast<const T*>(scale), static_cast<const T*>(bias), static_cast<T*>(y), d,
+        epsilon);
+  });
 }
 
 cudaError_t launch_strided_copy(const void* in, void* out, int64_t elem_size, const StridedCopy& p, cudaStream_t s) {

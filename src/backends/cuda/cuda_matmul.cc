@@ -4,6 +4,10 @@
 // run by kiln's unary kernel over the output. The heuristic's candidates are tactics of their own
 // (matmul_cublaslt_h<k>: its k-th algorithm), so the tuner times them on the real shape.
 //
+// FP16 and BF16 (matmul_cublaslt_f16_h<k>, matmul_cublaslt_bf16_h<k>): A, B, the bias, C/Residual and
+// Y all in that dtype (tactic.h's dtype contract), accumulation and the epilogue in float32
+// (CUBLAS_COMPUTE_32F with float alpha/beta), the output rounded once.
+//
 // Row-major Y[M, N] = op(A)[M, K] op(B)[K, N] is column-major Y^T = op(B)^T op(A)^T: cuBLASLt is
 // called with the operands swapped and each stored matrix read as its own transpose.
 #include <cublasLt.h>
@@ -50,12 +54,19 @@ struct Geometry {
 bool is_fused(const LayerSignature& sig) { return sig.domain() == "kiln"; }
 bool is_gemm(const LayerSignature& sig) { return sig.op() == "Gemm" || sig.op() == "FusedGemm"; }
 
-// The geometry of the layer, or why cuBLASLt is not used for it.
-std::string geometry(const LayerSignature& sig, Geometry* g) {
+cudaDataType_t cuda_dtype(DataType dt) {
+  return dt == DataType::kFloat16 ? CUDA_R_16F : dt == DataType::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+FloatType float_type(DataType dt) {
+  return dt == DataType::kFloat16 ? FloatType::kF16 : dt == DataType::kBFloat16 ? FloatType::kBF16 : FloatType::kF32;
+}
+
+// The geometry of the layer, or why cuBLASLt is not used for it; every input of dtype `dt`.
+std::string geometry(const LayerSignature& sig, DataType dt, Geometry* g) {
   const ir::Node& n = *sig.node;
   for (size_t i = 0; i < sig.inputs.size(); ++i)
-    if (sig.inputs[i].present && sig.inputs[i].dtype != DataType::kFloat32)
-      return "input " + std::to_string(i) + " is " + dtype_name(sig.inputs[i].dtype) + ", not float32";
+    if (sig.inputs[i].present && sig.inputs[i].dtype != dt)
+      return "input " + std::to_string(i) + " is " + dtype_name(sig.inputs[i].dtype) + ", not " + dtype_name(dt);
   if (!sig.has_input(0) || !sig.has_input(1)) return "no A or B";
   const Dims &a = sig.inputs[0].shape, &b = sig.inputs[1].shape;
   if (a.size() < 2 || b.size() < 2) return "a 1-D operand";
@@ -156,8 +167,10 @@ class PreparedLtMatmul : public PreparedLayer {
   size_t workspace = 0;
   Tensor bias;  // scaled copy on the device (Gemm beta != 1), else consts' copy
   std::string name;
+  DataType dtype = DataType::kFloat32;
 
   std::vector<Dims> output_shapes() const override { return {g.out}; }
+  std::vector<DataType> output_dtypes() const override { return {dtype}; }
   size_t workspace_bytes(int) const override { return workspace; }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
@@ -170,35 +183,38 @@ class PreparedLtMatmul : public PreparedLayer {
     KILN_LT(cublasLtMatmul(static_cast<cublasLtHandle_t>(h), desc.get(), &g.alpha, b, la.get(), a, lb.get(), &g.beta, c,
                            lc.get(), y, lc.get(), &algo, ctx.workspace, workspace, stream_of(ctx)));
     if (g.act.op != UnaryOp::kIdentity)
-      KILN_RETURN_IF_ERROR(
-          cuda_status(launch_unary(out[0]->data<float>(), out[0]->data<float>(), numel(g.out), g.act, stream_of(ctx)),
-                      name.c_str()));
+      KILN_RETURN_IF_ERROR(cuda_status(
+          launch_unary(out[0]->raw(), out[0]->raw(), numel(g.out), g.act, float_type(dtype), stream_of(ctx)),
+          name.c_str()));
     return Status::Ok();
   }
 };
 
 class LtMatmul : public Tactic {
  public:
-  LtMatmul(int rank, bool tf32) : rank_(rank), tf32_(tf32) {}
+  LtMatmul(int rank, bool tf32, DataType dt = DataType::kFloat32) : rank_(rank), tf32_(tf32), dt_(dt) {}
   std::string name() const override {
-    return std::string("matmul_cublaslt_") + (tf32_ ? "tf32_" : "") + "h" + std::to_string(rank_);
+    const char* prefix = tf32_                        ? "tf32_"
+                         : dt_ == DataType::kFloat16  ? "f16_"
+                         : dt_ == DataType::kBFloat16 ? "bf16_"
+                                                      : "";
+    return std::string("matmul_cublaslt_") + prefix + "h" + std::to_string(rank_);
   }
-  TacticInfo info() const override {
-    return {DeviceKind::kCUDA, kIsaPortable, DataType::kFloat32, {DataType::kFloat32}, {DataType::kFloat32}};
-  }
+  TacticInfo info() const override { return {DeviceKind::kCUDA, kIsaPortable, dt_, {dt_}, {dt_}}; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "MatMul"}, {"", "Gemm"}, {"kiln", "FusedMatMul"}, {"kiln", "FusedGemm"}};
   }
   std::string why_unsupported(const LayerSignature& sig) const override {
     if (tf32_ && !sig.tf32) return "TF32 is not allowed (kiln build --tf32)";
     Geometry g;
-    return geometry(sig, &g);
+    return geometry(sig, dt_, &g);
   }
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
     auto l = std::make_unique<PreparedLtMatmul>();
     l->name = name();
+    l->dtype = dt_;
     Geometry& g = l->g;
-    if (std::string why = geometry(sig, &g); !why.empty()) return Unsupported(why);
+    if (std::string why = geometry(sig, dt_, &g); !why.empty()) return Unsupported(why);
     KILN_RETURN_IF_ERROR(l->consts.upload(sig));
     KILN_ASSIGN_OR_RETURN(void* hv, cublaslt_handle());
     auto h = static_cast<cublasLtHandle_t>(hv);
@@ -206,6 +222,7 @@ class LtMatmul : public Tactic {
     cublasLtMatmulDesc_t desc = nullptr;
     KILN_LT(cublasLtMatmulDescCreate(&desc, tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
     l->desc.reset(desc);
+    const cudaDataType_t type = cuda_dtype(dt_);
     // cuBLASLt's first operand is our B^T [N, K]: stored B [K, N] row-major is exactly that, column-major.
     cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -221,17 +238,18 @@ class LtMatmul : public Tactic {
       const void* bias = l->consts.data(static_cast<size_t>(g.bias), {});
       if (g.bias_scale != 1.f) {  // Gemm's beta scales its C: a scaled copy
         Tensor scaled = sig.inputs[static_cast<size_t>(g.bias)].constant->clone();
-        for (int64_t i = 0; i < scaled.numel(); ++i) scaled.data<float>()[i] *= g.bias_scale;
+        for (int64_t i = 0; i < scaled.numel(); ++i) scaled.set_f64(i, scaled.get_f64(i) * g.bias_scale);
         KILN_ASSIGN_OR_RETURN(l->bias, to_device(runtime(), sig.device.index, scaled, nullptr));
         KILN_RETURN_IF_ERROR(runtime().synchronize(nullptr));
         bias = l->bias.raw();
       }
       KILN_LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+      KILN_LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type));
     }
     auto layout = [&](std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LtDeleter>& out, int64_t rows, int64_t cols,
                       int64_t ld, int64_t stride) -> Status {
       cublasLtMatrixLayout_t m = nullptr;
-      KILN_LT(cublasLtMatrixLayoutCreate(&m, CUDA_R_32F, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
+      KILN_LT(cublasLtMatrixLayoutCreate(&m, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
       out.reset(m);
       if (g.batch > 1) {
         int32_t count = static_cast<int32_t>(g.batch);
@@ -254,6 +272,18 @@ class LtMatmul : public Tactic {
     size_t max_ws = kMaxWorkspace;
     KILN_LT(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws));
+    // FP32 accumulation throughout: a split-K algorithm must not add its partial sums in an FP16/BF16
+    // output (CUBLASLT_REDUCTION_SCHEME_INPLACE / OUTPUT_TYPE), only in the compute type.
+    if (dt_ != DataType::kFloat32) {
+      uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      KILN_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                   sizeof schemes));
+    }
+    // The arena gives tensors 64-byte alignment (memory_planner.h), not the 256 the heuristic assumes.
+    uint32_t align = 64;
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      KILN_LT(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align));
     cublasLtMatmulHeuristicResult_t results[kHeuristicRanks] = {};
     int found = 0;
     KILN_LT(cublasLtMatmulAlgoGetHeuristic(h, desc, l->la.get(), l->lb.get(), l->lc.get(), l->lc.get(), pref,
@@ -269,6 +299,7 @@ class LtMatmul : public Tactic {
  private:
   int rank_;
   bool tf32_;
+  DataType dt_;
 };
 
 }  // namespace
@@ -276,9 +307,19 @@ class LtMatmul : public Tactic {
 std::vector<const Tactic*> matmul_tactics() {
   static const LtMatmul fp32[kHeuristicRanks] = {{0, false}, {1, false}, {2, false}, {3, false}};
   static const LtMatmul tf32[kHeuristicRanks] = {{0, true}, {1, true}, {2, true}, {3, true}};
+  static const LtMatmul f16[kHeuristicRanks] = {{0, false, DataType::kFloat16},
+                                                {1, false, DataType::kFloat16},
+                                                {2, false, DataType::kFloat16},
+                                                {3, false, DataType::kFloat16}};
+  static const LtMatmul bf16[kHeuristicRanks] = {{0, false, DataType::kBFloat16},
+                                                 {1, false, DataType::kBFloat16},
+                                                 {2, false, DataType::kBFloat16},
+                                                 {3, false, DataType::kBFloat16}};
   std::vector<const Tactic*> v;
   for (const auto& t : fp32) v.push_back(&t);
   for (const auto& t : tf32) v.push_back(&t);
+  for (const auto& t : f16) v.push_back(&t);
+  for (const auto& t : bf16) v.push_back(&t);
   return v;
 }
 

@@ -146,6 +146,34 @@ class CudaRuntime final : public DeviceRuntime {
     KILN_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, begin, end));
     return static_cast<double>(ms);
   }
+
+  Status begin_capture(void* stream) const override {
+    // Thread-local: other contexts' threads keep launching (and synchronizing) as they like.
+    return cuda_status(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeThreadLocal),
+                       "cudaStreamBeginCapture");
+  }
+
+  Result<std::shared_ptr<void>> end_capture(void* stream) const override {
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph);
+    (void)cudaGetLastError();  // an invalidated capture leaves its error behind: reported here
+    if (e != cudaSuccess || !graph) {
+      if (graph) cudaGraphDestroy(graph);
+      return Unsupported(
+          "the capture failed: ", cudaGetErrorString(e == cudaSuccess ? cudaErrorStreamCaptureInvalidated : e),
+          " (a layer synchronizes or copies through pageable host memory)");
+    }
+    cudaGraphExec_t exec = nullptr;
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    KILN_CUDA_RETURN_IF_ERROR(e);
+    return std::shared_ptr<void>(exec, [](void* x) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(x)); });
+  }
+
+  Status launch_graph(void* graph, void* stream) const override {
+    return cuda_status(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)),
+                       "cudaGraphLaunch");
+  }
 };
 
 }  // namespace

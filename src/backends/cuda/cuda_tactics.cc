@@ -2,6 +2,11 @@
 // LayerNormalization, Cast, and data movement (Transpose, Slice, Concat, Expand, Gather). Each computes its
 // kernel's parameters once at prepare time and launches on the run's stream; constant inputs are
 // copied to the device then (DeviceConstants).
+//
+// The float tactics come once per storage dtype (float32, float16, bfloat16: "elementwise_unary_cuda",
+// "elementwise_unary_f16_cuda", "elementwise_unary_bf16_cuda"), following tactic.h's dtype contract:
+// every float input and the output in the tactic's dtype (the builder's storage dtypes,
+// engine/storage_dtypes.h), arithmetic in float32. The movement tactics take any dtype.
 #include <algorithm>
 #include <cmath>
 
@@ -26,11 +31,24 @@ Dims contiguous_strides(const Dims& d) {
   return s;
 }
 
-std::string float32_inputs(const LayerSignature& sig, size_t count) {
+// Why the first `count` inputs are not all of dtype `dt` ("" when they are).
+std::string float_inputs(const LayerSignature& sig, size_t count, DataType dt) {
   for (size_t i = 0; i < sig.inputs.size() && i < count; ++i)
-    if (sig.inputs[i].present && sig.inputs[i].dtype != DataType::kFloat32)
-      return "input " + std::to_string(i) + " is " + dtype_name(sig.inputs[i].dtype) + ", not float32";
+    if (sig.inputs[i].present && sig.inputs[i].dtype != dt)
+      return "input " + std::to_string(i) + " is " + dtype_name(sig.inputs[i].dtype) + ", not " + dtype_name(dt);
   return "";
+}
+
+FloatType float_type(DataType dt) {
+  return dt == DataType::kFloat16 ? FloatType::kF16 : dt == DataType::kBFloat16 ? FloatType::kBF16 : FloatType::kF32;
+}
+
+// "elementwise_unary_cuda" for float32 (the name engines built before FP16 store), else with the
+// dtype before "_cuda": "elementwise_unary_f16_cuda", "elementwise_unary_bf16_cuda".
+std::string dtype_name_of(const char* base, DataType dt) {
+  std::string b = base;
+  if (dt == DataType::kFloat32) return b + "_cuda";
+  return b + (dt == DataType::kFloat16 ? "_f16" : "_bf16") + "_cuda";
 }
 
 bool broadcast(const Dims& a, const Dims& b, Dims* out) {
@@ -55,7 +73,7 @@ void broadcast_strides(const Dims& in, const Dims& out, int64_t* strides) {
 
 Status launched(cudaError_t e, const char* kernel) { return cuda_status(e, kernel); }
 
-TacticInfo cuda_f32() { return {DeviceKind::kCUDA, kIsaPortable, DataType::kFloat32, {DataType::kFloat32}, {}}; }
+TacticInfo cuda_float(DataType dt) { return {DeviceKind::kCUDA, kIsaPortable, dt, {dt}, {}}; }
 TacticInfo cuda_any_dtype() { return {DeviceKind::kCUDA, kIsaPortable, DataType::kUndefined, {}, {}}; }
 
 // ---------------------------------------------------------------- unary
@@ -64,10 +82,12 @@ class PreparedUnary : public PreparedLayer {
  public:
   Dims shape;
   UnaryParams p;
+  DataType dtype = DataType::kFloat32;
   std::vector<Dims> output_shapes() const override { return {shape}; }
+  std::vector<DataType> output_dtypes() const override { return {dtype}; }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    return launched(launch_unary(in[0]->data<float>(), out[0]->data<float>(), numel(shape), p, stream_of(ctx)),
+    return launched(launch_unary(in[0]->raw(), out[0]->raw(), numel(shape), p, float_type(dtype), stream_of(ctx)),
                     "elementwise_unary_cuda");
   }
 };
@@ -114,11 +134,11 @@ bool unary_params(const LayerSignature& sig, UnaryParams* p, std::string* why) {
     for (size_t i = 1; i <= 2; ++i) {
       if (!sig.has_input(i)) continue;
       const Tensor* c = sig.inputs[i].constant;
-      if (!c || c->numel() != 1 || c->dtype() != DataType::kFloat32) {
-        *why = "Clip's min/max is not a float32 constant";
+      if (!c || c->numel() != 1 || !dtype_is_float(c->dtype())) {
+        *why = "Clip's min/max is not a float constant";
         return false;
       }
-      (i == 1 ? p->alpha : p->beta) = c->data<float>()[0];
+      (i == 1 ? p->alpha : p->beta) = static_cast<float>(c->get_f64(0));
     }
     return true;
   }
@@ -128,8 +148,9 @@ bool unary_params(const LayerSignature& sig, UnaryParams* p, std::string* why) {
 
 class UnaryCuda : public Tactic {
  public:
-  std::string name() const override { return "elementwise_unary_cuda"; }
-  TacticInfo info() const override { return cuda_f32(); }
+  explicit UnaryCuda(DataType dt) : dt_(dt) {}
+  std::string name() const override { return dtype_name_of("elementwise_unary", dt_); }
+  TacticInfo info() const override { return cuda_float(dt_); }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     std::vector<std::pair<std::string, std::string>> v;
     for (const char* op : {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf", "Floor", "Ceil",
@@ -140,7 +161,7 @@ class UnaryCuda : public Tactic {
   }
   std::string why_unsupported(const LayerSignature& sig) const override {
     if (!sig.has_input(0)) return "no input";
-    if (auto e = float32_inputs(sig, 1); !e.empty()) return e;
+    if (auto e = float_inputs(sig, 1, dt_); !e.empty()) return e;
     UnaryParams p;
     std::string why;
     return unary_params(sig, &p, &why) ? "" : why;
@@ -150,8 +171,12 @@ class UnaryCuda : public Tactic {
     std::string why;
     if (!unary_params(sig, &l->p, &why)) return Unsupported(why);
     l->shape = sig.inputs[0].shape;
+    l->dtype = dt_;
     return std::unique_ptr<PreparedLayer>(std::move(l));
   }
+
+ private:
+  DataType dt_;
 };
 
 // ---------------------------------------------------------------- binary
@@ -161,20 +186,23 @@ class PreparedBinary : public PreparedLayer {
   Dims shape;
   BinaryOp op = BinaryOp::kAdd;
   BroadcastParams p;
+  DataType dtype = DataType::kFloat32;
   DeviceConstants consts;
   std::vector<Dims> output_shapes() const override { return {shape}; }
+  std::vector<DataType> output_dtypes() const override { return {dtype}; }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    auto a = static_cast<const float*>(consts.data(0, in)), b = static_cast<const float*>(consts.data(1, in));
-    return launched(launch_binary(a, b, out[0]->data<float>(), numel(shape), op, p, stream_of(ctx)),
+    return launched(launch_binary(consts.data(0, in), consts.data(1, in), out[0]->raw(), numel(shape), op, p,
+                                  float_type(dtype), stream_of(ctx)),
                     "elementwise_binary_cuda");
   }
 };
 
 class BinaryCuda : public Tactic {
  public:
-  std::string name() const override { return "elementwise_binary_cuda"; }
-  TacticInfo info() const override { return cuda_f32(); }
+  explicit BinaryCuda(DataType dt) : dt_(dt) {}
+  std::string name() const override { return dtype_name_of("elementwise_binary", dt_); }
+  TacticInfo info() const override { return cuda_float(dt_); }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "Add"}, {"", "Sub"}, {"", "Mul"}, {"", "Div"}, {"", "Pow"}, {"", "Max"}, {"", "Min"}, {"", "PRelu"}};
   }
@@ -190,7 +218,7 @@ class BinaryCuda : public Tactic {
   }
   std::string why_unsupported(const LayerSignature& sig) const override {
     if (sig.inputs.size() != 2 || !sig.has_input(0) || !sig.has_input(1)) return "needs exactly two inputs";
-    if (auto e = float32_inputs(sig, 2); !e.empty()) return e;
+    if (auto e = float_inputs(sig, 2, dt_); !e.empty()) return e;
     if (sig.inputs[0].shape.size() > kMaxRank || sig.inputs[1].shape.size() > kMaxRank)
       return "rank above " + std::to_string(kMaxRank);
     if (sig.fully_known()) {
@@ -211,9 +239,13 @@ class BinaryCuda : public Tactic {
     broadcast_strides(a, l->shape, l->p.a_strides);
     broadcast_strides(b, l->shape, l->p.b_strides);
     l->p.same_shape = a == l->shape && b == l->shape;
+    l->dtype = dt_;
     KILN_RETURN_IF_ERROR(l->consts.upload(sig));
     return std::unique_ptr<PreparedLayer>(std::move(l));
   }
+
+ private:
+  DataType dt_;
 };
 
 // ---------------------------------------------------------------- cast
@@ -224,6 +256,8 @@ bool cast_type(DataType t, CastType* c) {
     case DataType::kInt32: *c = CastType::kInt32; return true;
     case DataType::kInt64: *c = CastType::kInt64; return true;
     case DataType::kBool: *c = CastType::kBool; return true;
+    case DataType::kFloat16: *c = CastType::kFloat16; return true;
+    case DataType::kBFloat16: *c = CastType::kBFloat16; return true;
     default: return false;
   }
 }
@@ -252,7 +286,7 @@ class CastCuda : public Tactic {
   std::string why_unsupported(const LayerSignature& sig) const override {
     CastType c;
     if (!sig.has_input(0) || !cast_type(sig.inputs[0].dtype, &c) || !cast_type(target(sig), &c))
-      return "casts other than between float32, int32, int64 and bool";
+      return "casts other than between float32, float16, bfloat16, int32, int64 and bool";
     return "";
   }
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
@@ -260,7 +294,7 @@ class CastCuda : public Tactic {
     l->shape = sig.inputs[0].shape;
     l->to_dtype = target(sig);
     if (!cast_type(sig.inputs[0].dtype, &l->from) || !cast_type(l->to_dtype, &l->to))
-      return Unsupported("casts other than between float32, int32, int64 and bool");
+      return Unsupported("casts other than between float32, float16, bfloat16, int32, int64 and bool");
     return std::unique_ptr<PreparedLayer>(std::move(l));
   }
 };
@@ -272,25 +306,28 @@ class PreparedSoftmax : public PreparedLayer {
   Dims shape;
   int64_t outer = 1, axis = 1, inner = 1;
   bool log = false;
+  DataType dtype = DataType::kFloat32;
   std::vector<Dims> output_shapes() const override { return {shape}; }
+  std::vector<DataType> output_dtypes() const override { return {dtype}; }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     return launched(
-        launch_softmax(in[0]->data<float>(), out[0]->data<float>(), outer, axis, inner, log, stream_of(ctx)),
+        launch_softmax(in[0]->raw(), out[0]->raw(), outer, axis, inner, log, float_type(dtype), stream_of(ctx)),
         "softmax_cuda");
   }
 };
 
 class SoftmaxCuda : public Tactic {
  public:
-  std::string name() const override { return "softmax_cuda"; }
-  TacticInfo info() const override { return cuda_f32(); }
+  explicit SoftmaxCuda(DataType dt) : dt_(dt) {}
+  std::string name() const override { return dtype_name_of("softmax", dt_); }
+  TacticInfo info() const override { return cuda_float(dt_); }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "Softmax"}, {"", "LogSoftmax"}};
   }
   std::string why_unsupported(const LayerSignature& sig) const override {
     if (!sig.has_input(0)) return "no input";
-    if (auto e = float32_inputs(sig, 1); !e.empty()) return e;
+    if (auto e = float_inputs(sig, 1, dt_); !e.empty()) return e;
     int64_t rank = static_cast<int64_t>(sig.inputs[0].shape.size());
     int64_t axis = sig.node->attr_int("axis", sig.node->opset >= 13 ? -1 : 1);
     if (axis < 0) axis += rank;
@@ -304,6 +341,7 @@ class SoftmaxCuda : public Tactic {
     int64_t axis = sig.node->attr_int("axis", sig.node->opset >= 13 ? -1 : 1);
     if (axis < 0) axis += rank;
     l->log = sig.op() == "LogSoftmax";
+    l->dtype = dt_;
     l->outer = l->axis = l->inner = 1;
     for (int64_t k = 0; k < rank; ++k) {
       int64_t d = l->shape[static_cast<size_t>(k)];
@@ -316,6 +354,9 @@ class SoftmaxCuda : public Tactic {
     }
     return std::unique_ptr<PreparedLayer>(std::move(l));
   }
+
+ private:
+  DataType dt_;
 };
 
 // ---------------------------------------------------------------- layer norm
@@ -326,28 +367,31 @@ class PreparedLayerNorm : public PreparedLayer {
   int64_t rows = 0, d = 0;
   float epsilon = 1e-5f;
   bool has_scale = false, has_bias = false;
+  DataType dtype = DataType::kFloat32;
   DeviceConstants consts;
   std::vector<Dims> output_shapes() const override { return {shape}; }
+  std::vector<DataType> output_dtypes() const override { return {dtype}; }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    auto s = has_scale ? static_cast<const float*>(consts.data(1, in)) : nullptr;
-    auto b = has_bias ? static_cast<const float*>(consts.data(2, in)) : nullptr;
+    const void* s = has_scale ? consts.data(1, in) : nullptr;
+    const void* b = has_bias ? consts.data(2, in) : nullptr;
     return launched(
-        launch_layer_norm(in[0]->data<float>(), s, b, out[0]->data<float>(), rows, d, epsilon, stream_of(ctx)),
+        launch_layer_norm(in[0]->raw(), s, b, out[0]->raw(), rows, d, epsilon, float_type(dtype), stream_of(ctx)),
         "layer_norm_cuda");
   }
 };
 
 class LayerNormCuda : public Tactic {
  public:
-  std::string name() const override { return "layer_norm_cuda"; }
-  TacticInfo info() const override { return cuda_f32(); }
+  explicit LayerNormCuda(DataType dt) : dt_(dt) {}
+  std::string name() const override { return dtype_name_of("layer_norm", dt_); }
+  TacticInfo info() const override { return cuda_float(dt_); }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "LayerNormalization"}, {"kiln", "LayerNormalization"}};
   }
   std::string why_unsupported(const LayerSignature& sig) const override {
     if (!sig.has_input(0)) return "no X";
-    if (auto e = float32_inputs(sig, 3); !e.empty()) return e;
+    if (auto e = float_inputs(sig, 3, dt_); !e.empty()) return e;
     const ir::Node& n = *sig.node;
     if (sig.domain().empty() && !sig.has_input(1)) return "no Scale";
     for (size_t o = 1; o < n.outputs.size(); ++o)
@@ -373,9 +417,13 @@ class LayerNormCuda : public Tactic {
     l->rows = numel(Dims(l->shape.begin(), l->shape.begin() + axis));
     l->epsilon = sig.node->attr_float("epsilon", 1e-5f);
     l->has_scale = sig.has_input(1), l->has_bias = sig.has_input(2);
+    l->dtype = dt_;
     KILN_RETURN_IF_ERROR(l->consts.upload(sig));
     return std::unique_ptr<PreparedLayer>(std::move(l));
   }
+
+ private:
+  DataType dt_;
 };
 
 // ---------------------------------------------------------------- movement
@@ -633,17 +681,21 @@ class GatherCuda : public Tactic {
 }  // namespace
 
 std::vector<const Tactic*> own_kernel_tactics() {
-  static const UnaryCuda unary;
-  static const BinaryCuda binary;
-  static const SoftmaxCuda softmax;
-  static const LayerNormCuda layer_norm;
+  static const UnaryCuda unary(DataType::kFloat32), unary_f16(DataType::kFloat16), unary_bf16(DataType::kBFloat16);
+  static const BinaryCuda binary(DataType::kFloat32), binary_f16(DataType::kFloat16), binary_bf16(DataType::kBFloat16);
+  static const SoftmaxCuda softmax(DataType::kFloat32), softmax_f16(DataType::kFloat16),
+      softmax_bf16(DataType::kBFloat16);
+  static const LayerNormCuda layer_norm(DataType::kFloat32), layer_norm_f16(DataType::kFloat16),
+      layer_norm_bf16(DataType::kBFloat16);
   static const TransposeCuda transpose;
   static const SliceCuda slice;
   static const ConcatCuda concat;
   static const ExpandCuda expand;
   static const GatherCuda gather;
   static const CastCuda cast;
-  return {&unary, &binary, &softmax, &layer_norm, &transpose, &slice, &concat, &expand, &gather, &cast};
+  return {&unary,       &binary,         &softmax,    &layer_norm,  &transpose,    &slice,
+          &concat,      &expand,         &gather,     &cast,        &unary_f16,    &binary_f16,
+          &softmax_f16, &layer_norm_f16, &unary_bf16, &binary_bf16, &softmax_bf16, &layer_norm_bf16};
 }
 
 }  // namespace kiln::backends::cuda

@@ -34,17 +34,21 @@ inline const backends::DeviceRuntime* cuda_device(std::string* why) {
   (void)gpu
 
 // The case's signature on cuda:0.
-inline backends::LayerSignature cuda_signature(const LayerCase& lc, bool tf32 = false) {
+// The case's signature on cuda:0, computing in `compute` (a reduced-precision tactic's).
+inline backends::LayerSignature cuda_signature(const LayerCase& lc, bool tf32 = false,
+                                               DataType compute = DataType::kFloat32) {
   backends::LayerSignature sig = layer_signature(lc);
   sig.device = {DeviceKind::kCUDA, 0};
   sig.tf32 = tf32;
+  sig.compute = compute;
   return sig;
 }
 
 // Runs tactic `t` on the case on cuda:0: its outputs on the host, or the error (a decline says so).
 inline Result<std::vector<Tensor>> run_on_gpu(const backends::DeviceRuntime& rt, const backends::Tactic& t,
-                                              const LayerCase& lc, bool tf32 = false) {
-  backends::LayerSignature sig = cuda_signature(lc, tf32);
+                                              const LayerCase& lc, bool tf32 = false,
+                                              DataType compute = DataType::kFloat32) {
+  backends::LayerSignature sig = cuda_signature(lc, tf32, compute);
   if (std::string why = backends::why_declined(t, sig); !why.empty()) return Unsupported("declined: ", why);
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<backends::PreparedLayer> p, t.prepare(sig));
   std::vector<Tensor> dev_in(lc.inputs.size());
