@@ -51,7 +51,20 @@ INT8_FILES = {
 }
 
 
+# kiln's own INT8 builds of the FP32 exports, against ONNX Runtime running its INT8 file of the same
+# network: name -> (FP32 model in --models-dir, the INT8_FILES row ONNX Runtime runs). kiln calibrates
+# on the export's fixed inputs (MODEL_inputs.npz, written by scripts/export_torch_model.py; minmax),
+# once: the ranges go to OUT/MODEL.int8.calib (--calib-cache), which later rows and runs reuse.
+OWN_INT8 = {
+    "resnet50_own_int8": ("resnet50", "resnet50_int8"),
+    "mobilenet_v2_own_int8": ("mobilenet_v2", "mobilenet_v2_int8"),
+    "bert_own_int8": ("bert_encoder", "bert_int8"),
+}
+
+
 def input_shapes(model, batch):
+    if model in OWN_INT8:
+        return input_shapes(OWN_INT8[model][0], batch)
     if model in INT8_FILES:
         _, name, dims = INT8_FILES[model]
         return {name: [batch] + dims}
@@ -94,11 +107,15 @@ def main():
     torch_blas = None
     ort_version = None
     for model in models:
-        int8 = model in INT8_FILES
-        onnx_path = (os.path.join(a.data_dir, INT8_FILES[model][0]) if int8 else
-                     os.path.join(a.models_dir, model + ".onnx"))
+        own = OWN_INT8.get(model)
+        int8 = model in INT8_FILES or own is not None
+        onnx_path = (os.path.join(a.data_dir, INT8_FILES[model][0]) if model in INT8_FILES else
+                     os.path.join(a.models_dir, (own[0] if own else model) + ".onnx"))
+        # ONNX Runtime's side: the same file, or (own INT8 rows) its INT8 file of the network.
+        ort_path = os.path.join(a.data_dir, INT8_FILES[own[1]][0]) if own else onnx_path
         for batch in batches:
             shapes = input_shapes(model, batch)
+            ort_shapes = input_shapes(own[1], batch) if own else shapes
             for th in threads:
                 log(f"{model} batch {batch} threads {th}")
                 # kiln tunes its tactics at the thread count it will run with: one engine per row.
@@ -106,6 +123,9 @@ def main():
                 cmd = [a.kiln, "build", onnx_path, "-o", engine, "--shapes", shapes_flag(shapes), "--threads", str(th)]
                 if a.timing_cache:
                     cmd += ["--timing-cache", a.timing_cache]
+                if own:
+                    cmd += ["--int8", "--calib-data", os.path.join(a.models_dir, own[0] + "_inputs.npz"),
+                            "--calib-cache", os.path.join(a.out, own[0] + ".int8.calib")]
                 t0 = time.time()
                 r = subprocess.run(cmd, capture_output=True, text=True)
                 build_s = time.time() - t0
@@ -116,9 +136,9 @@ def main():
                 kiln = run_json([a.kiln, "bench", engine, "--threads", str(th), "--warmup", str(a.kiln_warmup),
                                  "--warmup-ms", "0", "--iterations", str(a.kiln_iterations), "--duration", "0",
                                  "--json"], env=env) if engine else None
-                ort = run_json(["node", os.path.join(HERE, "ort_runner.js"), onnx_path, "--threads", str(th),
+                ort = run_json(["node", os.path.join(HERE, "ort_runner.js"), ort_path, "--threads", str(th),
                                 "--warmup", str(a.warmup), "--iterations", str(a.iterations), "--shapes",
-                                shapes_flag(shapes)], env=env)
+                                shapes_flag(ort_shapes)], env=env)
                 tenv = dict(env)
                 if a.blas_dir:
                     tenv["LD_LIBRARY_PATH"] = a.blas_dir + (":" + env["LD_LIBRARY_PATH"] if env.get(
@@ -141,7 +161,7 @@ def main():
                 row["kiln_vs_ort"] = row["kiln_ms"] / row["ort_ms"] if row["kiln_ms"] and row["ort_ms"] else None
                 row["kiln_vs_torch"] = (row["kiln_ms"] / row["torch_ms"]
                                         if row["kiln_ms"] and row["torch_ms"] else None)
-                for p in [p for p in a.kiln_precisions.split(",") if p]:
+                for p in [p for p in a.kiln_precisions.split(",") if p and not own]:
                     pe = os.path.join(a.out, f"{model}_b{batch}_t{th}_{p}.kiln")
                     r = subprocess.run(cmd[:4] + [pe] + cmd[5:] + ["--" + p], capture_output=True, text=True)
                     if r.returncode != 0:

@@ -6,7 +6,9 @@
 #   Extra arguments go to bench/bench.py (e.g. --models mobilenet_v2 --batches 1 --threads 1).
 #   bench/run.sh --int8     INT8 rows: kiln vs ONNX Runtime on ONNX Runtime's own INT8 files (resnet50 and
 #                           mobilenet_v2 Q/DQ, the BERT encoder's dynamic INT8; ../shared/data/qdq) x batch 1, 8,
-#                           2 threads; --models also takes resnet18_fmnist_int8, mobilenet_v2_fmnist_int8
+#                           2 threads, and kiln's own INT8 builds of the FP32 exports (--int8, calibrated on the
+#                           exports' fixed inputs, cached) against the same ONNX Runtime files: 12 rows;
+#                           --models also takes resnet18_fmnist_int8, mobilenet_v2_fmnist_int8
 #   bench/run.sh --suite [--models a,b|family] [--batch 1,8] [--quick] [--findings FILE] ...
 #                           the broad model suite (bench/suite/): ~40 models, kiln vs ORT, 2 threads
 #
@@ -75,8 +77,14 @@ fi
 # --- INT8 rows: the quantized files as they are (nothing to export)
 if [ "$INT8" = 1 ]; then
   if [ "$QUICK" = 1 ]; then set -- --batches 1 --warmup 2 --iterations 10; else set -- --warmup 5 --iterations 30; fi
+  # kiln's own INT8 builds calibrate the FP32 exports (cached)
+  mkdir -p "$OUT/models"
+  for m in resnet50 mobilenet_v2 bert_encoder; do
+    [ -s "$OUT/models/$m.onnx" ] || { say "exporting $m"; $PY "$ROOT/scripts/export_torch_model.py" "$m" "$OUT/models" >/dev/null; }
+  done
   exec $PY "$HERE/bench.py" --kiln "$KILN" --models-dir "$OUT/models" --out "$OUT/int8" \
-    --models resnet50_int8,mobilenet_v2_int8,bert_int8 --threads 2 "$@" ${ARGS[@]+"${ARGS[@]}"}
+    --models resnet50_int8,mobilenet_v2_int8,bert_int8,resnet50_own_int8,mobilenet_v2_own_int8,bert_own_int8 \
+    --threads 2 "$@" ${ARGS[@]+"${ARGS[@]}"}
 fi
 
 # --- models (cached)

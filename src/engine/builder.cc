@@ -573,6 +573,7 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   }
   KILN_RETURN_IF_ERROR(record_workspaces(*e, cfg, log));
   KILN_RETURN_IF_ERROR(report_reference_layers(e, cfg, engine::tactic_filter(cfg.tactics).none, log));
+  KILN_RETURN_IF_ERROR(report_unfolded_qdq(e, cfg, log));
   e->build["build_seconds"] = elapsed();
   log("[kiln build] done in " + std::to_string(elapsed()) + " s");
   return e;

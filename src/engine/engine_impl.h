@@ -212,6 +212,11 @@ void record_body_reference(EngineImpl& e, const engine::BodyTuning& bodies);
 // e->build["reference"] and logs the count; under cfg.strict_tactics fails naming them instead.
 Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const BuilderConfig& cfg, bool reference_only,
                                const std::function<void(const std::string&)>& log);
+// After kernels are chosen (engine/qdq_findings.cc): in an INT8 engine, warns about every
+// QuantizeLinear/DequantizeLinear layer that no INT8 layer takes, records them in
+// e->build["qdq_unfolded"] and logs the count; under cfg.strict_tactics fails naming them instead.
+Status report_unfolded_qdq(const std::shared_ptr<EngineImpl>& e, const BuilderConfig& cfg,
+                           const std::function<void(const std::string&)>& log);
 // Builds an engine in memory from a loaded model.
 Result<std::shared_ptr<EngineImpl>> build_engine(ir::Model model, const BuilderConfig& cfg);
 

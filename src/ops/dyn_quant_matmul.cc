@@ -11,6 +11,19 @@
 // epilogue activation is the kiln.Fused* one (attribute "activation"; Relu and Gelu here, the ones
 // the pass folds). The reference runs the ONNX ops' own reference kernels in the order the unfused
 // graph runs them, so the reference interpreter and `kiln compare` see the graph's exact semantics.
+//
+// kiln.QMatMul, opset 1: the same layer with a statically quantized activation (a calibrated or Q/DQ
+// model's linear layer whose output stays float: folded by fold_qdq_linear, src/passes/fold_qdq_matmul.cc):
+//
+//   QMatMul(X, B, BZeroPoint?, BScale, Bias?, Residual?) =
+//       act(Cast<float>(MatMulInteger(q, B, x_zero_point, BZeroPoint)) * (x_scale * BScale) + Bias + Residual)
+//   with q = QuantizeLinear(X, x_scale, x_zero_point) when X is float32, q = X when X is uint8
+//
+// (attributes x_scale, a float, and x_zero_point, a uint8 value). The Q/DQ graph it replaces,
+// MatMul(DequantizeLinear(q), DequantizeLinear(B)) + Bias, sums the products in float where this sums
+// them as integers: the results differ by float rounding only.
+#include <cmath>
+
 #include "ops/kiln_fused_util.h"
 #include "ops/kiln_quantized.h"
 #include "ops/quantized_layers.h"
@@ -23,13 +36,24 @@ const ir::TypeInfo* opt(const InferContext& ctx, size_t i) { return ctx.has_inpu
 Status check_attrs(const ir::Node& n) {
   std::string act = n.attr_string("activation", "");
   if (act != "" && act != "Relu" && act != "Gelu")
-    return InvalidModel(n.where(), "kiln.DynQMatMul: unknown activation '", act, "' (Relu, Gelu or none)");
+    return InvalidModel(n.where(), "kiln.", n.op_type, ": unknown activation '", act, "' (Relu, Gelu or none)");
   return Status::Ok();
 }
 
+bool is_static(const ir::Node& n) { return n.op_type == "QMatMul"; }
+
 Status infer_dyn_q_matmul(InferContext& ctx) {
   KILN_RETURN_IF_ERROR(check_attrs(ctx.node));
-  if (ctx.input_dtype(0) != DataType::kFloat32) return ctx.error("kiln.DynQMatMul: X must be float32");
+  if (is_static(ctx.node)) {
+    if (ctx.input_dtype(0) != DataType::kFloat32 && ctx.input_dtype(0) != DataType::kUInt8)
+      return ctx.error("kiln.QMatMul: X must be float32 or uint8");
+    const float s = ctx.node.attr_float("x_scale", 0);
+    const int64_t z = ctx.node.attr_int("x_zero_point", 0);
+    if (!(s > 0) || !std::isfinite(s) || z < 0 || z > 255)
+      return ctx.error("kiln.QMatMul: x_scale must be positive and finite, x_zero_point in [0, 255]");
+  } else if (ctx.input_dtype(0) != DataType::kFloat32) {
+    return ctx.error("kiln.DynQMatMul: X must be float32");
+  }
   // MatMulInteger's output shape, then the float steps (their broadcasting checks the scales and bias).
   ir::TypeInfo q = ir::TypeInfo::tensor(DataType::kUInt8, ctx.input_shape(0));
   KILN_ASSIGN_OR_RETURN(ir::TypeInfo y, fused::infer_onnx(ctx, "MatMulInteger", 10, {&q, &ctx.input(1)}, {}));
@@ -67,7 +91,22 @@ Result<std::vector<Value>> run_all(const KernelContext& ctx, const std::string& 
 Status dyn_q_matmul_kernel(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(check_attrs(ctx.node));
   auto opt_in = [&](size_t i) { return ctx.has_input(i) ? &ctx.input(i) : nullptr; };
-  KILN_ASSIGN_OR_RETURN(std::vector<Value> q, run_all(ctx, "DynamicQuantizeLinear", 11, {&ctx.input(0)}, 3));
+  std::vector<Value> q;
+  if (is_static(ctx.node)) {
+    // q, x_scale, x_zero_point as DynamicQuantizeLinear's three outputs.
+    Tensor s = Tensor::scalar<float>(DataType::kFloat32, ctx.node.attr_float("x_scale", 1));
+    Tensor z = Tensor::scalar<uint8_t>(DataType::kUInt8, static_cast<uint8_t>(ctx.node.attr_int("x_zero_point", 0)));
+    if (ctx.input(0).dtype() == DataType::kUInt8) {
+      q.emplace_back(ctx.input(0));
+    } else {
+      KILN_ASSIGN_OR_RETURN(Tensor x, fused::run_onnx(ctx, "QuantizeLinear", 13, {&ctx.input(0), &s, &z}));
+      q.emplace_back(std::move(x));
+    }
+    q.emplace_back(std::move(s));
+    q.emplace_back(std::move(z));
+  } else {
+    KILN_ASSIGN_OR_RETURN(q, run_all(ctx, "DynamicQuantizeLinear", 11, {&ctx.input(0)}, 3));
+  }
   if (q.size() != 3) return Internal(ctx.node.where(), "DynamicQuantizeLinear made ", q.size(), " outputs");
   KILN_ASSIGN_OR_RETURN(
       Tensor acc, fused::run_onnx(ctx, "MatMulInteger", 10, {&q[0].tensor, &ctx.input(1), &q[2].tensor, opt_in(2)}));
@@ -96,10 +135,11 @@ Status dyn_q_matmul_kernel(KernelContext& ctx) {
 }  // namespace
 
 KILN_REGISTER_OP_ARITY("kiln", DynQMatMul, 1, infer_dyn_q_matmul, dyn_q_matmul_kernel, 4, 6);
+KILN_REGISTER_OP_ARITY("kiln", QMatMul, 1, infer_dyn_q_matmul, dyn_q_matmul_kernel, 4, 6);
 
 bool computes_in_int8(const ir::Node& n) {
   if (n.domain.empty()) return n.op_type == "MatMulInteger" || n.op_type == "QLinearMatMul";
-  return n.domain == "kiln" && (n.op_type == "DynQMatMul" || is_kiln_quantized_layer(n));
+  return n.domain == "kiln" && (n.op_type == "DynQMatMul" || n.op_type == "QMatMul" || is_kiln_quantized_layer(n));
 }
 
 }  // namespace kiln::ops

@@ -27,9 +27,32 @@
 // step. Left alone: Gemm (its int32 bias as DequantizeLinear), a float output without QuantizeLinear,
 // and activation x activation products (the attention's scores), which stay float MatMuls.
 //
+// fold_qdq_linear (first in the pipeline, with fold_qdq_conv: fold_constants would turn the weights'
+// DequantizeLinear into floats) folds the static Q/DQ form of a linear layer whose output stays float
+// (a transformer's projections, a classifier's logits) into kiln.QMatMul (src/ops/dyn_quant_matmul.cc):
+//
+//   MatMul(DequantizeLinear(xq, xs, xz), DequantizeLinear(W, ws, wz)) [+ bias]
+//   Gemm(DequantizeLinear(xq, xs, xz), DequantizeLinear(W, ws, wz), DequantizeLinear(b) | bias)
+//   -> kiln.QMatMul(X | xq, W [K, N], wz, ws, bias; x_scale xs, x_zero_point xz)
+//
+// xq uint8 with scalar constant scale and zero point; W a 2-D int8 constant whose scale and zero point
+// are constant scalars or per output column (a Gemm's transB weight is transposed to [K, N]); bias a
+// float constant [N] (MatMul: the Add reading the product alone; Gemm: C, float or the int32
+// DequantizeLinear ONNX Runtime and kiln's calibrator write, evaluated at build time); Gemm alpha =
+// beta = 1, transA 0. When xq is a QuantizeLinear's (same parameters) read by this layer alone, the
+// layer reads the float X and quantizes it itself (the Q and DQ go); otherwise it reads xq and the
+// QuantizeLinear stays, once for all its readers (the Q/K/V projections). A product whose only reader
+// is a QuantizeLinear becomes QLinearMatMul first (as fold_qdq_matmul's static form). Exact up to
+// float rounding (integer sums where the graph sums floats).
+//
 // fold_qdq_matmul_epilogue (after fuse_gelu and fuse_activation, before fuse_elementwise): a residual
 // Add(y, r) of y's type and then a Relu or GELU (ONNX Gelu or kiln.Gelu, erf or tanh form) reading a
-// DynQMatMul's y alone become its Residual input and activation, in that order (the reference's).
+// DynQMatMul's or QMatMul's y alone become its Residual input and activation, in that order (the
+// reference's).
+#include <optional>
+
+#include "ir/rewrite.h"
+#include "ops/interpreter.h"
 #include "passes/fusion_util.h"
 
 namespace kiln::passes {
@@ -161,14 +184,150 @@ bool try_fold_static(ir::Graph& g, const ir::UseIndex& uses, int mi) {
   return true;
 }
 
+// A scalar float32 / 8-bit constant's value.
+bool scalar_value(const ir::Graph& g, const std::string& v, double* out) {
+  const Tensor* t = v.empty() ? nullptr : ir::constant_value(g, v);
+  if (!t || t->numel() != 1 || t->rank() > 1) return false;
+  *out = t->get_f64(0);
+  return true;
+}
+
+// The value a node computes from constants alone (the reference kernel at build time), or empty.
+std::optional<Tensor> evaluate(const ir::Graph& g, const ir::Node& n) {
+  std::vector<ops::Value> values(n.inputs.size());
+  std::vector<const ops::Value*> ins;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    if (n.inputs[k].empty()) {
+      ins.push_back(nullptr);
+      continue;
+    }
+    const Tensor* t = ir::constant_value(g, n.inputs[k]);
+    if (!t) return std::nullopt;
+    values[k] = ops::Value(*t);
+    ins.push_back(&values[k]);
+  }
+  const ops::OpSchema* s = ops::OpRegistry::get().find(n.domain, n.op_type, n.opset);
+  if (!s || !s->reference) return std::nullopt;
+  auto r = ops::run_node(n, *s, ins, nullptr);
+  if (!r.ok() || r.value().empty() || !r.value()[0].is_tensor()) return std::nullopt;
+  return r.value()[0].tensor;
+}
+
+bool try_fold_linear(ir::Graph& g, const ir::UseIndex& uses, int mi) {
+  auto node = [&](int i) -> const ir::Node& { return g.nodes[static_cast<size_t>(i)]; };
+  const ir::Node& mm = node(mi);
+  const bool gemm = is_onnx(mm, "Gemm");
+  if (!(gemm || is_onnx(mm, "MatMul")) || mm.inputs.size() < 2 || mm.outputs.size() != 1) return false;
+  if (!gemm && mm.inputs.size() != 2) return false;
+  if (gemm && (mm.attr_float("alpha", 1) != 1 || mm.attr_float("beta", 1) != 1 || mm.attr_int("transA", 0) != 0))
+    return false;
+  const bool trans_b = gemm && mm.attr_int("transB", 0) != 0;
+  // A product read only by a QuantizeLinear: QLinearMatMul (try_fold_static) keeps it in 8 bits.
+  if (int r = fusion::sole_consumer(uses, mm.outputs[0]); r >= 0 && is_onnx(node(r), "QuantizeLinear")) return false;
+  int ai = uses.producer(mm.inputs[0]), wi = uses.producer(mm.inputs[1]);
+  if (ai < 0 || wi < 0) return false;
+  const ir::Node& da = node(ai);
+  const ir::Node& dw = node(wi);
+  if (!is_onnx(da, "DequantizeLinear") || !is_onnx(dw, "DequantizeLinear") || da.inputs.size() < 2 ||
+      dw.inputs.size() < 2 || da.attr_int("block_size", 0) || dw.attr_int("block_size", 0))
+    return false;
+  // x: uint8 activation, constant scalar scale and zero point
+  const ir::TypeInfo* xt = fusion::type_of(g, da.inputs[0]);
+  double xs = 0, xz = 0;
+  if (!xt || xt->elem != DataType::kUInt8 || ir::is_constant(g, da.inputs[0]) || !scalar_value(g, da.inputs[1], &xs))
+    return false;
+  if (da.has_input(2) && !scalar_value(g, da.inputs[2], &xz)) return false;
+  const ir::TypeInfo* at = fusion::type_of(g, mm.inputs[0]);
+  if (!at || !at->shape.rank_known || at->shape.rank() < 2 || (gemm && at->shape.rank() != 2)) return false;
+  if (!(xs > 0) || !std::isfinite(xs) || static_cast<float>(xs) <= 0) return false;
+  // W: int8 constant [K, N] ([N, K] under transB), scale and zero point per tensor or per output column
+  const Tensor* w = ir::constant_value(g, dw.inputs[0]);
+  if (!w || w->dtype() != DataType::kInt8 || w->rank() != 2) return false;
+  const int64_t n = trans_b ? w->dim(0) : w->dim(1), k = trans_b ? w->dim(1) : w->dim(0);
+  const Tensor* ws = ir::constant_value(g, dw.inputs[1]);
+  if (!is_float_constant_vector(ws, n)) return false;
+  int64_t axis = dw.attr_int("axis", 1);
+  if (axis < 0) axis += 2;
+  if (ws->numel() > 1 && axis != (trans_b ? 0 : 1)) return false;
+  const Tensor* wz = dw.has_input(2) ? ir::constant_value(g, dw.inputs[2]) : nullptr;
+  if (dw.has_input(2) && (!wz || wz->dtype() != DataType::kInt8 || !(wz->numel() == 1 || wz->numel() == n) ||
+                          (wz->numel() > 1 && ws->numel() == 1)))
+    return false;
+  std::set<int> group = {mi};
+  std::string out = mm.outputs[0], bias;
+  if (gemm && mm.has_input(2)) {
+    // C: a float constant [N] ([1, N]) or a constant's DequantizeLinear (evaluated here)
+    std::optional<Tensor> c;
+    if (const Tensor* t = ir::constant_value(g, mm.inputs[2])) {
+      c = *t;
+    } else if (int bi = uses.producer(mm.inputs[2]); bi >= 0 && is_onnx(node(bi), "DequantizeLinear")) {
+      c = evaluate(g, node(bi));
+    }
+    if (!c || c->dtype() != DataType::kFloat32 || c->numel() != n || (c->rank() == 2 && c->dim(0) != 1) ||
+        c->rank() > 2)
+      return false;
+    bias = fusion::add_initializer(g, mm.name + "/bias", c->reshaped({n}));
+  } else if (!gemm) {
+    int bi = fusion::sole_consumer(uses, out);
+    if (bi >= 0 && is_onnx(node(bi), "Add") && node(bi).inputs.size() == 2 && node(bi).outputs.size() == 1) {
+      const std::string c = fusion::other_input(node(bi), out);
+      const Tensor* t = c.empty() ? nullptr : ir::constant_value(g, c);
+      bool last_only = t && t->dtype() == DataType::kFloat32 && t->numel() == n && t->rank() >= 1 &&
+                       static_cast<size_t>(t->rank()) <= at->shape.rank();
+      for (int64_t i = 0; last_only && i + 1 < t->rank(); ++i) last_only = t->dim(i) == 1;
+      if (last_only && fusion::same_type(g, node(bi).outputs[0], out)) {
+        bias = t->rank() == 1 ? c : fusion::add_initializer(g, c + "_1d", t->reshaped({n}));
+        out = node(bi).outputs[0];
+        group.insert(bi);
+      }
+    }
+  }
+  // W as [K, N] (and its zero point) for the layer
+  std::string w_name = dw.inputs[0];
+  if (trans_b) {
+    Tensor wt(DataType::kInt8, {k, n});
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c) wt.data<int8_t>()[c * n + r] = w->data<int8_t>()[r * k + c];
+    w_name = fusion::add_initializer(g, mm.name + "/qweights", std::move(wt));
+  }
+  std::string wz_name = dw.has_input(2) ? dw.inputs[2] : "";
+  if (wz && wz->rank() > 1) wz_name = fusion::add_initializer(g, wz_name + "_1d", wz->reshaped({wz->numel()}));
+  std::string ws_name = dw.inputs[1];
+  if (ws->rank() > 1 || (ws->numel() > 1 && ws->rank() != 1))
+    ws_name = fusion::add_initializer(g, ws_name + "_1d", ws->reshaped({ws->numel()}));
+  // X: the float value when this layer is the quantizer's only reader
+  std::string x = da.inputs[0];
+  int qi = uses.producer(x);
+  if (qi >= 0 && is_onnx(node(qi), "QuantizeLinear") && node(qi).inputs.size() >= 2 && uses.single_use(x) &&
+      fusion::sole_consumer(uses, da.outputs[0]) == mi && node(qi).attr_int("saturate", 1) == 1 &&
+      !node(qi).attr("output_dtype") && fusion::is_float_value(g, node(qi).inputs[0])) {
+    const ir::Node& q = node(qi);
+    double qs = 0, qz = 0;
+    if (scalar_value(g, q.inputs[1], &qs) && (!q.has_input(2) || scalar_value(g, q.inputs[2], &qz)) &&
+        static_cast<float>(qs) == static_cast<float>(xs) && qz == xz && !q.attr_int("block_size", 0)) {
+      x = q.inputs[0];
+      group.insert(qi);
+      group.insert(ai);
+    }
+  }
+  ir::Node f = fusion::kiln_node("QMatMul", mm.name);
+  f.inputs = {x, w_name, wz_name, ws_name, bias};
+  f.outputs = {out};
+  fusion::set_float(f, "x_scale", static_cast<float>(xs));
+  fusion::set_int(f, "x_zero_point", static_cast<int64_t>(xz));
+  ir::add_sources(f, dw);
+  fusion::replace_group(g, group, std::move(f));
+  return true;
+}
+
 bool try_epilogue(ir::Graph& g, const ir::UseIndex& uses, int ai) {
   auto node = [&](int i) -> const ir::Node& { return g.nodes[static_cast<size_t>(i)]; };
   const ir::Node& a = node(ai);
   if (a.inputs.empty() || a.outputs.size() != 1) return false;
   auto layer_of = [&](const std::string& y) -> int {
     int p = uses.producer(y);
-    if (p < 0 || !is_kiln(node(p), "DynQMatMul") || node(p).attr("activation") || !uses.single_use(y) ||
-        uses.is_graph_output(y))
+    if (p < 0 || !(is_kiln(node(p), "DynQMatMul") || is_kiln(node(p), "QMatMul")) || node(p).attr("activation") ||
+        !uses.single_use(y) || uses.is_graph_output(y))
       return -1;
     return p;
   };
@@ -211,6 +370,12 @@ bool try_epilogue(ir::Graph& g, const ir::UseIndex& uses, int ai) {
 
 Result<int> fold_qdq_matmul(ir::Graph& g) {
   return fusion::rewrite_until_fixpoint(g, try_fold) + fusion::rewrite_until_fixpoint(g, try_fold_static);
+}
+
+Result<int> fold_qdq_linear(ir::Graph& g) {
+  int changed = fusion::rewrite_until_fixpoint(g, try_fold_static) + fusion::rewrite_until_fixpoint(g, try_fold_linear);
+  if (changed) KILN_RETURN_IF_ERROR(remove_dead_nodes(g).status());
+  return changed;
 }
 
 Result<int> fold_qdq_matmul_epilogue(ir::Graph& g) { return fusion::rewrite_until_fixpoint(g, try_epilogue); }

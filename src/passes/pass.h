@@ -75,6 +75,7 @@ Result<int> layout_fuse_conv_dw(ir::Graph& g);
 Result<int> layout_fuse_concat_elementwise(ir::Graph& g);  // in layout_fuse_concat.cc
 Result<int> fold_qdq_matmul(ir::Graph& g);
 Result<int> fold_qdq_matmul_epilogue(ir::Graph& g);  // in fold_qdq_matmul.cc
+Result<int> fold_qdq_linear(ir::Graph& g);           // in fold_qdq_matmul.cc
 Result<int> fold_qdq_conv(ir::Graph& g);
 Result<int> fold_weight_dequantize(ir::Graph& g);
 

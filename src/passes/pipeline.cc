@@ -14,6 +14,9 @@ const std::vector<PassInfo>& pipeline() {
       // the Q/DQ pairs around convolutions, pools and the classifier become kiln's INT8 layers.
       {"fold_qdq_conv", fold_qdq_conv,
        "Q/DQ around Conv/Gemm/Add/pools -> kiln.QConv / kiln.QPool (INT8, channels-last)"},
+      // Likewise before fold_constants; after fold_qdq_conv, which takes the Gemms whose output is quantized.
+      {"fold_qdq_linear", fold_qdq_linear,
+       "Q/DQ MatMul/Gemm with a constant int8 weight and a float output -> kiln.QMatMul (INT8)"},
       // First: turns Constant nodes and static shape computations into initializers, which every
       // later pattern relies on (it matches constants, not Constant nodes).
       {"fold_constants", fold_constants, "evaluate nodes whose inputs are known at build time"},

@@ -16,9 +16,10 @@ enum class Role { kNone, kCompute, kSameScale };
 
 Role role_of(const ir::Node& n) {
   if (!n.domain.empty()) return Role::kNone;
-  static const std::set<std::string> compute = {"Conv",        "Gemm",   "MatMul",           "Add",
-                                                "AveragePool", "Concat", "GlobalAveragePool"};
-  static const std::set<std::string> same = {"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"};
+  // Only what an INT8 layer takes (qdq_insert.h): no Concat (its inputs' scales differ from its
+  // output's), no Transpose / Squeeze / Unsqueeze (they would run as float between a DQ and a Q).
+  static const std::set<std::string> compute = {"Conv", "Gemm", "MatMul", "Add", "AveragePool", "GlobalAveragePool"};
+  static const std::set<std::string> same = {"MaxPool", "Flatten", "Reshape"};
   if (compute.count(n.op_type)) return Role::kCompute;
   if (same.count(n.op_type)) return Role::kSameScale;
   return Role::kNone;
@@ -55,8 +56,8 @@ bool is_float_constant(const Tensor* t, int64_t rank_min, int64_t rank_max) {
 std::vector<size_t> data_inputs(const ir::Graph& g, const ir::UseIndex& uses, const ir::Node& n) {
   auto act = [&](size_t i) { return i < n.inputs.size() && is_float_activation(g, uses, n.inputs[i]); };
   const std::string& op = n.op_type;
-  if (op == "Conv") {
-    if (!act(0) || !is_float_constant(constant_of(g, uses, n.inputs.size() > 1 ? n.inputs[1] : ""), 3, 5)) return {};
+  if (op == "Conv") {  // 2-D convolutions (kiln.QConv)
+    if (!act(0) || !is_float_constant(constant_of(g, uses, n.inputs.size() > 1 ? n.inputs[1] : ""), 4, 4)) return {};
     return {0};
   }
   if (op == "Gemm") {
@@ -66,21 +67,23 @@ std::vector<size_t> data_inputs(const ir::Graph& g, const ir::UseIndex& uses, co
     return {0};
   }
   if (op == "MatMul") {
-    if (!act(0)) return {};
-    if (act(1)) return {0, 1};
+    // Activation x activation (attention's Q K^T and P V): FP32, no INT8 layer takes them.
+    if (!act(0) || act(1)) return {};
     if (is_float_constant(constant_of(g, uses, n.inputs.size() > 1 ? n.inputs[1] : ""), 2, 2)) return {0};
     return {};
   }
   if (op == "Add") return act(0) && act(1) && n.inputs.size() == 2 ? std::vector<size_t>{0, 1} : std::vector<size_t>{};
-  if (op == "Concat") {
-    std::vector<size_t> all;
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (!act(i)) return {};
-      all.push_back(i);
-    }
-    return all;
-  }
   if (op == "MaxPool" && n.has_output(1)) return {};  // Indices: not a same-scale op
+  if (op == "AveragePool") {                          // kiln.QPool: no padding counted, no ceil mode
+    for (int64_t p : n.attr_ints("pads"))
+      if (p != 0) return {};
+    const std::string ap = n.attr_string("auto_pad", "NOTSET");
+    if ((ap != "NOTSET" && ap != "VALID" && !ap.empty()) || n.attr_int("ceil_mode", 0)) return {};
+  }
+  if (op == "AveragePool" || op == "GlobalAveragePool" || op == "MaxPool") {  // 4-D (kiln.QPool)
+    auto it = g.value_types.find(n.inputs.empty() ? "" : n.inputs[0]);
+    if (it == g.value_types.end() || !it->second.shape.rank_known || it->second.shape.rank() != 4) return {};
+  }
   return act(0) ? std::vector<size_t>{0} : std::vector<size_t>{};
 }
 
@@ -126,10 +129,10 @@ Result<QdqPlan> plan_qdq(const ir::Graph& g, const ExcludeFn& exclude) {
     plan.nodes.insert(static_cast<int>(i));
     inputs_of[static_cast<int>(i)] = ins;
   }
-  // The activations quantized nodes read.
-  std::set<std::string> quantized;
-  for (const auto& [i, ins] : inputs_of)
-    for (size_t k : ins) quantized.insert(g.nodes[static_cast<size_t>(i)].inputs[k]);
+  auto weighted = [&](const ir::Node& n) {
+    return n.op_type == "Conv" || n.op_type == "Gemm" || n.op_type == "MatMul";
+  };
+  auto float_out = [&](const ir::Node& n) { return n.op_type == "Gemm" || n.op_type == "MatMul"; };
   auto all_readers_quantized = [&](const std::string& v) {
     const auto& c = uses.consumers(v);
     if (c.empty() || uses.is_graph_output(v)) return false;
@@ -137,17 +140,75 @@ Result<QdqPlan> plan_qdq(const ir::Graph& g, const ExcludeFn& exclude) {
       if (!plan.nodes.count(r)) return false;
     return true;
   };
+  // The node a quantized node's data input comes from (through an absorbable Relu/Clip), or -1.
+  auto source_node = [&](const std::string& v) {
+    int p = uses.producer(v);
+    if (p >= 0 && !plan.nodes.count(p) && is_zero_clamp(g, uses, g.nodes[static_cast<size_t>(p)]) &&
+        g.nodes[static_cast<size_t>(p)].has_input(0))
+      p = uses.producer(g.nodes[static_cast<size_t>(p)].inputs[0]);
+    return p;
+  };
+  // Drops what no INT8 layer would take, until nothing changes: a residual Add needs a quantized
+  // Conv/Gemm input read by it alone; a same-scale node needs a quantized source; the layers whose
+  // output is quantized by a Q of their own cannot write a graph output.
+  for (bool again = true; again;) {
+    again = false;
+    for (auto it = plan.nodes.begin(); it != plan.nodes.end();) {
+      const ir::Node& n = g.nodes[static_cast<size_t>(*it)];
+      bool keep = true;
+      if (!float_out(n) && (n.outputs.size() != 1 || uses.is_graph_output(n.outputs[0]))) keep = false;
+      if (keep && n.op_type == "Add") {
+        keep = false;
+        for (size_t k = 0; k < 2 && !keep; ++k) {
+          int p = uses.producer(n.inputs[k]);
+          keep = p >= 0 && plan.nodes.count(p) &&
+                 (g.nodes[static_cast<size_t>(p)].op_type == "Conv" ||
+                  g.nodes[static_cast<size_t>(p)].op_type == "Gemm") &&
+                 uses.consumers(n.inputs[k]).size() == 1 && !uses.is_graph_output(n.inputs[k]);
+        }
+      }
+      if (keep && role_of(n) == Role::kSameScale) {
+        int p = source_node(n.inputs[0]);
+        keep = p >= 0 && plan.nodes.count(p);
+      }
+      if (keep) {
+        ++it;
+        continue;
+      }
+      inputs_of.erase(*it);
+      it = plan.nodes.erase(it);
+      again = true;
+    }
+  }
+  // A Relu / Clip(0, ..) after a quantized Conv or Add (or a Gemm/MatMul whose output is quantized
+  // for all its readers) is absorbed: the output's Q clamps at 0.
   for (int i : plan.nodes) {
     const ir::Node& n = g.nodes[static_cast<size_t>(i)];
-    if (n.op_type != "Conv" && n.op_type != "Gemm" && n.op_type != "MatMul" && n.op_type != "Add") continue;
+    if (!weighted(n) && n.op_type != "Add") continue;
     if (n.outputs.size() != 1 || uses.is_graph_output(n.outputs[0])) continue;
     const auto& c = uses.consumers(n.outputs[0]);
     if (c.size() != 1) continue;
     const ir::Node& r = g.nodes[static_cast<size_t>(c[0])];
     if (!is_zero_clamp(g, uses, r) || (exclude && exclude(r)) || r.outputs.size() != 1) continue;
-    if (!all_readers_quantized(r.outputs[0])) continue;
+    if (uses.is_graph_output(r.outputs[0]) || uses.consumers(r.outputs[0]).empty()) continue;
+    if (float_out(n) && !all_readers_quantized(r.outputs[0])) continue;
     plan.absorbed[c[0]] = i;
   }
+  // The INT8 region's exits: the outputs (after an absorbed activation) of quantized layers other than
+  // the float-output linear ones, when some reader stays float.
+  std::map<int, int> absorbed_by;
+  for (const auto& [act, node] : plan.absorbed) absorbed_by[node] = act;
+  for (int i : plan.nodes) {
+    const ir::Node& n = g.nodes[static_cast<size_t>(i)];
+    if (float_out(n)) continue;
+    auto a = absorbed_by.find(i);
+    const std::string& y = a == absorbed_by.end() ? n.outputs[0] : g.nodes[static_cast<size_t>(a->second)].outputs[0];
+    if (!uses.is_graph_output(y) && !all_readers_quantized(y)) plan.exits.insert(y);
+  }
+  // The activations quantized nodes read, and the exits.
+  std::set<std::string> quantized = plan.exits;
+  for (const auto& [i, ins] : inputs_of)
+    for (size_t k : ins) quantized.insert(g.nodes[static_cast<size_t>(i)].inputs[k]);
   // Parameters: measured, or (a same-scale node's output) its input's.
   std::set<std::string> observed;
   auto observe = [&](const std::string& v) {
@@ -309,7 +370,7 @@ Result<QdqResult> insert_qdq(ir::Graph& g, const QdqPlan& plan, const std::map<s
     ins.add_params(v, uint8_params(ranges.at(v)));
     ins.result.activations.push_back({v, ranges.at(v), ins.params[v]});
   }
-  std::set<std::string> wanted;  // activations with a quantized reader
+  std::set<std::string> wanted = plan.exits;  // activations with a quantized reader, and the exits
   for (int i : plan.nodes)
     for (size_t k : data_inputs(g, uses, g.nodes[static_cast<size_t>(i)]))
       wanted.insert(g.nodes[static_cast<size_t>(i)].inputs[k]);
@@ -369,6 +430,9 @@ Result<QdqResult> insert_qdq(ir::Graph& g, const QdqPlan& plan, const std::map<s
         ir::add_sources(n, g.nodes[static_cast<size_t>(a->second)]);
       }
     }
+    // Float readers of an exit read its DQ (the quantized layer writes only the Q's value).
+    for (auto& v : n.inputs)
+      if (plan.exits.count(v) && ins.dq_of.count(v)) v = ins.dq_of.at(v);
     std::vector<std::string> outs = n.outputs;
     ins.out.push_back(std::move(n));
     for (const auto& o : outs)

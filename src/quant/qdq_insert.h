@@ -14,10 +14,20 @@
 // its range, calibrated after the activation, starts at 0, so the Q's zero point is 0 and the Q
 // clamps exactly where the activation would (and at most at Clip's upper bound).
 //
-// An activation gets a Q/DQ pair only when a quantized node reads it; other readers keep reading the
-// FP32 value, and graph outputs stay FP32 (a quantized layer writing one is left to dequantize its
-// result: ONNX Runtime's extra Q/DQ on the logits only adds rounding). Nodes the exclusion predicate
-// names (BuilderConfig::int8_exclude) are not quantized: their inputs stay FP32.
+// Q/DQ go only where one of kiln's INT8 layers will take them (src/passes/fold_qdq_conv.cc,
+// fold_qdq_matmul.cc), never around a node that would then run as float between a DQ and a Q:
+//  - MatMul / Gemm with a constant weight: always (kiln.QConv when the output is quantized, else
+//    kiln.QMatMul with a float output); MatMul of two activations (attention's products) stays FP32;
+//  - 2-D Conv: always; when some reader of its output (after an absorbed Relu/Clip) stays float, the
+//    output gets a Q/DQ pair all its readers read (the INT8 region's exit: one dequantization);
+//  - Add: only a residual Add one of whose inputs is a quantized Conv's / Gemm's output read by the
+//    Add alone (the conv takes it as its residual); other Adds stay FP32 (a transformer's);
+//  - MaxPool, AveragePool without padding, GlobalAveragePool (4-D), and Flatten / Reshape after a
+//    quantized layer (same scale): yes; Concat, Transpose, Squeeze, Unsqueeze: no (no INT8 layer).
+// An activation gets a Q/DQ pair only when a quantized node reads it (or it is such an exit); other
+// readers keep reading the FP32 value, and graph outputs stay FP32 (a quantized layer writing one
+// dequantizes its result: ONNX Runtime's extra Q/DQ on the logits only adds rounding). Nodes the
+// exclusion predicate names (BuilderConfig::int8_exclude) are not quantized: their inputs stay FP32.
 #pragma once
 
 #include <functional>
@@ -41,6 +51,8 @@ struct QdqPlan {
   // Activations quantized with another's parameters (the output of a same-scale node -> its input).
   std::map<std::string, std::string> same_scale_as;
   std::vector<std::string> excluded;  // quantizable nodes left in FP32 by the predicate
+  // Quantized layers' outputs that float readers read too: every reader reads their DQ.
+  std::set<std::string> exits;
 };
 
 // Decides what gets quantized. The graph needs its types inferred (float32 activations only).

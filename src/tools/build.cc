@@ -47,11 +47,17 @@ void add_build_command(CLI::App& app, int& exit_code) {
       if (bodies.layers)
         in_bodies = " + " + std::to_string(bodies.layers) + " in control-flow bodies (" +
                     std::to_string(bodies.with_tactic) + " with a tactic)";
+      // INT8 engines: the Q/DQ layers no INT8 layer took (engine/qdq_findings.cc).
+      std::string qdq;
+      if (engine->impl().build.contains("qdq_unfolded")) {
+        const int n = engine->impl().build["qdq_unfolded"]["layers"].get<int>();
+        qdq = "; " + std::to_string(n) + " Q/DQ layer" + (n == 1 ? "" : "s") + " no INT8 layer takes";
+      }
       std::printf(
           "[kiln build] wrote %s: %.2f s in all (loading and building %.2f s, writing %.2f s); %zu layers%s; %d %s "
-          "reference kernels\n",
+          "reference kernels%s\n",
           o->output.c_str(), seconds(t0, t2), seconds(t0, t1), seconds(t1, t2), engine->impl().layers.size(),
-          in_bodies.c_str(), reference, reference == 1 ? "layer runs" : "layers run");
+          in_bodies.c_str(), reference, reference == 1 ? "layer runs" : "layers run", qdq.c_str());
       exit_code = kExitOk;
     } catch (const Error& e) {
       exit_code = report_error(detail_status(e));

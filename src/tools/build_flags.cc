@@ -90,7 +90,8 @@ std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const ch
       "between concurrent builds; a stale, foreign or corrupt one is ignored with a warning and moved aside)");
   flag("--strict-tactics", f.strict_tactics,
        "fail (exit code 4) instead of warning when a layer would run its reference kernel, naming every such layer "
-       "and why no tactic took it (shape work such as Shape/Reshape is exempt)");
+       "and why no tactic took it (shape work such as Shape/Reshape is exempt), or when a QuantizeLinear/"
+       "DequantizeLinear layer is left that no INT8 layer takes (a float conversion around float work)");
   flag("--verbose", f.verbose, "more build detail (each layer's candidates and times)");
   opt("--device", f.device,
       "where the engine runs: cpu (default), cuda (device 0) or cuda:N. A CUDA engine is built on the machine with "

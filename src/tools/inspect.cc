@@ -201,6 +201,14 @@ void print_text(const nlohmann::json& j, bool passes_only) {
   }
   if (b.contains("int8")) print_int8(b["int8"]);
   if (b.contains("auto_precision")) print_auto_precision(b["auto_precision"]);
+  if (b.contains("qdq_unfolded")) {  // engine/qdq_findings.cc
+    const auto& q = b["qdq_unfolded"];
+    std::printf("int8     %d INT8 layers; %d QuantizeLinear/DequantizeLinear layers that no INT8 layer takes\n",
+                q.value("int8_layers", 0), q.value("layers", 0));
+    for (const auto& l : q["list"])
+      std::printf("  %-40s %-18s %s\n", l["layer"].get<std::string>().c_str(), l["op"].get<std::string>().c_str(),
+                  l["reason"].get<std::string>().c_str());
+  }
   print_reference(j);
   {  // Layers per precision (engine/precision.h), and the build's precision settings.
     std::map<std::string, int> per;

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/gemm_kernels.h"
 #include "core/parallel.h"
+#include "ops/kiln_quantized.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -88,6 +89,26 @@ void quantize_avx512(const float* x, int64_t n, float scale, float zp, uint8_t* 
   }
 }
 
+// ops::quantize_value's steps: x / scale, NaN -> 0, clamped to +-512, rounded to nearest even, + zp, saturated.
+void quantize_static_avx512(const float* x, int64_t n, float scale, float zp, uint8_t* q) {
+  const __m512 vs = _mm512_set1_ps(scale), vz = _mm512_set1_ps(zp), v0 = _mm512_setzero_ps(),
+               v255 = _mm512_set1_ps(255.f), vhi = _mm512_set1_ps(512.f), vlo = _mm512_set1_ps(-512.f);
+  auto one = [&](__m512 v) {
+    __m512 d = _mm512_div_ps(v, vs);
+    d = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d, d, _CMP_ORD_Q), d);
+    d = _mm512_min_ps(_mm512_max_ps(d, vlo), vhi);
+    __m512 r = _mm512_add_ps(_mm512_roundscale_ps(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+    r = _mm512_min_ps(_mm512_max_ps(r, v0), v255);
+    return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r));
+  };
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), one(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm_mask_storeu_epi8(q + i, k, one(_mm512_maskz_loadu_ps(k, x + i)));
+  }
+}
+
 void epilogue_row_avx512(const int32_t* acc, int64_t n, const Int8Epilogue& e, int32_t rs, int32_t* out_i, float* out_f,
                          const float* res) {
   const __m512i vrs = _mm512_set1_epi32(rs);
@@ -143,6 +164,19 @@ void epilogue(Isa isa, const int32_t* acc, int64_t m, int64_t n, const Int8Epilo
 }
 
 }  // namespace
+
+void quantize_static_u8(Isa isa, const float* x, int64_t n, float scale, uint8_t zero_point, uint8_t* q) {
+  const float zp = static_cast<float>(zero_point);
+  parallel_for(n, 1 << 14, [=](int64_t b, int64_t e) {
+#if defined(__x86_64__)
+    if (isa == Isa::kAvx512) {
+      quantize_static_avx512(x + b, e - b, scale, zp, q + b);
+      return;
+    }
+#endif
+    for (int64_t i = b; i < e; ++i) q[i] = static_cast<uint8_t>(ops::quantize_value(x[i], scale, zp, 0.f, 255.f));
+  });
+}
 
 // One parallel region (the range, a barrier, the quantization, and the row sums after another barrier):
 // every region wakes the team, which costs most on a busy machine.

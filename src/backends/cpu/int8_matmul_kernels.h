@@ -23,6 +23,11 @@ namespace kiln::backends::cpu {
 Status quantize_dynamic_u8(Isa isa, const float* x, int64_t m, int64_t k, uint8_t* q, int32_t* rowsum, float* scale,
                            uint8_t* zero_point, const char* what);
 
+// QuantizeLinear of x[0, n) to uint8 with a fixed scale and zero point, as the reference computes it
+// (ops::quantize_value: float division, ties to even, NaN -> the zero point, saturated). Runs on the
+// thread team.
+void quantize_static_u8(Isa isa, const float* x, int64_t n, float scale, uint8_t zero_point, uint8_t* q);
+
 // rowsum[i] = sum of q[i * k + p] over p < k (the zero-point term of a non-zero weight zero point).
 void row_sums_u8(const uint8_t* q, int64_t m, int64_t k, int32_t* rowsum);
 

@@ -7,7 +7,9 @@
 //     requantized in double as the reference does;
 //   dyn_q_matmul_onednn_u8s8s32: kiln.DynQMatMul (src/ops/dyn_quant_matmul.cc): X quantized at run
 //     time by kiln's quantizer, the product, then the dequantizing epilogue (scales, bias, residual,
-//     activation) in kiln's own code.
+//     activation) in kiln's own code;
+//   q_matmul_onednn_u8s8s32: kiln.QMatMul, the same with X's scale and zero point fixed at build time
+//     (float X quantized by kiln's QuantizeLinear kernel, or uint8 X read as it is).
 // B is reordered once into oneDNN's blocked layout and its column sums kept, so the zero points are
 // applied afterwards as integer corrections (int8_matmul_kernels.h): oneDNN computes the plain
 // product sum a*b, which VNNI's u8 x s8 instruction does without saturation, and the results equal
@@ -28,6 +30,10 @@ class PreparedInt8Matmul : public PreparedLayer {
   std::string name;
   bool dynamic = false;  // kiln.DynQMatMul (float X in) vs MatMulInteger / QLinearMatMul (uint8 A in)
   bool qlinear = false;  // QLinearMatMul
+  bool fixed = false;    // kiln.QMatMul (dynamic: its epilogue; X's parameters fixed)
+  bool fixed_float_x = false;
+  float fixed_scale = 1.f;
+  uint8_t fixed_zp = 0;
   DataType out_dtype = DataType::kInt32;
   Isa isa = Isa::kScalar;
   int64_t m = 0, k = 0, n = 0;
@@ -50,7 +56,7 @@ class PreparedInt8Matmul : public PreparedLayer {
   size_t workspace_bytes(int) const override {
     size_t mk = static_cast<size_t>(m * k), mn = static_cast<size_t>(m * n), nn = static_cast<size_t>(n);
     (void)mn;
-    return workspace_piece(scratch_bytes()) + workspace_piece(dynamic ? mk : 0) +
+    return workspace_piece(scratch_bytes()) + workspace_piece(dynamic && (!fixed || fixed_float_x) ? mk : 0) +
            workspace_piece(static_cast<size_t>(mb * n) * 4) +
            workspace_piece(any_b_zp ? static_cast<size_t>(m) * 4 : 0) + workspace_piece(nn * 4) +
            workspace_piece(dynamic || qlinear ? nn * 4 : 0);
@@ -66,14 +72,21 @@ class PreparedInt8Matmul : public PreparedLayer {
              const std::vector<Tensor*>& out) const override {
     WorkspaceSlicer ws(ctx);
     void* scratch = ws.take(scratch_bytes());
-    uint8_t* q = static_cast<uint8_t*>(ws.take(dynamic ? static_cast<size_t>(m * k) : 0));
+    uint8_t* q = static_cast<uint8_t*>(ws.take(dynamic && (!fixed || fixed_float_x) ? static_cast<size_t>(m * k) : 0));
     int32_t* acc = static_cast<int32_t*>(ws.take(static_cast<size_t>(mb * n) * 4));
     int32_t* rowsum = static_cast<int32_t*>(ws.take(any_b_zp ? static_cast<size_t>(m) * 4 : 0));
     int32_t* comp = static_cast<int32_t*>(ws.take(static_cast<size_t>(n) * 4));
     float* scale = static_cast<float*>(ws.take(dynamic || qlinear ? static_cast<size_t>(n) * 4 : 0));
     int32_t a_zp = 0;
     float a_scale = 1.f;
-    if (dynamic) {
+    if (fixed) {
+      if (fixed_float_x)
+        quantize_static_u8(isa, in[0]->data<float>(), m * k, fixed_scale, fixed_zp, q);
+      else
+        q = const_cast<uint8_t*>(in[0]->data<uint8_t>());
+      a_scale = fixed_scale, a_zp = fixed_zp;
+      if (any_b_zp) row_sums_u8(q, m, k, rowsum);
+    } else if (dynamic) {
       uint8_t z = 0;
       KILN_RETURN_IF_ERROR(quantize_dynamic_u8(isa, in[0]->data<float>(), m, k, q, any_b_zp ? rowsum : nullptr,
                                                &a_scale, &z, name.c_str()));
@@ -154,7 +167,7 @@ bool scalar_or_columns(const TensorSig& t, int64_t n) {
   return t.constant->rank() == 1 && t.constant->numel() == n;
 }
 
-enum class Mode { kInteger, kQLinear, kDynamic };
+enum class Mode { kInteger, kQLinear, kDynamic, kStatic };
 
 // An optional scalar input (absent, or one value of `dtype`), checked at run time by the reference too.
 bool scalar_of(const LayerSignature& sig, size_t i, DataType dtype, bool required) {
@@ -172,21 +185,25 @@ class OnednnInt8Matmul : public Tactic {
   std::string name() const override {
     switch (mode_) {
       case Mode::kDynamic: return "dyn_q_matmul_onednn_u8s8s32";
+      case Mode::kStatic: return "q_matmul_onednn_u8s8s32";
       case Mode::kQLinear: return "qlinear_matmul_onednn_u8s8s32";
       case Mode::kInteger: break;
     }
     return "matmul_integer_onednn_u8s8s32";
   }
   TacticInfo info() const override {
-    const bool dyn = mode_ == Mode::kDynamic;
+    const bool dyn = mode_ == Mode::kDynamic || mode_ == Mode::kStatic;
     std::vector<DataType> out = {DataType::kInt32};
     if (dyn) out = {DataType::kFloat32};
     if (mode_ == Mode::kQLinear) out = {DataType::kUInt8, DataType::kInt8};
-    return {DeviceKind::kCPU, kIsaPortable, DataType::kInt8, {dyn ? DataType::kFloat32 : DataType::kUInt8}, out};
+    std::vector<DataType> in = {dyn ? DataType::kFloat32 : DataType::kUInt8};
+    if (mode_ == Mode::kStatic) in = {DataType::kFloat32, DataType::kUInt8};
+    return {DeviceKind::kCPU, kIsaPortable, DataType::kInt8, in, out};
   }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     switch (mode_) {
       case Mode::kDynamic: return {{"kiln", "DynQMatMul"}};
+      case Mode::kStatic: return {{"kiln", "QMatMul"}};
       case Mode::kQLinear: return {{"", "QLinearMatMul"}};
       case Mode::kInteger: break;
     }
@@ -194,13 +211,17 @@ class OnednnInt8Matmul : public Tactic {
   }
 
   std::string why_unsupported(const LayerSignature& sig) const override {
-    const bool dyn = mode_ == Mode::kDynamic, ql = mode_ == Mode::kQLinear;
+    const bool fixed = mode_ == Mode::kStatic;
+    const bool dyn = mode_ == Mode::kDynamic || fixed, ql = mode_ == Mode::kQLinear;
     const size_t bi = ql ? 3 : 1, bzp = dyn ? 2 : ql ? 5 : 3;
     if (!sig.has_input(0) || !sig.has_input(bi)) return "missing A or B";
     const TensorSig& a = sig.inputs[0];
     const TensorSig& b = sig.inputs[bi];
-    if (a.dtype != (dyn ? DataType::kFloat32 : DataType::kUInt8))
+    if (fixed) {
+      if (a.dtype != DataType::kFloat32 && a.dtype != DataType::kUInt8) return "X is not float32 or uint8";
+    } else if (a.dtype != (dyn ? DataType::kFloat32 : DataType::kUInt8)) {
       return dyn ? "X is not float32" : "A is not uint8 (int8 activations are not implemented)";
+    }
     if (a.shape.size() < 2) return "A has rank < 2";
     if (!b.constant || b.shape.size() != 2) return "B is not a 2-D constant (activation x activation products)";
     if (b.dtype != DataType::kInt8) return "B is not int8 (uint8 weights are not implemented)";
@@ -226,6 +247,7 @@ class OnednnInt8Matmul : public Tactic {
     }
     if (!sig.has_input(3) || !scalar_or_columns(sig.inputs[3], n) || sig.inputs[3].dtype != DataType::kFloat32)
       return "BScale is not a float32 constant scalar or [N]";
+    if (fixed && b.shape[0] > 33000) return "K over 33000 (the int32 accumulator could overflow)";
     if (sig.has_input(4) &&
         (!sig.inputs[4].constant || sig.inputs[4].dtype != DataType::kFloat32 || sig.inputs[4].constant->numel() != n))
       return "Bias is not a float32 constant [N]";
@@ -242,11 +264,18 @@ class OnednnInt8Matmul : public Tactic {
 
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
     if (auto e = why_unsupported(sig); !e.empty()) return Unsupported(name(), ": ", e);
-    const bool dyn = mode_ == Mode::kDynamic, ql = mode_ == Mode::kQLinear;
+    const bool fixed = mode_ == Mode::kStatic;
+    const bool dyn = mode_ == Mode::kDynamic || fixed, ql = mode_ == Mode::kQLinear;
     const size_t bi = ql ? 3 : 1, bzp = dyn ? 2 : ql ? 5 : 3;
     auto p = std::make_unique<PreparedInt8Matmul>();
     p->name = name();
     p->dynamic = dyn;
+    p->fixed = fixed;
+    if (fixed) {
+      p->fixed_float_x = sig.inputs[0].dtype == DataType::kFloat32;
+      p->fixed_scale = sig.node->attr_float("x_scale", 1);
+      p->fixed_zp = static_cast<uint8_t>(sig.node->attr_int("x_zero_point", 0));
+    }
     p->qlinear = ql;
     p->out_dtype = dyn ? DataType::kFloat32 : DataType::kInt32;
     if (ql) p->out_dtype = sig.has_input(7) ? sig.inputs[7].dtype : DataType::kUInt8;
@@ -317,6 +346,10 @@ const Tactic* qlinear_matmul_onednn_u8s8s32() {
 }
 const Tactic* dyn_q_matmul_onednn_u8s8s32() {
   static const OnednnInt8Matmul t(Mode::kDynamic);
+  return &t;
+}
+const Tactic* q_matmul_onednn_u8s8s32() {
+  static const OnednnInt8Matmul t(Mode::kStatic);
   return &t;
 }
 

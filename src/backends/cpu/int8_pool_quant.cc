@@ -8,6 +8,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backends/cpu/int8_matmul_kernels.h"
 #include "backends/cpu/onednn_int8_tactics.h"
 #include "core/parallel.h"
 #include "ir/rewrite.h"
@@ -165,6 +166,7 @@ class PreparedQuantize : public PreparedLayer {
   float scale = 1;
   int64_t zero_point = 0;
   Dims shape;
+  Isa isa = Isa::kScalar;
 
   std::vector<Dims> output_shapes() const override { return {shape}; }
   std::vector<DataType> output_dtypes() const override { return {quantize ? q_type : DataType::kFloat32}; }
@@ -192,6 +194,12 @@ class PreparedQuantize : public PreparedLayer {
   }
 
   Status run(const RunContext&, const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) const override {
+    if (quantize && q_type == DataType::kUInt8 && zero_point >= 0 && zero_point <= 255) {
+      // The vector quantizer of the INT8 linear layers (the same steps: int8_matmul_kernels.h).
+      quantize_static_u8(isa, in[0]->data<float>(), in[0]->numel(), scale, static_cast<uint8_t>(zero_point),
+                         out[0]->data<uint8_t>());
+      return Status::Ok();
+    }
     if (q_type == DataType::kInt8)
       run_typed<int8_t>(*in[0], *out[0]);
     else
@@ -234,6 +242,7 @@ class KilnQuantizeLinear : public Tactic {
     p->scale = static_cast<float>(sig.inputs[1].constant->get_f64(0));
     p->zero_point = sig.has_input(2) ? sig.inputs[2].constant->get_i64(0) : 0;
     p->shape = sig.inputs[0].shape;
+    p->isa = cpu_isa(sig.isa);
     return std::unique_ptr<PreparedLayer>(std::move(p));
   }
 };

@@ -58,6 +58,7 @@ const std::vector<const Tactic*>& tactic_list() {
     v.push_back(dnn::matmul_integer_onednn_u8s8s32());
     v.push_back(dnn::qlinear_matmul_onednn_u8s8s32());
     v.push_back(dnn::dyn_q_matmul_onednn_u8s8s32());
+    v.push_back(dnn::q_matmul_onednn_u8s8s32());
     // MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool
     v.push_back(dnn::pool1d_onednn_ncw());
     v.push_back(dnn::pool2d_onednn_nchw());

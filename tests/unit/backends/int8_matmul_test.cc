@@ -117,6 +117,40 @@ LayerCase dyn_q_matmul_case(std::mt19937& rng, uint64_t seed) {
   return lc;
 }
 
+// kiln.QMatMul: X float32 (quantized by the layer with its fixed scale and zero point; values beyond
+// the range saturate, a NaN becomes the zero point) or uint8 (read as it is).
+LayerCase q_matmul_case(std::mt19937& rng, uint64_t seed) {
+  const int64_t k = odd_dim(rng), n = odd_dim(rng);
+  Dims a = a_shape(rng, k);
+  LayerCase lc;
+  const bool float_x = rng() % 3 != 0;
+  if (float_x) {
+    Tensor x = testing::random_tensor(a, seed, DataType::kFloat32, -3.0, 3.0);
+    if (x.numel() > 2) x.data<float>()[x.numel() / 2] = NAN;
+    lc.inputs.push_back(x);
+  } else {
+    lc.inputs.push_back(random_int8(a, rng, DataType::kUInt8, 0, 255));
+  }
+  lc.inputs.push_back(random_int8({k, n}, rng, DataType::kInt8, -128, 127));
+  lc.inputs.push_back(b_zero_point(rng, n));
+  lc.inputs.push_back(rng() % 2 ? Tensor::scalar<float>(DataType::kFloat32, 0.0123f)
+                                : testing::random_tensor({n}, seed + 1, DataType::kFloat32, 0.001, 0.05));
+  lc.inputs.push_back(rng() % 3 ? testing::random_tensor({n}, seed + 2) : Tensor());
+  Dims y = a;
+  y.back() = n;
+  lc.inputs.push_back(rng() % 3 == 0 ? testing::random_tensor(y, seed + 3) : Tensor());
+  lc.constant = {false, true, true, true, true, false};
+  lc.node = make_node("kiln", "QMatMul", 6);
+  for (size_t i = 0; i < 6; ++i)
+    if (!lc.inputs[i].defined()) lc.node.inputs[i] = "";
+  // A range narrower than X's (some values saturate at 0 or 255).
+  testing::set_float(lc.node, "x_scale", 0.01f + 0.003f * static_cast<float>(rng() % 5));
+  lc.node.attrs["x_zero_point"] = ir::attr_int(pick(rng, 0, 255));
+  static const char* kAct[] = {"", "Relu", "Gelu"};
+  if (std::string act = kAct[rng() % 3]; !act.empty()) testing::set_string(lc.node, "activation", act);
+  return lc;
+}
+
 std::vector<std::string> cpu_paths() {
   std::vector<std::string> p = {"portable"};
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
@@ -197,6 +231,18 @@ TEST(Int8Matmul, DynQMatMulEqualsTheUnfusedOps) {
   int ran = 0;
   for (int iter = 0; iter < 80; ++iter) {
     LayerCase lc = dyn_q_matmul_case(rng, 500 + 10 * static_cast<uint64_t>(iter));
+    const bool gelu = lc.node.attr_string("activation", "") == "Gelu";
+    ran += check_against_reference(lc, iter, gelu ? 1e-5f : 0.f);
+  }
+  EXPECT_GE(ran, 80);
+}
+
+TEST(Int8Matmul, QMatMulEqualsTheUnfusedOps) {
+  if (!backends::find_tactic("q_matmul_onednn_u8s8s32")) GTEST_SKIP() << "built without oneDNN";
+  std::mt19937 rng(13);
+  int ran = 0;
+  for (int iter = 0; iter < 80; ++iter) {
+    LayerCase lc = q_matmul_case(rng, 900 + 10 * static_cast<uint64_t>(iter));
     const bool gelu = lc.node.attr_string("activation", "") == "Gelu";
     ran += check_against_reference(lc, iter, gelu ? 1e-5f : 0.f);
   }

@@ -351,6 +351,41 @@ TEST(Int8Tactics, QuantizeAndDequantizeAreBitExact) {
   }
 }
 
+// uint8 QuantizeLinear runs the INT8 linear layers' vector quantizer: large tensors (several chunks,
+// a ragged tail), NaN (-> the zero point), infinities and values far outside the range (saturated),
+// exact ties (to even), on every CPU path.
+TEST(Int8Tactics, QuantizeToUint8IsBitExactOnEveryPath) {
+  std::mt19937 rng(17);
+  for (int iter = 0; iter < 12; ++iter) {
+    LayerCase lc;
+    lc.node = make_node("", "QuantizeLinear", 3);
+    lc.node.opset = 13;
+    const float s = uniform(rng, 0.003f, 0.1f);
+    Tensor x = testing::random_tensor({pick(rng, 1, 3), pick(rng, 1, 300), pick(rng, 1, 131)}, rng(),
+                                      DataType::kFloat32, -12, 12);
+    float* px = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); i += 7) px[i] = s * (static_cast<float>(pick(rng, -300, 300)) + 0.5f);  // ties
+    px[0] = NAN;
+    if (x.numel() > 2) px[1] = INFINITY, px[2] = -1e30f;
+    lc.inputs = {x, Tensor::scalar<float>(DataType::kFloat32, s),
+                 Tensor::scalar<uint8_t>(DataType::kUInt8, static_cast<uint8_t>(pick(rng, 0, 255)))};
+    lc.constant = {false, true, true};
+    Tensor want = testing::reference_output(lc);
+    ASSERT_TRUE(want.defined());
+    for (const char* path : {"portable", "avx512"}) {
+      backends::LayerSignature sig = testing::layer_signature(lc);
+      sig.outputs[0].dtype = DataType::kUInt8;
+      if (!parse_isa_level(path, &sig.isa)) continue;  // not on this machine
+      auto prepared = backends::find_tactic("quantize_linear_kiln")->prepare(sig);
+      ASSERT_TRUE(prepared.ok()) << prepared.status().to_string();
+      Tensor got(DataType::kUInt8, want.shape());
+      ASSERT_TRUE(prepared.value()->run_standalone({&lc.inputs[0], &lc.inputs[1], &lc.inputs[2]}, {&got}).ok());
+      for (int64_t i = 0; i < want.numel(); ++i)
+        ASSERT_EQ(want.get_i64(i), got.get_i64(i)) << path << " case " << iter << " element " << i << " x " << px[i];
+    }
+  }
+}
+
 TEST(Int8Tactics, QuantizeChannelsLastIsBitExact) {
   std::mt19937 rng(11);
   for (int iter = 0; iter < 30; ++iter) {

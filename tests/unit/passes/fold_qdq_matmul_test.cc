@@ -1,6 +1,6 @@
-// fold_qdq_matmul / fold_qdq_matmul_epilogue: ONNX Runtime's dynamic-quantization chain becomes
-// kiln.DynQMatMul, and the reference interpreter gives the same values before and after (exactly:
-// the fused reference runs the same ONNX kernels in the same order).
+// fold_qdq_matmul / fold_qdq_matmul_epilogue / fold_qdq_linear: ONNX Runtime's dynamic-quantization
+// chain becomes kiln.DynQMatMul, the static Q/DQ form kiln.QMatMul or QLinearMatMul; and the reference interpreter
+// gives the same values before and after (exactly: the fused reference runs the same ONNX kernels in the same order).
 #include "ir/attribute_builders.h"
 #include "pass_test_util.h"
 
@@ -142,6 +142,147 @@ TEST(FoldQdqMatMul, LeavesActivationProductsAndFloatOutputsAlone) {
   b.node("MatMul", {"a", "wf"}, {"m2"});  // float output, no QuantizeLinear
   ir::Model m = b.finish();
   EXPECT_EQ(passes::fold_qdq_matmul(*m.graph).value(), 0);
+  EXPECT_EQ(count_op(*m.graph, "MatMul"), 2);
+}
+
+// fold_qdq_linear: the static Q/DQ form of a linear layer with a float output (kiln's calibrator writes
+// it around every projection of a transformer) -> kiln.QMatMul. The reference interpreter gives the
+// same values before and after up to float rounding: the Q/DQ graph sums the dequantized products in
+// float, the layer sums the integers exactly and scales once. Random odd shapes; every weight form.
+struct StaticLinear {
+  int64_t k, n;
+  bool per_column, zero_point, bias;
+};
+
+void static_linear(GraphBuilder& b, const std::string& dq_x, const std::string& p, const StaticLinear& l, uint64_t seed,
+                   const std::string& out) {
+  b.init(p + "_w", int8_weights({l.k, l.n}, seed));
+  b.init(p + "_ws", l.per_column ? random_tensor({l.n}, seed + 1, DataType::kFloat32, 0.001, 0.02) : scalar_f(0.01f));
+  std::vector<std::string> dq = {p + "_w", p + "_ws"};
+  if (l.zero_point) {
+    b.init(p + "_wz", l.per_column ? int8_weights({l.n}, seed + 2) : Tensor::scalar<int8_t>(DataType::kInt8, -3));
+    dq.push_back(p + "_wz");
+  }
+  b.node("DequantizeLinear", dq, {p + "_wf"}).attrs["axis"] = ir::attr_int(1);
+  if (!l.bias) {
+    b.node("MatMul", {dq_x, p + "_wf"}, {out});
+    return;
+  }
+  b.init(p + "_b", random_tensor({l.n}, seed + 3));
+  b.node("MatMul", {dq_x, p + "_wf"}, {p + "_m"});
+  b.node("Add", {p + "_m", p + "_b"}, {out});
+}
+
+// The float rounding of a K-term dot product of these magnitudes (|x| <= 1, |w| <= 128 * 0.02).
+double rounding_bound(int64_t k) { return 4e-7 * static_cast<double>(k) * 2.56 * 4; }
+
+TEST(FoldQdqLinear, FoldsStaticLinearLayersWithFloatOutputs) {
+  std::mt19937 rng(21);
+  static const int64_t kDims[] = {1, 3, 7, 16, 17, 33, 64, 129};
+  for (int iter = 0; iter < 24; ++iter) {
+    StaticLinear l{kDims[rng() % 8], kDims[rng() % 8], rng() % 2 == 0, rng() % 3 == 0, rng() % 4 != 0};
+    const int64_t rows = kDims[rng() % 8];
+    GraphBuilder b(14);
+    b.input("xf", {2, rows, l.k}).output("y");
+    b.init("xs", scalar_f(0.0078f)).init("xz", Tensor::scalar<uint8_t>(DataType::kUInt8, static_cast<uint8_t>(rng())));
+    b.node("QuantizeLinear", {"xf", "xs", "xz"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "xs", "xz"}, {"x"});
+    static_linear(b, "x", "l", l, 40 + static_cast<uint64_t>(iter), "y");
+    ir::Model before = b.finish();
+    int changed = 0;
+    ir::Model after = apply_pass(before, passes::fold_qdq_linear, &changed);
+    EXPECT_EQ(changed, 1) << iter;
+    ASSERT_EQ(count_kiln(*after.graph, "QMatMul"), 1) << iter;
+    // The layer read by it alone: the layer quantizes the float input itself.
+    EXPECT_EQ(count_op(*after.graph, "QuantizeLinear"), 0) << iter;
+    EXPECT_EQ(count_op(*after.graph, "DequantizeLinear"), 0) << iter;
+    EXPECT_EQ(count_op(*after.graph, "MatMul") + count_op(*after.graph, "Add"), 0) << iter;
+    EXPECT_EQ(find_op(*after.graph, "QMatMul")->inputs[0], "xf");
+    double d = max_abs_diff(before, after, 5 + static_cast<uint64_t>(iter));
+    EXPECT_LE(d, rounding_bound(l.k)) << iter << ": k " << l.k << " n " << l.n;
+  }
+}
+
+TEST(FoldQdqLinear, SharedQuantizerStaysOnceAndEpilogueFolds) {
+  // x -> Q -> DQ read by two projections (Q/K/V): the QuantizeLinear stays, both layers read its uint8
+  // output; then the first one's residual Add and GELU fold into it, the second's Relu.
+  GraphBuilder b(20);  // ONNX Gelu
+  b.input("xf", {3, 17}).input("r", {3, 9}).output("y1").output("y2");
+  b.init("xs", scalar_f(0.0078f)).init("xz", Tensor::scalar<uint8_t>(DataType::kUInt8, 120));
+  b.node("QuantizeLinear", {"xf", "xs", "xz"}, {"xq"});
+  b.node("DequantizeLinear", {"xq", "xs", "xz"}, {"x"});
+  static_linear(b, "x", "a", {17, 9, true, false, true}, 3, "h1");
+  static_linear(b, "x", "b", {17, 5, false, false, true}, 7, "h2");
+  b.node("Add", {"h1", "r"}, {"s1"});
+  b.node("Gelu", {"s1"}, {"y1"});
+  b.node("Relu", {"h2"}, {"y2"});
+  ir::Model before = b.finish();
+  int changed = 0;
+  ir::Model after = apply_pass(before, passes::fold_qdq_linear, &changed);
+  EXPECT_EQ(changed, 2);
+  EXPECT_EQ(count_kiln(*after.graph, "QMatMul"), 2);
+  EXPECT_EQ(count_op(*after.graph, "QuantizeLinear"), 1);
+  EXPECT_EQ(count_op(*after.graph, "DequantizeLinear"), 0);
+  for (const auto& n : after.graph->nodes)
+    if (n.op_type == "QMatMul") EXPECT_EQ(n.inputs[0], "xq");
+  EXPECT_LE(max_abs_diff(before, after), rounding_bound(17));
+  ir::Model fused = apply_pass(after, passes::fold_qdq_matmul_epilogue, &changed);
+  EXPECT_EQ(changed, 3);  // residual, GELU, Relu
+  EXPECT_EQ(count_op(*fused.graph, "Add") + count_op(*fused.graph, "Gelu") + count_op(*fused.graph, "Relu"), 0);
+  EXPECT_LE(max_abs_diff(before, fused), rounding_bound(17) + 1e-6);
+}
+
+TEST(FoldQdqLinear, FoldsTheCalibratedClassifierGemm) {
+  // The inserter's classifier: Gemm(transB) with a per-row int8 weight and an int32 bias in units of
+  // x_scale * w_scale, writing the (float) logits.
+  for (int64_t k : {5, 64, 129}) {
+    const int64_t n = 11;
+    GraphBuilder b(14);
+    b.input("xf", {2, k}).output("logits");
+    b.init("xs", scalar_f(0.0078f)).init("xz", Tensor::scalar<uint8_t>(DataType::kUInt8, 128));
+    b.init("w", int8_weights({n, k}, 9)).init("ws", random_tensor({n}, 3, DataType::kFloat32, 0.001, 0.02));
+    b.init("wz", Tensor::from_vector<int8_t>(DataType::kInt8, {n}, std::vector<int8_t>(n, 0)));
+    Tensor bq(DataType::kInt32, {n}), bs(DataType::kFloat32, {n});
+    const Tensor ws = random_tensor({n}, 3, DataType::kFloat32, 0.001, 0.02);
+    for (int64_t i = 0; i < n; ++i) bq.data<int32_t>()[i] = static_cast<int32_t>(i * 977 - 5000);
+    for (int64_t i = 0; i < n; ++i) bs.data<float>()[i] = 0.0078f * ws.data<float>()[i];
+    b.init("bq", bq).init("bs", bs).init(
+        "bz", Tensor::from_vector<int32_t>(DataType::kInt32, {n}, std::vector<int32_t>(n, 0)));
+    b.node("QuantizeLinear", {"xf", "xs", "xz"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "xs", "xz"}, {"x"});
+    b.node("DequantizeLinear", {"w", "ws", "wz"}, {"wf"}).attrs["axis"] = ir::attr_int(0);
+    b.node("DequantizeLinear", {"bq", "bs", "bz"}, {"bf"}).attrs["axis"] = ir::attr_int(0);
+    b.node("Gemm", {"x", "wf", "bf"}, {"logits"}).attrs["transB"] = ir::attr_int(1);
+    ir::Model before = b.finish();
+    int changed = 0;
+    ir::Model after = apply_pass(before, passes::fold_qdq_linear, &changed);
+    EXPECT_EQ(changed, 1);
+    EXPECT_EQ(count_kiln(*after.graph, "QMatMul"), 1);
+    EXPECT_EQ(count_op(*after.graph, "Gemm") + count_op(*after.graph, "DequantizeLinear"), 0);
+    EXPECT_LE(max_abs_diff(before, after), rounding_bound(k) + 1e-6) << k;
+  }
+}
+
+TEST(FoldQdqLinear, LeavesQuantizedOutputsAndActivationProducts) {
+  // A product read by a QuantizeLinear alone becomes QLinearMatMul (8-bit out), not a float layer;
+  // an activation x activation product and a float-weight MatMul stay.
+  GraphBuilder b(14);
+  b.input("xf", {4, 7}).input("bq", {7, 3}, DataType::kUInt8).output("y").output("p").output("f");
+  b.init("s", scalar_f(0.01f)).init("z", Tensor::scalar<uint8_t>(DataType::kUInt8, 3));
+  b.init("w", int8_weights({7, 3}, 4)).init("ws", scalar_f(0.004f)).init("wfl", random_tensor({7, 3}, 8));
+  b.node("QuantizeLinear", {"xf", "s", "z"}, {"xq"});
+  b.node("DequantizeLinear", {"xq", "s", "z"}, {"x"});
+  b.node("DequantizeLinear", {"w", "ws"}, {"wf"});
+  b.node("MatMul", {"x", "wf"}, {"m"});
+  b.node("QuantizeLinear", {"m", "s", "z"}, {"mq"});
+  b.node("DequantizeLinear", {"mq", "s", "z"}, {"y"});
+  b.node("DequantizeLinear", {"bq", "s", "z"}, {"bf"});
+  b.node("MatMul", {"x", "bf"}, {"p"});
+  b.node("MatMul", {"x", "wfl"}, {"f"});
+  ir::Model m = b.finish();
+  EXPECT_EQ(passes::fold_qdq_linear(*m.graph).value(), 1);
+  EXPECT_EQ(count_op(*m.graph, "QLinearMatMul"), 1);
+  EXPECT_EQ(count_kiln(*m.graph, "QMatMul"), 0);
   EXPECT_EQ(count_op(*m.graph, "MatMul"), 2);
 }
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "../expect_status.h"
 #include "../graph_builder.h"
 #include "ir/rewrite.h"
@@ -138,9 +140,20 @@ TEST(QdqInsert, ExcludedNodesStayFp32) {
   insert_qdq(*q.graph, p, ranges).value();
   const ir::Node* c2 = producer(*q.graph, "c2");
   ASSERT_NE(c2, nullptr);
-  EXPECT_EQ(c2->inputs[0], "p1");  // the FP32 value, no DQ
   EXPECT_EQ(c2->inputs[1], "w2");  // the FP32 weight
   EXPECT_TRUE(q.graph->initializers.count("w2"));
+  // Its input is the quantized MaxPool's output leaving the INT8 region (through its DQ); the Add it
+  // feeds has no quantized conv input left, so it stays FP32 too (it reads conv2's float output and
+  // the pool's DQ, and its output gets no Q).
+  EXPECT_TRUE(p.exits.count("p1"));
+  const ir::Node* dq = producer(*q.graph, c2->inputs[0]);
+  ASSERT_NE(dq, nullptr);
+  EXPECT_EQ(dq->op_type, "DequantizeLinear");
+  const ir::Node* add = producer(*q.graph, "a2");
+  ASSERT_NE(add, nullptr);
+  EXPECT_EQ(add->inputs[0], "c2");
+  EXPECT_EQ(add->inputs[1], c2->inputs[0]);
+  EXPECT_EQ(std::count(p.observe.begin(), p.observe.end(), "a2"), 0);
 }
 
 TEST(QdqInsert, ClipWithANegativeFloorIsNotAbsorbed) {
@@ -151,12 +164,16 @@ TEST(QdqInsert, ClipWithANegativeFloorIsNotAbsorbed) {
   b.init("w2", testing::random_tensor({3, 3, 1, 1}, 8));
   b.conv({"x", "w"}, "c");
   b.node("Clip", {"c", "lo", "hi"}, {"k"});
-  b.conv({"k", "w2"}, "y");
+  b.conv({"k", "w2"}, "c2");
+  b.node("Sigmoid", {"c2"}, {"y"});
   b.output("y");
   ir::Model m = b.finish();
   QdqPlan p = plan_qdq(*m.graph, nullptr).value();
   EXPECT_TRUE(p.absorbed.empty());
-  EXPECT_EQ(p.observe, (std::vector<std::string>{"x", "k"}));
+  // c: the first conv's output, which the (FP32) Clip reads through a DQ; k: the second conv's input;
+  // c2: its output, which the Sigmoid reads through a DQ.
+  EXPECT_EQ(p.observe, (std::vector<std::string>{"x", "c", "k", "c2"}));
+  EXPECT_EQ(p.exits, (std::set<std::string>{"c", "c2"}));
 }
 
 TEST(QdqInsert, NeedsOpset13AndEveryRange) {
