@@ -6,8 +6,8 @@
 
 #include "backends/device_runtime.h"
 #include "core/parallel.h"
-#include "engine/auto_precision.h"
 #include "core/process_threads.h"
+#include "engine/auto_precision.h"
 #include "engine/calibration.h"
 #include "engine/engine_impl.h"
 #include "engine/executor.h"

@@ -83,27 +83,30 @@ TEST(ToleranceMetrics, CloseAndTopK) {
   EXPECT_FALSE(detail::tolerance_met(top1_all, n2));
 }
 
-// x -> Conv A -> Relu -> Conv B (sensitive) -> Relu -> Conv C -> Relu -> GlobalAveragePool -> Flatten
-// -> Gemm. Conv A's channel 0 has a bias of 3e4: after the Relu, B's input spans [0, 3e4], so INT8's
-// per-tensor activation scale (about 118) rounds every other channel (values near 1) to zero. B's
-// weights from channel 0 are zero, so in FP32 the outlier does not matter; quantizing B's input wipes
-// out its signal. Every other layer quantizes well.
+// x -> Conv A -> Relu -> Mul -> Conv B (sensitive) -> Relu -> Conv C -> Relu -> GlobalAveragePool ->
+// Flatten -> Gemm. The Mul scales channel 0 by 3e4 (a float layer: no INT8 layer takes a Mul), so B's
+// input spans [0, 3e4] while A's output keeps its ordinary range (A quantized alone leaves INT8 at its
+// own output, qdq_insert's exit rule). INT8's per-tensor activation scale for B's input (about 118)
+// rounds every other channel (values near 1) to zero. B's weights from channel 0 are zero, so in FP32
+// the outlier does not matter; quantizing B's input wipes out its signal. Every other layer quantizes well.
 std::string sensitive_net() {
   testing::GraphBuilder b;
   const int64_t c = 32;
   b.input("x", {8, 16, 24, 24});
   Tensor wa = testing::random_tensor({c, 16, 3, 3}, 1, DataType::kFloat32, -0.2, 0.2);
   Tensor ba = testing::random_tensor({c}, 2, DataType::kFloat32, 0, 0.2);
-  ba.data<float>()[0] = 3e4f;
   Tensor wb = testing::random_tensor({c, c, 3, 3}, 3, DataType::kFloat32, -0.15, 0.15);
   for (int64_t o = 0; o < c; ++o)
     for (int64_t k = 0; k < 9; ++k) wb.data<float>()[o * c * 9 + k] = 0;  // input channel 0
   Tensor wc = testing::random_tensor({c, c, 3, 3}, 4, DataType::kFloat32, -0.15, 0.15);
-  b.init("wa", wa).init("ba", ba).init("wb", wb).init("wc", wc);
+  Tensor scale(DataType::kFloat32, {1, c, 1, 1});
+  for (int64_t k = 0; k < c; ++k) scale.data<float>()[k] = k == 0 ? 3e4f : 1.f;
+  b.init("wa", wa).init("ba", ba).init("wb", wb).init("wc", wc).init("scale", scale);
   b.init("wf", testing::random_tensor({10, c}, 5)).init("bf", testing::random_tensor({10}, 6));
   b.conv({"x", "wa", "ba"}, "a", 1).name = "convA";
   b.node("Relu", {"a"}, {"ra"});
-  b.conv({"ra", "wb"}, "bb", 1).name = "convB";
+  b.node("Mul", {"ra", "scale"}, {"ma"});
+  b.conv({"ma", "wb"}, "bb", 1).name = "convB";
   b.node("Relu", {"bb"}, {"rb"});
   b.conv({"rb", "wc"}, "cc", 1).name = "convC";
   b.node("Relu", {"cc"}, {"rc"});
