@@ -8,6 +8,8 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/cudnn_tactics.h"
+#include "core/shape.h"
+#include "ops/common.h"
 #include "ops/conv_util.h"
 #include "ops/movement_geometry.h"
 
@@ -43,12 +45,6 @@ std::string float_data(const LayerSignature& sig) {
       sig.outputs[0].dtype != sig.inputs[0].dtype)
     return "Y's dtype differs from X's";
   return "";
-}
-
-int64_t numel(const Dims& d) {
-  int64_t n = 1;
-  for (int64_t x : d) n *= x;
-  return n;
 }
 
 // ---------------------------------------------------------------- windowed pooling
@@ -180,8 +176,8 @@ class GlobalPoolCuda : public Tactic {
     l->max = sig.op() == "GlobalMaxPool" || sig.op() == "ReduceMax";
     const bool global = sig.op().rfind("Global", 0) == 0;
     const bool keep = global || sig.node->attr_int("keepdims", 1) != 0;
-    l->planes = numel(Dims(x.begin(), x.begin() + first));
-    l->inner = numel(Dims(x.begin() + first, x.end()));
+    l->planes = dims_numel(Dims(x.begin(), x.begin() + first));
+    l->inner = dims_numel(Dims(x.begin() + first, x.end()));
     if (l->inner == 0) return Unsupported("an empty reduction");
     l->shape.assign(x.begin(), x.begin() + first);
     if (keep) l->shape.resize(x.size(), 1);
@@ -190,12 +186,6 @@ class GlobalPoolCuda : public Tactic {
 };
 
 // ---------------------------------------------------------------- split
-
-Dims contiguous_strides(const Dims& d) {
-  Dims s(d.size(), 1);
-  for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
-  return s;
-}
 
 class PreparedSplit : public PreparedLayer {
  public:
@@ -207,7 +197,7 @@ class PreparedSplit : public PreparedLayer {
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     for (size_t o = 0; o < copies.size(); ++o) {
-      if (!out[o] || numel(shapes[o]) == 0) continue;  // an output nothing reads
+      if (!out[o] || dims_numel(shapes[o]) == 0) continue;  // an output nothing reads
       KILN_RETURN_IF_ERROR(
           cuda_status(launch_strided_copy(in[0]->raw(), out[o]->raw(), static_cast<int64_t>(dtype_size(dtype)),
                                           copies[o], stream_of(ctx)),
@@ -262,14 +252,14 @@ class SplitCuda : public Tactic {
     std::vector<int64_t> lens;
     if (std::string why = sizes(sig, &axis, &lens); !why.empty()) return Unsupported(why);
     const Dims& x = sig.inputs[0].shape;
-    const Dims xs = contiguous_strides(x);
+    const Dims xs = ops::strides_of(x);
     auto l = std::make_unique<PreparedSplit>();
     l->dtype = sig.inputs[0].dtype;
     int64_t begin = 0;
     for (int64_t len : lens) {
       Dims o = x;
       o[static_cast<size_t>(axis)] = len;
-      Dims os = contiguous_strides(o);
+      Dims os = ops::strides_of(o);
       StridedCopy c;
       c.rank = static_cast<int>(x.size());
       for (size_t k = 0; k < x.size(); ++k) c.dims[k] = o[k], c.in_strides[k] = xs[k], c.out_strides[k] = os[k];

@@ -17,6 +17,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/cuda_tactics.h"
+#include "core/shape.h"
 
 namespace kiln::backends::cuda {
 
@@ -30,12 +31,6 @@ Status lt_status(cublasStatus_t s, const char* what) {
   return Internal("cuBLASLt: ", what, " failed: ", cublasLtGetStatusName(s), " (", cublasLtGetStatusString(s), ")");
 }
 #define KILN_LT(call) KILN_RETURN_IF_ERROR(lt_status((call), #call))
-
-int64_t numel(const Dims& d) {
-  int64_t n = 1;
-  for (int64_t x : d) n *= x;
-  return n;
-}
 
 // What the layer computes, in row-major terms.
 struct Geometry {
@@ -84,7 +79,7 @@ std::string geometry(const LayerSignature& sig, DataType dt, Geometry* g) {
     g->out = {g->m, g->n};
     if (sig.has_input(2)) {
       const Dims& c = sig.inputs[2].shape;
-      if (numel(c) == g->n && (c.size() == 1 || (c.size() == 2 && c[0] == 1))) {
+      if (dims_numel(c) == g->n && (c.size() == 1 || (c.size() == 2 && c[0] == 1))) {
         if (!sig.inputs[2].constant) return "the bias C is not a constant";
         g->bias = 2, g->bias_scale = beta;
       } else if (c == g->out) {
@@ -99,13 +94,13 @@ std::string geometry(const LayerSignature& sig, DataType dt, Geometry* g) {
     if (b[b.size() - 2] != g->k) return "inner dimensions differ";
     Dims ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
     if (bb.empty()) {
-      g->m *= numel(ab);
+      g->m *= dims_numel(ab);
       g->out = ab;
     } else if (ab == bb) {
-      g->batch = numel(ab), g->stride_a = g->m * g->k, g->stride_b = g->k * g->n;
+      g->batch = dims_numel(ab), g->stride_a = g->m * g->k, g->stride_b = g->k * g->n;
       g->out = ab;
     } else if (ab.empty()) {
-      g->batch = numel(bb), g->stride_a = 0, g->stride_b = g->k * g->n;
+      g->batch = dims_numel(bb), g->stride_a = 0, g->stride_b = g->k * g->n;
       g->out = bb;
     } else {
       return "batch dims broadcast";
@@ -114,7 +109,7 @@ std::string geometry(const LayerSignature& sig, DataType dt, Geometry* g) {
     g->out.push_back(g->n);
     if (is_fused(sig) && sig.has_input(2)) {
       const Dims& c = sig.inputs[2].shape;
-      if (numel(c) != g->n || c.empty() || c.back() != g->n) return "Bias is not a vector of N";
+      if (dims_numel(c) != g->n || c.empty() || c.back() != g->n) return "Bias is not a vector of N";
       if (!sig.inputs[2].constant) return "Bias is not a constant";
       g->bias = 2;
     }
@@ -184,7 +179,7 @@ class PreparedLtMatmul : public PreparedLayer {
                            lc.get(), y, lc.get(), &algo, ctx.workspace, workspace, stream_of(ctx)));
     if (g.act.op != UnaryOp::kIdentity)
       KILN_RETURN_IF_ERROR(cuda_status(
-          launch_unary(out[0]->raw(), out[0]->raw(), numel(g.out), g.act, float_type(dtype), stream_of(ctx)),
+          launch_unary(out[0]->raw(), out[0]->raw(), dims_numel(g.out), g.act, float_type(dtype), stream_of(ctx)),
           name.c_str()));
     return Status::Ok();
   }

@@ -11,24 +11,14 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cuda_more_kernels.h"
 #include "backends/cuda/cuda_tactics.h"
+#include "core/shape.h"
+#include "ops/common.h"
 #include "ops/movement_geometry.h"
 #include "ops/resize_plan.h"
 
 namespace kiln::backends::cuda {
 
 namespace {
-
-int64_t numel(const Dims& d) {
-  int64_t n = 1;
-  for (int64_t x : d) n *= x;
-  return n;
-}
-
-Dims contiguous_strides(const Dims& d) {
-  Dims s(d.size(), 1);
-  for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
-  return s;
-}
 
 bool broadcast_all(const std::vector<Dims>& in, Dims* out) {
   size_t r = 0;
@@ -51,7 +41,7 @@ Broadcast3 broadcast3(const std::vector<Dims>& in, const Dims& out) {
   p.rank = static_cast<int>(out.size());
   for (size_t k = 0; k < out.size(); ++k) p.dims[k] = out[k];
   for (size_t j = 0; j < in.size() && j < 3; ++j) {
-    Dims s = contiguous_strides(in[j]);
+    Dims s = ops::strides_of(in[j]);
     size_t off = out.size() - in[j].size();
     for (size_t k = 0; k < out.size(); ++k) p.strides[j][k] = k < off || in[j][k - off] == 1 ? 0 : s[k - off];
   }
@@ -106,7 +96,7 @@ class PreparedWhere : public PreparedLayer {
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     return cuda_status(launch_where(consts.data(0, in), consts.data(1, in), consts.data(2, in), out[0]->raw(),
-                                    static_cast<int64_t>(dtype_size(dtype)), numel(shape), p, stream_of(ctx)),
+                                    static_cast<int64_t>(dtype_size(dtype)), dims_numel(shape), p, stream_of(ctx)),
                        "where_cuda");
   }
 };
@@ -162,7 +152,7 @@ class PreparedCompare : public PreparedLayer {
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     return cuda_status(launch_compare(consts.data(0, in), unary ? nullptr : consts.data(1, in), out[0]->raw(), type, op,
-                                      numel(shape), p, stream_of(ctx)),
+                                      dims_numel(shape), p, stream_of(ctx)),
                        "compare_cuda");
   }
 };
@@ -232,7 +222,7 @@ class PreparedIntArith : public PreparedLayer {
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     return cuda_status(launch_int_arith(consts.data(0, in), unary ? nullptr : consts.data(1, in), out[0]->raw(),
-                                        dtype == DataType::kInt64, op, numel(shape), p, stream_of(ctx)),
+                                        dtype == DataType::kInt64, op, dims_numel(shape), p, stream_of(ctx)),
                        "int_arith_cuda");
   }
 };
@@ -305,7 +295,7 @@ class PreparedAxisGather : public PreparedLayer {
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     return cuda_status(launch_axis_gather(consts.data(0, in), out[0]->raw(), static_cast<int64_t>(dtype_size(dtype)),
-                                          maps.data<int64_t>(), numel(shape), p, stream_of(ctx)),
+                                          maps.data<int64_t>(), dims_numel(shape), p, stream_of(ctx)),
                        kernel);
   }
 };
@@ -313,7 +303,7 @@ class PreparedAxisGather : public PreparedLayer {
 // Fills `l` from one source-coordinate table per axis of X (-1: the fill value).
 Status finish_gather(PreparedAxisGather& l, const LayerSignature& sig, const std::vector<std::vector<int64_t>>& maps) {
   const Dims& x = sig.inputs[0].shape;
-  Dims in_strides = contiguous_strides(x);
+  Dims in_strides = ops::strides_of(x);
   std::vector<int64_t> table;
   l.p.rank = static_cast<int>(x.size());
   for (size_t k = 0; k < x.size(); ++k) {
@@ -443,10 +433,10 @@ class PreparedWeightedResize : public PreparedLayer {
   std::vector<Dims> output_shapes() const override { return {shape}; }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    return cuda_status(
-        launch_weighted_resize(in[0]->data<float>(), out[0]->data<float>(), index.data<int64_t>(), weight.data<float>(),
-                               static_cast<const unsigned char*>(extrapolate.raw()), numel(shape), p, stream_of(ctx)),
-        "resize_cuda");
+    return cuda_status(launch_weighted_resize(
+                           in[0]->data<float>(), out[0]->data<float>(), index.data<int64_t>(), weight.data<float>(),
+                           static_cast<const unsigned char*>(extrapolate.raw()), dims_numel(shape), p, stream_of(ctx)),
+                       "resize_cuda");
   }
 };
 
@@ -486,12 +476,12 @@ class ResizeCuda : public Tactic {
       }
       float e = static_cast<float>(g.extrapolation);
       std::memcpy(&l->p.fill, &e, sizeof e);
-      if (numel(l->shape) > 0) KILN_RETURN_IF_ERROR(finish_gather(*l, sig, maps));
+      if (dims_numel(l->shape) > 0) KILN_RETURN_IF_ERROR(finish_gather(*l, sig, maps));
       return std::unique_ptr<PreparedLayer>(std::move(l));
     }
     auto l = std::make_unique<PreparedWeightedResize>();
     l->shape = g.out_shape;
-    Dims in_strides = contiguous_strides(x);
+    Dims in_strides = ops::strides_of(x);
     std::vector<int64_t> index;
     std::vector<float> weight;
     std::vector<unsigned char> extrapolate;
@@ -519,7 +509,7 @@ class ResizeCuda : public Tactic {
         l->p.any_extrapolate |= outside;
       }
     }
-    if (numel(l->shape) > 0) {
+    if (dims_numel(l->shape) > 0) {
       KILN_ASSIGN_OR_RETURN(l->index, device_table(index, DataType::kInt64, dev));
       KILN_ASSIGN_OR_RETURN(l->weight, device_table(weight, DataType::kFloat32, dev));
       KILN_ASSIGN_OR_RETURN(l->extrapolate, device_table(extrapolate, DataType::kUInt8, dev));

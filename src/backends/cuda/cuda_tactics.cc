@@ -13,23 +13,13 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/cuda_tactics.h"
+#include "core/shape.h"
+#include "ops/common.h"
 #include "ops/movement_geometry.h"
 
 namespace kiln::backends::cuda {
 
 namespace {
-
-int64_t numel(const Dims& d) {
-  int64_t n = 1;
-  for (int64_t x : d) n *= x;
-  return n;
-}
-
-Dims contiguous_strides(const Dims& d) {
-  Dims s(d.size(), 1);
-  for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
-  return s;
-}
 
 // Why the first `count` inputs are not all of dtype `dt` ("" when they are).
 std::string float_inputs(const LayerSignature& sig, size_t count, DataType dt) {
@@ -66,7 +56,7 @@ bool broadcast(const Dims& a, const Dims& b, Dims* out) {
 
 // Strides of `in` (right-aligned) over the broadcast output dims `out`: 0 along broadcast dims.
 void broadcast_strides(const Dims& in, const Dims& out, int64_t* strides) {
-  Dims s = contiguous_strides(in);
+  Dims s = ops::strides_of(in);
   size_t off = out.size() - in.size();
   for (size_t k = 0; k < out.size(); ++k) strides[k] = k < off || in[k - off] == 1 ? 0 : s[k - off];
 }
@@ -87,7 +77,7 @@ class PreparedUnary : public PreparedLayer {
   std::vector<DataType> output_dtypes() const override { return {dtype}; }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    return launched(launch_unary(in[0]->raw(), out[0]->raw(), numel(shape), p, float_type(dtype), stream_of(ctx)),
+    return launched(launch_unary(in[0]->raw(), out[0]->raw(), dims_numel(shape), p, float_type(dtype), stream_of(ctx)),
                     "elementwise_unary_cuda");
   }
 };
@@ -192,7 +182,7 @@ class PreparedBinary : public PreparedLayer {
   std::vector<DataType> output_dtypes() const override { return {dtype}; }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    return launched(launch_binary(consts.data(0, in), consts.data(1, in), out[0]->raw(), numel(shape), op, p,
+    return launched(launch_binary(consts.data(0, in), consts.data(1, in), out[0]->raw(), dims_numel(shape), op, p,
                                   float_type(dtype), stream_of(ctx)),
                     "elementwise_binary_cuda");
   }
@@ -271,7 +261,7 @@ class PreparedCast : public PreparedLayer {
   std::vector<DataType> output_dtypes() const override { return {to_dtype}; }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    return launched(launch_cast(in[0]->raw(), from, out[0]->raw(), to, numel(shape), stream_of(ctx)), "cast_cuda");
+    return launched(launch_cast(in[0]->raw(), from, out[0]->raw(), to, dims_numel(shape), stream_of(ctx)), "cast_cuda");
   }
 };
 
@@ -401,9 +391,9 @@ class LayerNormCuda : public Tactic {
     if (axis < 0) axis += rank;
     if (rank == 0 || axis < 0 || axis >= rank) return "axis out of range";
     if (!sig.inputs[0].known()) return "";
-    int64_t d = numel(Dims(sig.inputs[0].shape.begin() + axis, sig.inputs[0].shape.end()));
+    int64_t d = dims_numel(Dims(sig.inputs[0].shape.begin() + axis, sig.inputs[0].shape.end()));
     for (size_t i = 1; i <= 2; ++i)
-      if (sig.has_input(i) && (!sig.inputs[i].known() || numel(sig.inputs[i].shape) != d))
+      if (sig.has_input(i) && (!sig.inputs[i].known() || dims_numel(sig.inputs[i].shape) != d))
         return "Scale/B does not have the normalized block's elements";
     return "";
   }
@@ -413,8 +403,8 @@ class LayerNormCuda : public Tactic {
     int64_t rank = static_cast<int64_t>(l->shape.size());
     int64_t axis = sig.node->attr_int("axis", -1);
     if (axis < 0) axis += rank;
-    l->d = numel(Dims(l->shape.begin() + axis, l->shape.end()));
-    l->rows = numel(Dims(l->shape.begin(), l->shape.begin() + axis));
+    l->d = dims_numel(Dims(l->shape.begin() + axis, l->shape.end()));
+    l->rows = dims_numel(Dims(l->shape.begin(), l->shape.begin() + axis));
     l->epsilon = sig.node->attr_float("epsilon", 1e-5f);
     l->has_scale = sig.has_input(1), l->has_bias = sig.has_input(2);
     l->dtype = dt_;
@@ -482,7 +472,7 @@ class TransposeCuda : public Tactic {
     if (static_cast<int64_t>(perm.size()) != rank) return InvalidArgument("perm ", dims_str(perm), " for rank ", rank);
     auto l = std::make_unique<PreparedCopies>();
     l->dtype = sig.inputs[0].dtype, l->kernel = "transpose_cuda";
-    Dims in_strides = contiguous_strides(x);
+    Dims in_strides = ops::strides_of(x);
     StridedCopy c;
     c.rank = static_cast<int>(rank);
     for (int64_t k = 0; k < rank; ++k) {
@@ -492,7 +482,7 @@ class TransposeCuda : public Tactic {
       l->shape.push_back(x[static_cast<size_t>(p)]);
       c.in_strides[k] = in_strides[static_cast<size_t>(p)];
     }
-    Dims out_strides = contiguous_strides(l->shape);
+    Dims out_strides = ops::strides_of(l->shape);
     for (int64_t k = 0; k < rank; ++k) c.dims[k] = l->shape[static_cast<size_t>(k)], c.out_strides[k] = out_strides[k];
     l->copies.emplace_back(0, c);
     return std::unique_ptr<PreparedLayer>(std::move(l));
@@ -528,7 +518,7 @@ class SliceCuda : public Tactic {
     const Dims& x = sig.inputs[0].shape;
     const int64_t rank = static_cast<int64_t>(x.size());
     KILN_RETURN_IF_ERROR(ops::check_slice_params(p, rank));
-    Dims in_strides = contiguous_strides(x);
+    Dims in_strides = ops::strides_of(x);
     auto l = std::make_unique<PreparedCopies>();
     l->dtype = sig.inputs[0].dtype, l->kernel = "slice_cuda";
     l->shape = x;
@@ -542,7 +532,7 @@ class SliceCuda : public Tactic {
       c.in_offset += s.start * in_strides[a];
       c.in_strides[a] = in_strides[a] * s.step;
     }
-    Dims out_strides = contiguous_strides(l->shape);
+    Dims out_strides = ops::strides_of(l->shape);
     for (int64_t k = 0; k < rank; ++k) c.dims[k] = l->shape[static_cast<size_t>(k)], c.out_strides[k] = out_strides[k];
     l->copies.emplace_back(0, c);
     return std::unique_ptr<PreparedLayer>(std::move(l));
@@ -571,7 +561,7 @@ class ConcatCuda : public Tactic {
     l->shape = sig.inputs[0].shape;
     l->shape[static_cast<size_t>(axis)] = 0;
     for (const auto& t : sig.inputs) l->shape[static_cast<size_t>(axis)] += t.shape[static_cast<size_t>(axis)];
-    Dims out_strides = contiguous_strides(l->shape);
+    Dims out_strides = ops::strides_of(l->shape);
     int64_t at = 0;
     for (size_t i = 0; i < sig.inputs.size(); ++i) {
       const Dims& x = sig.inputs[i].shape;
@@ -580,13 +570,13 @@ class ConcatCuda : public Tactic {
           return InvalidArgument("input ", i, " ", dims_str(x), " does not fit ", dims_str(sig.inputs[0].shape));
       StridedCopy c;
       c.rank = static_cast<int>(rank);
-      Dims in_strides = contiguous_strides(x);
+      Dims in_strides = ops::strides_of(x);
       for (int64_t k = 0; k < rank; ++k)
         c.dims[k] = x[static_cast<size_t>(k)], c.in_strides[k] = in_strides[static_cast<size_t>(k)],
         c.out_strides[k] = out_strides[static_cast<size_t>(k)];
       c.out_offset = at * out_strides[static_cast<size_t>(axis)];
       at += x[static_cast<size_t>(axis)];
-      if (numel(x)) l->copies.emplace_back(i, c);
+      if (dims_numel(x)) l->copies.emplace_back(i, c);
     }
     KILN_RETURN_IF_ERROR(l->consts.upload(sig));
     return std::unique_ptr<PreparedLayer>(std::move(l));
@@ -615,7 +605,7 @@ class ExpandCuda : public Tactic {
     StridedCopy c;
     c.rank = static_cast<int>(l->shape.size());
     broadcast_strides(sig.inputs[0].shape, l->shape, c.in_strides);
-    Dims out_strides = contiguous_strides(l->shape);
+    Dims out_strides = ops::strides_of(l->shape);
     for (size_t k = 0; k < l->shape.size(); ++k) c.dims[k] = l->shape[k], c.out_strides[k] = out_strides[k];
     l->copies.emplace_back(0, c);
     KILN_RETURN_IF_ERROR(l->consts.upload(sig));
@@ -663,7 +653,7 @@ class GatherCuda : public Tactic {
     l->dtype = sig.inputs[0].dtype;
     l->idx64 = sig.inputs[1].dtype == DataType::kInt64;
     l->axis = x[static_cast<size_t>(axis)];
-    l->count = numel(idx);
+    l->count = dims_numel(idx);
     for (int64_t k = 0; k < axis; ++k) l->outer *= x[static_cast<size_t>(k)];
     for (int64_t k = axis + 1; k < rank; ++k) l->inner *= x[static_cast<size_t>(k)];
     l->shape.assign(x.begin(), x.begin() + axis);

@@ -18,6 +18,8 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/cudnn_tactics.h"
+#include "core/shape.h"
+#include "ops/common.h"
 #include "ops/conv_util.h"
 
 namespace kiln::backends::cuda {
@@ -88,18 +90,6 @@ bool epilogue_of(const ir::Node& n, Epilogue* e) {
   else
     return false;
   return true;
-}
-
-int64_t numel(const Dims& d) {
-  int64_t n = 1;
-  for (int64_t x : d) n *= x;
-  return n;
-}
-
-Dims contiguous_strides(const Dims& d) {
-  Dims s(d.size(), 1);
-  for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
-  return s;
 }
 
 std::vector<int> ints(const Dims& d) { return std::vector<int>(d.begin(), d.end()); }
@@ -231,13 +221,13 @@ class CudnnConv : public Tactic {
     cnn_dtype(l->dtype, &l->cnn, &data_type);
     l->out_shape = {x[0], wd[0]};
     for (int64_t o : g.out) l->out_shape.push_back(o);
-    l->batch = x[0], l->channels = wd[0], l->inner = numel(g.out);
+    l->batch = x[0], l->channels = wd[0], l->inner = dims_numel(g.out);
     epilogue_of(node, &l->epilogue);
     l->has_bias = sig.has_input(2);
     l->has_residual = node.inputs.size() > 3 && sig.has_input(3);
     if (l->has_residual && sig.inputs[3].shape != l->out_shape)
       return Unsupported("the residual ", dims_str(sig.inputs[3].shape), " is not Y's shape ", dims_str(l->out_shape));
-    if (numel(l->out_shape) == 0 || numel(x) == 0) return Unsupported("empty tensors");
+    if (dims_numel(l->out_shape) == 0 || dims_numel(x) == 0) return Unsupported("empty tensors");
 
     // cuDNN's geometry: at least 2 spatial dims (a 1-D conv gets a leading unit dim), symmetric pads.
     Dims in_sp(x.begin() + 2, x.end()), k_sp(wd.begin() + 2, wd.end());
@@ -248,12 +238,12 @@ class CudnnConv : public Tactic {
       for (size_t d = 0; d < g.rank(); ++d) padded[d] += g.pad_begin[d] + g.pad_end[d], pads[d] = 0;
       Dims full = {x[0], x[1]};
       full.insert(full.end(), padded.begin(), padded.end());
-      Dims src = contiguous_strides(x), dst = contiguous_strides(full);
+      Dims src = ops::strides_of(x), dst = ops::strides_of(full);
       StridedCopy& c = l->pad_copy;
       c.rank = static_cast<int>(x.size());
       for (size_t k = 0; k < x.size(); ++k) c.dims[k] = x[k], c.in_strides[k] = src[k], c.out_strides[k] = dst[k];
       for (size_t d = 0; d < g.rank(); ++d) c.out_offset += g.pad_begin[d] * dst[d + 2];
-      l->pad_bytes = static_cast<size_t>(numel(full)) * dtype_size(l->dtype);
+      l->pad_bytes = static_cast<size_t>(dims_numel(full)) * dtype_size(l->dtype);
       in_sp = padded;
     }
     if (g.rank() == 1) {
@@ -268,15 +258,16 @@ class CudnnConv : public Tactic {
     for (const Dims* d : {&xs, &ws, &ys, &pads, &strides, &dil})
       for (int64_t v : *d)
         if (v > INT32_MAX) return Unsupported("a dim above 2^31 (cuDNN takes int)");
-    if (numel(xs) > INT32_MAX || numel(ys) > INT32_MAX) return Unsupported("a tensor of 2^31 elements or more");
+    if (dims_numel(xs) > INT32_MAX || dims_numel(ys) > INT32_MAX)
+      return Unsupported("a tensor of 2^31 elements or more");
 
     const int nd = static_cast<int>(xs.size());
     KILN_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&l->x_desc));
     KILN_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&l->y_desc));
     KILN_CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&l->w_desc));
     KILN_CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&l->conv_desc));
-    std::vector<int> xi = ints(xs), yi = ints(ys), wi = ints(ws), xst = ints(contiguous_strides(xs)),
-                     yst = ints(contiguous_strides(ys));
+    std::vector<int> xi = ints(xs), yi = ints(ys), wi = ints(ws), xst = ints(ops::strides_of(xs)),
+                     yst = ints(ops::strides_of(ys));
     KILN_CUDNN_RETURN_IF_ERROR(cudnnSetTensorNdDescriptor(l->x_desc, data_type, nd, xi.data(), xst.data()));
     KILN_CUDNN_RETURN_IF_ERROR(cudnnSetTensorNdDescriptor(l->y_desc, data_type, nd, yi.data(), yst.data()));
     KILN_CUDNN_RETURN_IF_ERROR(cudnnSetFilterNdDescriptor(l->w_desc, data_type, CUDNN_TENSOR_NCHW, nd, wi.data()));
@@ -340,7 +331,7 @@ class CudnnConv : public Tactic {
     if (l->fused) {
       Dims bs(xs.size(), 1);
       bs[1] = wd[0];
-      std::vector<int> bi = ints(bs), bst = ints(contiguous_strides(bs));
+      std::vector<int> bi = ints(bs), bst = ints(ops::strides_of(bs));
       KILN_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&l->bias_desc));
       KILN_CUDNN_RETURN_IF_ERROR(cudnnSetTensorNdDescriptor(l->bias_desc, CUDNN_DATA_FLOAT, nd, bi.data(), bst.data()));
       KILN_CUDNN_RETURN_IF_ERROR(cudnnCreateActivationDescriptor(&l->act_desc));
