@@ -15,6 +15,7 @@
 // conv in whatever layout the layout pass picks.
 #include "ir/attribute_builders.h"
 #include "ir/rewrite.h"
+#include "passes/fusion_util.h"
 #include "passes/pass.h"
 
 namespace kiln::passes {
@@ -25,11 +26,6 @@ bool all_equal(const std::vector<int64_t>& v, int64_t x) {
   for (int64_t e : v)
     if (e != x) return false;
   return true;
-}
-
-const ir::TypeInfo* type_of(const ir::Graph& g, const std::string& v) {
-  auto it = g.value_types.find(v);
-  return it == g.value_types.end() ? nullptr : &it->second;
 }
 
 // The conv's geometry when it is a patch embedding this pass can lower.
@@ -46,7 +42,7 @@ bool match(const ir::Graph& g, const ir::UseIndex& uses, const ir::Node& n, Patc
     const Tensor* b = ir::constant_value(g, n.inputs[2]);
     if (!b || b->dtype() != DataType::kFloat32 || b->numel() != w->dim(0)) return false;
   }
-  const ir::TypeInfo* xt = type_of(g, n.inputs[0]);
+  const ir::TypeInfo* xt = fusion::type_of(g, n.inputs[0]);
   if (!xt || !xt->is_tensor() || xt->elem != DataType::kFloat32 || !xt->shape.rank_known || xt->shape.rank() != 4)
     return false;
   for (size_t d = 1; d < 4; ++d)  // the batch may be symbolic
