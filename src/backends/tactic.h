@@ -125,6 +125,15 @@ struct TacticInfo {
   // A CPU tactic that takes any dtype (why_unsupported says which) in any precision: data movement,
   // comparisons, casts.
   static TacticInfo cpu_any_dtype() { return {DeviceKind::kCPU, kIsaPortable, DataType::kUndefined, {}, {}}; }
+  // A CPU tactic of the 8-bit quantized layers (kiln.QConv, kiln.QPool): uint8 or int8 in and out,
+  // computing in int8.
+  static TacticInfo cpu_int8() {
+    return {DeviceKind::kCPU,
+            kIsaPortable,
+            DataType::kInt8,
+            {DataType::kUInt8, DataType::kInt8},
+            {DataType::kUInt8, DataType::kInt8}};
+  }
 };
 
 // Workspace pieces are 64-byte aligned: workspace_bytes() sums workspace_piece(n) of each piece and

@@ -117,13 +117,7 @@ class PreparedQPool : public PreparedLayer {
 class KilnQPool : public Tactic {
  public:
   std::string name() const override { return "pool2d_kiln_int8_nhwc"; }
-  TacticInfo info() const override {
-    return {DeviceKind::kCPU,
-            kIsaPortable,
-            DataType::kInt8,
-            {DataType::kUInt8, DataType::kInt8},
-            {DataType::kUInt8, DataType::kInt8}};
-  }
+  TacticInfo info() const override { return TacticInfo::cpu_int8(); }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "QPool"}}; }
   std::string why_unsupported(const LayerSignature& sig) const override {
     const auto q = ops::quantized_layer_params(*sig.node);

@@ -247,15 +247,7 @@ class PreparedMatmulBf16 : public PreparedLayer {
       auto& eng = cpu_engine();
       float* dst = out[0]->data<float>();
       size_t n = static_cast<size_t>(out[0]->numel());
-      if (!prefill.empty()) {
-        std::memcpy(dst, prefill.data(), n * 4);
-        if (has_residual) {
-          const float* r = in[3]->data<float>();
-          for (size_t i = 0; i < n; ++i) dst[i] += r[i];
-        }
-      } else if (has_residual) {
-        std::memcpy(dst, in[3]->raw(), n * 4);
-      }
+      fill_accumulator(dst, n, prefill, has_residual ? in[3]->data<float>() : nullptr);
       WorkspaceSlicer ws(ctx);
       void* a16 = ws.take(src.bytes());
       void* scratch = ws.take(scratch_md.get_size());
@@ -302,24 +294,8 @@ class OnednnMatmulBf16 : public Tactic {
     Status st = guarded(name(), [&]() -> Status {
       auto& eng = cpu_engine();
       std::vector<float> bias_values;
-      if (g.gemm && sig.has_input(2)) {
-        const Tensor& c = *sig.inputs[2].constant;
-        const Dims& cs = c.shape();
-        if (c.numel() == n && !cs.empty() && cs.back() == n) {
-          bias_values.assign(c.data<float>(), c.data<float>() + n);
-          for (float& v : bias_values) v *= g.beta;
-        } else {  // broadcast beta * C to [m, n] (unidirectional: C's dims are 1 or equal)
-          int64_t cr = cs.size() == 2 ? cs[0] : 1, cc = cs.empty() ? 1 : cs.back();
-          if ((cr != 1 && cr != m) || (cc != 1 && cc != n)) return Unsupported("C does not broadcast to [M, N]");
-          p->prefill.resize(static_cast<size_t>(m * n));
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j)
-              p->prefill[i * n + j] = g.beta * c.data<float>()[(cr == 1 ? 0 : i) * cc + (cc == 1 ? 0 : j)];
-        }
-      } else if (!g.gemm && sig.has_input(2)) {
-        const Tensor& c = *sig.inputs[2].constant;
-        bias_values.assign(c.data<float>(), c.data<float>() + n);
-      }
+      if (sig.has_input(2))
+        KILN_RETURN_IF_ERROR(matmul_bias(*sig.inputs[2].constant, g.gemm, g.beta, m, n, &bias_values, &p->prefill));
       const memory::desc a_md({m, k}, dt::f32, g.trans_a ? tag::ba : tag::ab);
       const memory::desc a16_md({m, k}, dt::bf16, tag::ab);
       const memory::desc w_user({k, n}, dt::f32, g.trans_b ? tag::ba : tag::ab);

@@ -136,5 +136,37 @@ void ConvDescs::load_constants(const LayerSignature& sig, const dnnl::convolutio
   }
 }
 
+Status matmul_bias(const Tensor& c, bool gemm, float beta, int64_t m, int64_t n, std::vector<float>* bias,
+                   std::vector<float>* prefill) {
+  const float* cv = c.data<float>();
+  const Dims& cs = c.shape();
+  if (!gemm) {
+    bias->assign(cv, cv + n);
+    return Status::Ok();
+  }
+  if (c.numel() == n && !cs.empty() && cs.back() == n) {
+    bias->assign(cv, cv + n);
+    for (float& v : *bias) v *= beta;
+    return Status::Ok();
+  }
+  // Unidirectional broadcasting: C's dims are 1 or equal to [m, n]'s.
+  const int64_t cr = cs.size() == 2 ? cs[0] : 1, cc = cs.empty() ? 1 : cs.back();
+  if ((cr != 1 && cr != m) || (cc != 1 && cc != n)) return Unsupported("C does not broadcast to [M, N]");
+  prefill->resize(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) (*prefill)[i * n + j] = beta * cv[(cr == 1 ? 0 : i) * cc + (cc == 1 ? 0 : j)];
+  return Status::Ok();
+}
+
+void fill_accumulator(float* dst, size_t n, const std::vector<float>& prefill, const float* residual) {
+  if (!prefill.empty()) {
+    std::memcpy(dst, prefill.data(), n * sizeof(float));
+    if (residual)
+      for (size_t i = 0; i < n; ++i) dst[i] += residual[i];
+  } else if (residual) {
+    std::memcpy(dst, residual, n * sizeof(float));
+  }
+}
+
 }  // namespace kiln::backends::cpu::onednn
 #endif  // KILN_HAVE_ONEDNN

@@ -6,6 +6,7 @@
 
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "backends/cpu/onednn_geometry.h"
 #include "backends/tactic.h"
@@ -63,6 +64,16 @@ void execute(const dnnl::primitive& p, const dnnl::memory::desc& scratchpad_md, 
 
 // Copies `src` (plain, user layout) into memory of layout `dst_md` at `dst` (reorder when they differ).
 void reorder_into(const dnnl::memory::desc& src_md, const void* src, const dnnl::memory::desc& dst_md, void* dst);
+
+// A matmul's third input as oneDNN's matmul takes it. Gemm (gemm true): beta * C as a per-column bias
+// when C is one ([n] or [1, n]), else beta * C broadcast to a row-major [m, n] prefill that the sum
+// post-op adds (Unsupported when C does not broadcast to [m, n]). A fused MatMul's bias: as is.
+Status matmul_bias(const Tensor& c, bool gemm, float beta, int64_t m, int64_t n, std::vector<float>* bias,
+                   std::vector<float>* prefill);
+
+// What a matmul with a sum post-op accumulates onto, written into its n-float output first: the
+// prefill plus the residual, the prefill or the residual alone (either may be absent), or nothing.
+void fill_accumulator(float* dst, size_t n, const std::vector<float>& prefill, const float* residual);
 
 // A 2-D convolution's oneDNN descriptors from its geometry: the user weights (oihw, goihw when
 // grouped) and the same dims in any layout, the bias (M floats), strides, dilations and pads.

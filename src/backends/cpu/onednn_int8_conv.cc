@@ -71,13 +71,7 @@ class PreparedQConv : public PreparedLayer {
 class OnednnQConv : public Tactic {
  public:
   std::string name() const override { return "conv2d_onednn_int8_nhwc"; }
-  TacticInfo info() const override {
-    return {DeviceKind::kCPU,
-            kIsaPortable,
-            DataType::kInt8,
-            {DataType::kUInt8, DataType::kInt8},
-            {DataType::kUInt8, DataType::kInt8}};
-  }
+  TacticInfo info() const override { return TacticInfo::cpu_int8(); }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "QConv"}}; }
 
   std::string why_unsupported(const LayerSignature& sig) const override {
@@ -238,13 +232,7 @@ class PreparedQMaxPool : public PreparedLayer {
 class OnednnQMaxPool : public Tactic {
  public:
   std::string name() const override { return "pool2d_onednn_int8_nhwc"; }
-  TacticInfo info() const override {
-    return {DeviceKind::kCPU,
-            kIsaPortable,
-            DataType::kInt8,
-            {DataType::kUInt8, DataType::kInt8},
-            {DataType::kUInt8, DataType::kInt8}};
-  }
+  TacticInfo info() const override { return TacticInfo::cpu_int8(); }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "QPool"}}; }
   std::string why_unsupported(const LayerSignature& sig) const override {
     const auto q = ops::quantized_layer_params(*sig.node);

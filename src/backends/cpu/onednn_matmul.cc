@@ -40,15 +40,7 @@ class PreparedMatmul : public PreparedLayer {
       auto& eng = cpu_engine();
       float* dst = out[0]->data<float>();
       size_t n = static_cast<size_t>(out[0]->numel());
-      if (!prefill.empty()) {
-        std::memcpy(dst, prefill.data(), n * 4);
-        if (has_residual) {
-          const float* r = in[3]->data<float>();
-          for (size_t i = 0; i < n; ++i) dst[i] += r[i];
-        }
-      } else if (has_residual) {
-        std::memcpy(dst, in[3]->raw(), n * 4);
-      }
+      fill_accumulator(dst, n, prefill, has_residual ? in[3]->data<float>() : nullptr);
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src_md, eng, const_cast<void*>(in[0]->raw()))},
                                            {DNNL_ARG_DST, memory(dst_md, eng, dst)}};
       args.emplace(DNNL_ARG_WEIGHTS, weights ? weights : memory(wei_md, eng, const_cast<void*>(in[1]->raw())));
@@ -115,25 +107,8 @@ class OnednnMatmul : public Tactic {
       memory::desc bias_md;
       size_t rank = packed_ ? 2 : p->out_shape.size();
       std::vector<float> bias_values;
-      if (gemm && sig.has_input(2)) {
-        const Tensor& c = *sig.inputs[2].constant;
-        const Dims& cs = c.shape();
-        bool per_column = c.numel() == n && !cs.empty() && cs.back() == n;
-        if (per_column) {
-          bias_values.assign(c.data<float>(), c.data<float>() + n);
-          for (float& v : bias_values) v *= beta;
-        } else {  // broadcast beta * C to [m, n] (unidirectional: C's dims are 1 or equal)
-          int64_t cr = cs.size() == 2 ? cs[0] : 1, cc = cs.empty() ? 1 : cs.back();
-          if ((cr != 1 && cr != m) || (cc != 1 && cc != n)) return Unsupported("C does not broadcast to [M, N]");
-          p->prefill.resize(static_cast<size_t>(m * n));
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j)
-              p->prefill[i * n + j] = beta * c.data<float>()[(cr == 1 ? 0 : i) * cc + (cc == 1 ? 0 : j)];
-        }
-      } else if (!gemm && sig.has_input(2)) {
-        const Tensor& c = *sig.inputs[2].constant;
-        bias_values.assign(c.data<float>(), c.data<float>() + n);
-      }
+      if (sig.has_input(2))
+        KILN_RETURN_IF_ERROR(matmul_bias(*sig.inputs[2].constant, gemm, beta, m, n, &bias_values, &p->prefill));
       if (packed_) {
         p->src_md = ta ? memory::desc({m, k}, dt::f32, tag::ba) : memory::desc({m, k}, dt::f32, tag::ab);
         p->dst_md = memory::desc({m, n}, dt::f32, tag::ab);
