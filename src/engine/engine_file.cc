@@ -31,6 +31,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <sstream>
 
 #include "backends/registry.h"
@@ -629,6 +630,17 @@ nlohmann::json inspect(const EngineImpl& e) {
   auto workspace_of = [&](const std::string& name) -> size_t {
     return ws_layers.contains(name) ? ws_layers[name].get<size_t>() : 0;
   };
+  // Layers on interpreted plugin kernels (Python's @kiln.custom_op): "slow" says so, with the plugin.
+  std::map<std::string, std::string> slow_layers;
+  if (e.build.contains("plugins") && e.build["plugins"].is_array())
+    for (const auto& p : e.build["plugins"])
+      if (p.value("slow", false))
+        for (const auto& l : p.value("layers", nlohmann::json::array()))
+          slow_layers[l.get<std::string>()] =
+              "runs a slow interpreted kernel of plugin '" + p.value("name", "") + "'" +
+              (p.value("origin", "") == plugin::kPythonOrigin ? " (a Python @kiln.custom_op, called under the GIL)"
+                                                              : "") +
+              ": for prototyping, not deployment";
   for (size_t li = 0; li < e.layers.size(); ++li) {
     const LayerInfo& l = e.layers[li];
     nlohmann::json ins = nlohmann::json::array(), outs = nlohmann::json::array();
@@ -646,6 +658,7 @@ nlohmann::json inspect(const EngineImpl& e) {
                       {"inputs", ins},
                       {"outputs", outs},
                       {"workspace_bytes", workspace_of(l.name)}});
+    if (auto slow = slow_layers.find(l.name); slow != slow_layers.end()) layers.back()["slow"] = slow->second;
     if (li < g.nodes.size())
       if (nlohmann::json bodies = bodies_json(g.nodes[li]); !bodies.empty()) layers.back()["bodies"] = bodies;
   }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "../graph_builder.h"
+#include "engine/engine_impl.h"
 #include "kiln/custom_op.h"
 #include "kiln/kiln.h"
 #include "onnx/exporter.h"
@@ -209,6 +210,60 @@ TEST(Plugin, RotaryEmbeddingMatchesItsFormulaAndStoresItsTable) {
       },
       {"custom_0", "X's last dim is 6"});
   ::dlclose(lib);
+}
+
+// The engine's bytes after replacing the state stored for node `node` (kiln.plugin_state) by `state`: a
+// corrupt or truncated state in an engine whose checksums are right (an older plugin's layout, a bug).
+// (The engine's graph is edited in place and restored: EngineImpl does not copy.)
+std::string with_stored_state(const Engine& e, const std::string& node, const std::string& state) {
+  auto& impl = const_cast<detail::EngineImpl&>(e.impl());
+  for (auto& n : impl.model.graph->nodes)
+    if (n.name == node && n.attrs.count(plugin::kStateAttr)) {
+      std::string& stored = n.attrs[plugin::kStateAttr].s;
+      std::string saved = stored;
+      stored = state;
+      auto bytes = detail::serialize_engine(impl);
+      stored = saved;
+      return bytes.value();
+    }
+  ADD_FAILURE() << "no stored state for " << node;
+  return "";
+}
+
+TEST(Plugin, AStoredStateIsCheckedWhenTheEngineLoads) {
+  load_plugin(plugin_path("kiln_square_plus"));
+  load_plugin(plugin_path("kiln_rotary"));
+  ir::Model sp = custom_model("my.domain", "SquarePlus", {{"x", {4}}});
+  auto sp_engine = Builder().build_from_memory(onnx_bytes(sp));
+  ir::Model rope = custom_model("my.domain", "RotaryEmbedding",
+                                {{"x", {1, 2, 1, 4}}, {"pos", {1, 2}, DataType::kInt64}}, [](ir::Node& n) {
+                                  GraphBuilder::set_int(n, "head_dim", 4);
+                                  GraphBuilder::set_int(n, "max_positions", 8);
+                                });
+  auto rope_engine = Builder().build_from_memory(onnx_bytes(rope));
+  const std::string good = rope_engine->impl().model.graph->nodes[0].attrs.at(plugin::kStateAttr).s;
+  ASSERT_GT(good.size(), 28u);
+  // Unchanged bytes load (the helper itself is sound).
+  EXPECT_NO_THROW(Engine::deserialize(with_stored_state(*rope_engine, "custom_0", good)));
+  struct Case {
+    const Engine* engine;
+    std::string state, fault;
+  };
+  std::string wrong_dims = good;
+  wrong_dims[12] = 9;  // max_positions 8 -> 9: the table no longer has its size
+  for (const Case& c : std::vector<Case>{
+           {sp_engine.get(), "SQP", "not a SquarePlus state (SQP1)"},
+           {sp_engine.get(), "", "not a SquarePlus state (SQP1)"},
+           {rope_engine.get(), good.substr(0, good.size() - 5), "stored table has the wrong size"},
+           {rope_engine.get(), good.substr(0, 10), "not a RotaryEmbedding state (ROP1)"},
+           {rope_engine.get(), wrong_dims, "stored table has the wrong size"},
+       }) {
+    SCOPED_TRACE(c.fault);
+    std::string bytes = with_stored_state(*c.engine, "custom_0", c.state);
+    // At load, not at the first run: the error names the node, the plugin, the fault and the fix.
+    expect_message([&] { Engine::deserialize(bytes); },
+                   {"custom_0", "cannot read the state stored in the engine", c.fault, "rebuild the engine"});
+  }
 }
 
 TEST(Plugin, BrokenPluginsAreRefusedNamingTheFault) {
