@@ -286,3 +286,49 @@ def test_plugin_ops_inside_if_and_loop_bodies(tmp_path, rng, domain):
                 want = sp_ref(want)
             np.testing.assert_allclose(ctx.run({"n": np.array(n, np.int64), "v0": v0})["v"], want, rtol=1e-5,
                                        atol=1e-6)
+
+
+def test_compare_runs_python_ops_in_the_reference_interpreter(tmp_path):
+    path = str(tmp_path / "affine.onnx")
+    with open(path, "wb") as f:
+        f.write(one_node_model("AffineAttrs", [("x", F, [2, 3])], [("y", F, [2, 3])], scale=0.5, shift=[1.0]))
+    report = kiln.compare(path, seed=3)
+    assert report.passed, report
+    seen_attrs.clear()
+    kiln.compare(path, seed=3)
+    assert len(seen_attrs) >= 2 and seen_attrs[-1]["scale"] == 0.5  # the engine's and the reference's calls
+
+
+def test_python_ops_run_from_two_threads_and_threads_build_meanwhile(rng):
+    """Contexts of one engine run a Python op on two threads (each callback takes the GIL the run
+    released) while a third thread builds: every output right, nothing deadlocks."""
+    import threading
+
+    engine = kiln.build(one_node_model("AffineAttrs", [("x", F, [64])], [("y", F, [64])], scale=2.0))
+    xs = [rng.standard_normal(64).astype(np.float32) for _ in range(2)]
+    errors, done = [], []
+
+    def runner(x):
+        try:
+            ctx = engine.create_context()
+            for _ in range(50):
+                np.testing.assert_allclose(ctx.run({"x": x})["y"], 2 * x + 0.0, rtol=1e-6)
+            done.append(1)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    def builder():
+        try:
+            for _ in range(3):
+                kiln.build(one_node_model("Fragile", [("x", F, [4])], [("y", F, [4])]))
+            done.append(1)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=runner, args=(x,)) for x in xs] + [threading.Thread(target=builder)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a thread is stuck"
+    assert not errors and len(done) == 3, errors
