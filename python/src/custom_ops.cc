@@ -215,7 +215,9 @@ py::object input_view(const kiln_tensor& t, int index) {
   if (t.dtype == KILN_DTYPE_UNDEFINED) return py::none();
   py::dtype dt = numpy_dtype(t.dtype, "input " + std::to_string(index));
   std::vector<py::ssize_t> shape(t.dims, t.dims + t.rank);
-  py::array a(dt, shape, t.data, py::capsule(t.data, [](void*) {}));  // a base: a view, not a copy
+  static char no_data;  // an empty tensor may have no buffer; a capsule needs a pointer
+  void* data = t.data ? t.data : &no_data;
+  py::array a(dt, shape, data, py::capsule(data, [](void*) {}));  // a base: a view, not a copy
   a.attr("setflags")(py::arg("write") = false);
   return std::move(a);
 }

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -243,7 +242,8 @@ def control_flow_models(op_domain="my.domain"):
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
          helper.make_tensor_value_info("v_in", F, [4])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", F, [4])])
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", F, [4])])
     loop = helper.make_node("Loop", ["n", "", "v0"], ["v"], name="loop", body=body)
     loop_model = models._model([loop], [helper.make_tensor_value_info("n", TensorProto.INT64, []),
                                         helper.make_tensor_value_info("v0", F, [4])],
@@ -332,3 +332,36 @@ def test_python_ops_run_from_two_threads_and_threads_build_meanwhile(rng):
         t.join(timeout=60)
     assert not any(t.is_alive() for t in threads), "a thread is stuck"
     assert not errors and len(done) == 3, errors
+
+
+def test_python_ops_take_empty_tensors():
+    engine = kiln.build(one_node_model("AffineAttrs", [("x", F, [0, 3])], [("y", F, [0, 3])], scale=2.0))
+    y = engine.create_context().run({"x": np.zeros((0, 3), np.float32)})["y"]
+    assert y.shape == (0, 3) and y.dtype == np.float32
+
+
+@kiln.custom_op(DOMAIN, "Twice", inputs=1, shape=lambda x, **a: (x[0] * 2,) + x[1:])
+def twice(x):
+    return np.concatenate([x, x])
+
+
+def test_arithmetic_on_a_symbolic_dim_gives_an_unknown_dim_known_at_run_time(rng):
+    engine = kiln.build(one_node_model("Twice", [("x", F, ["n", 3])], [("y", F, None)]),
+                        profiles=[{"x": ((1, 3), (2, 3), (5, 3))}])
+    shape = engine.outputs[0].shape
+    assert len(shape) == 2 and not isinstance(shape[0], int) and shape[0] != "n" and shape[1] == 3, shape
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    np.testing.assert_array_equal(engine.create_context().run({"x": x})["y"], np.concatenate([x, x]))
+    assert repr(kiln.SymbolicDim((0, 1))) == "SymbolicDim(input 0, axis 1)"
+
+
+def test_a_tensor_attribute_is_refused_naming_it():
+    @kiln.custom_op(DOMAIN, "TakesTensor", inputs=1)
+    def takes_tensor(x, **attrs):
+        return x
+
+    model = one_node_model("TakesTensor", [("x", F, [2])], [("y", F, [2])], name="tt",
+                           table=numpy_helper.from_array(np.ones(2, np.float32)))
+    with pytest.raises(kiln.Error) as e:
+        kiln.build(model)
+    assert "tt" in str(e.value) and "attribute 'table' is of type TENSOR" in str(e.value), str(e.value)
