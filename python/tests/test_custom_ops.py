@@ -365,3 +365,12 @@ def test_a_tensor_attribute_is_refused_naming_it():
     with pytest.raises(kiln.Error) as e:
         kiln.build(model)
     assert "tt" in str(e.value) and "attribute 'table' is of type TENSOR" in str(e.value), str(e.value)
+
+
+def test_an_unknown_ops_error_points_to_both_ways_of_adding_it():
+    with pytest.raises(kiln.UnsupportedError) as e:
+        kiln.build(one_node_model("NobodyHasThis", [("x", F, [2])], [("y", F, [2])], name="nobody"))
+    msg = str(e.value)
+    for part in ("'nobody': NobodyHasThis", "kiln.load_plugin()", "@kiln.custom_op", "examples/plugins/",
+                 "python_ops.py"):
+        assert part in msg, (part, msg)
