@@ -274,6 +274,9 @@ def test_plugin_ops_inside_if_and_loop_bodies(tmp_path, rng, domain):
         np.testing.assert_array_equal(ctx.run({"c": np.array(False), "x": x})["y"], -x)
     plugins = engine.inspect()["build"]["plugins"]
     assert len(plugins) == 1 and plugins[0]["layers"] == ["branch/then_branch/then_sp"], plugins
+    then_layers = [b for b in engine.inspect()["layers"][0]["bodies"] if b["attribute"] == "then_branch"][0]["layers"]
+    # A Python kernel is marked slow inside a body too; the C++ plugin's is not.
+    assert ("slow" in then_layers[0]) == (domain != "my.domain"), then_layers
 
     v0 = rng.standard_normal(4).astype(np.float32)
     engine = kiln.build(loop_model)

@@ -103,6 +103,7 @@ void print_bodies(const nlohmann::json& bodies, int depth) {
       for (const auto& s : l["sources"]) src += (src.empty() ? "" : ",") + s.get<std::string>();
       std::printf("%*s%-32s %-24s %-10s %-26s <- %s\n", indent + 2, "", l["name"].get<std::string>().c_str(),
                   l["op"].get<std::string>().c_str(), l["kernel"].get<std::string>().c_str(), out.c_str(), src.c_str());
+      if (l.contains("slow")) std::printf("%*sslow: %s\n", indent + 4, "", l["slow"].get<std::string>().c_str());
       if (l.contains("bodies")) print_bodies(l["bodies"], depth + 2);
     }
   }
