@@ -129,7 +129,6 @@ py::dict attrs_dict(const void* state) {
 struct Slot {
   PyObject* infer = nullptr;   // custom_op.py's _infer_adapter: (inputs, attrs) -> [(dtype, dims)] or str
   PyObject* kernel = nullptr;  // custom_op.py's _kernel_adapter: (inputs, attrs, expected) -> [arrays] or str
-  std::string name;            // "domain::OpType"
 };
 
 std::map<std::string, Slot*>& slots() {
@@ -275,7 +274,6 @@ PluginInfo register_python_op(const std::string& domain, const std::string& op_t
     return python_info();
   }
   auto slot = std::make_unique<Slot>();
-  slot->name = key;
   slot->infer = infer.release().ptr();
   slot->kernel = kernel.release().ptr();
   const Slot* sp = slot.get();
