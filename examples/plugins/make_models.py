@@ -27,31 +27,31 @@ def rotary_ref(x, pos, base):
     return np.concatenate([x1 * np.cos(angle) - x2 * np.sin(angle), x2 * np.cos(angle) + x1 * np.sin(angle)], -1)
 
 
-def square_plus_model(path, b=1.5):
+def square_plus_model(path, b=1.5, domain=DOMAIN):
     """x [batch, 16] -> MatMul (built-in) -> my.domain::SquarePlus -> y [batch, 8]."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w")
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="proj"),
-             helper.make_node("SquarePlus", ["h"], ["y"], name="act", domain=DOMAIN, b=b)]
+             helper.make_node("SquarePlus", ["h"], ["y"], name="act", domain=domain, b=b)]
     g = helper.make_graph(nodes, "square_plus", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [w])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)])
     m.ir_version = 8
     onnx.save(m, path)
     return np.asarray(numpy_helper.to_array(w))
 
 
-def rotary_model(path, seq=7, heads=3, head_dim=16, base=10000.0, max_positions=256):
+def rotary_model(path, seq=7, heads=3, head_dim=16, base=10000.0, max_positions=256, domain=DOMAIN):
     """q [1, seq, heads, head_dim], pos [1, seq] -> my.domain::RotaryEmbedding -> Transpose (built-in) ->
     y [1, heads, seq, head_dim] (the layout attention consumes)."""
-    nodes = [helper.make_node("RotaryEmbedding", ["q", "pos"], ["q_rot"], name="rope", domain=DOMAIN,
+    nodes = [helper.make_node("RotaryEmbedding", ["q", "pos"], ["q_rot"], name="rope", domain=domain,
                               head_dim=head_dim, base=base, max_positions=max_positions),
              helper.make_node("Transpose", ["q_rot"], ["y"], name="to_heads", perm=[0, 2, 1, 3])]
     g = helper.make_graph(nodes, "rotary",
                           [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, seq, heads, head_dim]),
                            helper.make_tensor_value_info("pos", TensorProto.INT64, [1, seq])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, heads, seq, head_dim])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)])
     m.ir_version = 8
     onnx.save(m, path)
 

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define KILN_PLUGIN_ABI_MAJOR 1
-#define KILN_PLUGIN_ABI_MINOR 0
+#define KILN_PLUGIN_ABI_MINOR 1
 #define KILN_PLUGIN_ABI_VERSION ((KILN_PLUGIN_ABI_MAJOR << 16) | KILN_PLUGIN_ABI_MINOR)
 #define KILN_PLUGIN_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
 #define KILN_PLUGIN_ABI_MINOR_OF(v) ((uint32_t)(v)&0xFFFFu)
@@ -139,6 +139,17 @@ typedef struct kiln_host_api {
 
   /* serialize_state: appends bytes to the state's record in the engine. */
   int (*buffer_append)(kiln_buffer* buffer, const void* data, size_t size);
+
+  /* ABI 1.1 (check KILN_HOST_HAS(host, attr_strings) first): the node's attributes by index, for
+   * plugins that take any attribute (Python's @kiln.custom_op) or reject unknown ones. attr_name: the
+   * index-th name in sorted order, NULL past the end (kiln's own "kiln.*" attributes are not listed); attr_type: ONNX's
+   * AttributeProto.AttributeType (1 FLOAT, 2 INT, 3 STRING, 4 TENSOR, 5 GRAPH, 6 FLOATS, 7 INTS, 8 STRINGS, ...), 0
+   * when absent; attr_strings: a STRINGS attribute's count and its index-th string (when index < count). */
+  int32_t (*num_attrs)(const kiln_attrs* attrs);
+  const char* (*attr_name)(const kiln_attrs* attrs, int32_t index);
+  int32_t (*attr_type)(const kiln_attrs* attrs, const char* name);
+  int (*attr_strings)(const kiln_attrs* attrs, const char* name, size_t index, const char** data, size_t* size,
+                      size_t* count);
 } kiln_host_api;
 
 /* Whether the host offers `field` (a plugin built against a newer minor version than the host). */

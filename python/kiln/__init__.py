@@ -6,6 +6,8 @@
     ctx = kiln.load("model.kiln").create_context()       # one context per thread
     outputs = ctx.run({"images": images})                 # dict name -> numpy array
 
+Ops kiln lacks: ``kiln.load_plugin("libmyops.so")`` (C plugins, kiln/plugin.h), or, to prototype, a
+numpy kernel decorated with ``@kiln.custom_op("my.domain", "MyOp", shape=...)`` (kiln/custom_op.py).
 ONNX Runtime users: ``import kiln as onnxruntime`` (kiln.InferenceSession, see kiln/onnxruntime.py).
 Errors raise kiln.Error subclasses carrying the CLI's messages. The GIL is released while an engine
 builds, loads or runs, so threads run their contexts concurrently.
@@ -28,6 +30,7 @@ from ._kiln import (  # noqa: F401  (re-exported)
     InvalidModelError,
     IOError,
     NotFoundError,
+    PluginInfo,
     ShapeError,
     TensorInfo,
     UnsupportedError,
@@ -155,6 +158,18 @@ def build(model, *, precision="fp32", shapes=None, profiles=None, calib_data=Non
 def load(path):
     """Loads a .kiln engine file (Engine.load)."""
     return Engine.load(_os.fspath(path))
+
+
+def load_plugin(path):
+    """Loads a custom-op plugin, a shared library implementing kiln/plugin.h (what `kiln build --plugin`
+    and KILN_PLUGIN_PATH load), and registers its ops; returns its PluginInfo (name, version, path, ops,
+    kernels). Loading the same file again returns its info. Errors name the file and the fault."""
+    return _kiln.load_plugin(_os.fspath(path))
+
+
+def loaded_plugins():
+    """Every plugin loaded so far, as PluginInfo; the ops of @kiln.custom_op are plugin "python"."""
+    return _kiln.loaded_plugins()
 
 
 def _engine_inspect(self):
@@ -294,6 +309,7 @@ def _cli_build_args(f):
     return args
 
 
+from .custom_op import SymbolicDim, custom_op  # noqa: E402,F401  (Python custom ops)
 from .onnxruntime import (  # noqa: E402,F401  (the ONNX Runtime drop-in)
     GraphOptimizationLevel,
     InferenceSession,

@@ -1,7 +1,7 @@
 // kiln._kiln: pybind11 bindings over the public C++ API (include/kiln/*.h); the package python/kiln
 // wraps them (kiln.build's keyword arguments, kiln.compare, the ONNX Runtime drop-in). The GIL is
 // released while an engine builds, loads, saves or runs and while compare runs, so Python threads
-// run contexts concurrently.
+// run contexts concurrently; Python custom ops (custom_ops.cc) take it back in their callbacks.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arrays.h"
+#include "custom_ops.h"
 #include "engine/engine_impl.h"
 #include "kiln/compare.h"
 #include "kiln/kiln.h"
@@ -145,6 +146,7 @@ PYBIND11_MODULE(_kiln, m) {
   using namespace kiln::python;
   m.doc() = "kiln's C++ API (use the kiln package, which wraps this module)";
   register_errors(m);
+  bind_custom_ops(m);
 
   py::class_<TensorInfo>(m, "TensorInfo", "An engine input or output: name, dtype and (symbolic) shape")
       .def_readonly("name", &TensorInfo::name)
@@ -163,10 +165,11 @@ PYBIND11_MODULE(_kiln, m) {
 
   py::class_<ExecutionContext>(m, "ExecutionContext", "Per-run state of an engine; one per thread")
       .def("run", &run, py::arg("feeds"), py::arg("copy") = true)
-      .def("set_profile", &ExecutionContext::set_profile, py::arg("index"))
-      .def("set_input_shape", &ExecutionContext::set_input_shape, py::arg("name"), py::arg("shape"))
+      .def("set_profile", &ExecutionContext::set_profile, py::arg("index"), py::call_guard<py::gil_scoped_release>())
+      .def("set_input_shape", &ExecutionContext::set_input_shape, py::arg("name"), py::arg("shape"),
+           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("profile_index", &ExecutionContext::profile_index)
-      .def("output_shape", &ExecutionContext::output_shape, py::arg("name"))
+      .def("output_shape", &ExecutionContext::output_shape, py::arg("name"), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("output_names", &ExecutionContext::output_names)
       .def_property_readonly("activation_bytes", &ExecutionContext::activation_bytes)
       .def("_time_cpp_runs", &time_cpp_runs, py::arg("feeds"), py::arg("iterations"));
@@ -216,7 +219,10 @@ PYBIND11_MODULE(_kiln, m) {
              return out;
            })
       .def("_inspect_json", &Engine::inspect_json)
-      .def("create_context", [](const Engine& e) { return e.create_context(); });
+      // Without the GIL: preparing layers may call Python custom ops' callbacks on kiln's threads.
+      .def(
+          "create_context", [](const Engine& e) { return e.create_context(); },
+          py::call_guard<py::gil_scoped_release>());
 
   m.def("_build", &build, py::arg("source"), py::arg("from_bytes"), py::arg("flags_json"));
   m.def(

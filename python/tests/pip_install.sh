@@ -40,6 +40,14 @@ import kiln as onnxruntime
 sess = onnxruntime.InferenceSession(path)
 assert sess.get_inputs()[0].shape == ["n", 3]
 assert np.array_equal(sess.run(None, {sess.get_inputs()[0].name: x})[0], 2 * x)
+# A Python custom op (kiln/custom_op.py is installed with the package).
+kiln.custom_op("pip.domain", "Half")(lambda x: x / 2)
+g = helper.make_graph([helper.make_node("Half", ["x"], ["y"], domain="pip.domain")], "g",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("pip.domain", 1)])
+m.ir_version = 8
+assert np.array_equal(kiln.build(m.SerializeToString()).create_context().run({"x": x})["y"], x / 2)
 print("pip install: kiln", kiln.__version__, "from", os.path.dirname(kiln.__file__), "OK")
 PY
   )

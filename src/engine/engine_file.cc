@@ -31,6 +31,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <sstream>
 
 #include "backends/registry.h"
@@ -539,9 +540,13 @@ std::vector<std::pair<std::string, const ir::Graph*>> control_flow_bodies(const 
 }
 
 // A control-flow layer's bodies with their layers and kernels; nested bodies under their own layer.
-nlohmann::json bodies_json(const ir::Node& n) {
+// `slow`: the layers on interpreted plugin kernels by path ("loop/body/act", as build.plugins names
+// them), with why; `prefix`: the path of n's graph.
+using SlowLayers = std::map<std::string, std::string>;
+nlohmann::json bodies_json(const ir::Node& n, const std::string& prefix, const SlowLayers& slow) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [attr, sg] : control_flow_bodies(n)) {
+    const std::string path = prefix + n.name + "/" + attr + "/";
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& bn : sg->nodes) {
       nlohmann::json outs = nlohmann::json::array();
@@ -554,7 +559,8 @@ nlohmann::json bodies_json(const ir::Node& n) {
                           {"kernel", bn.attr_string(engine::kBodyKernelAttr, "reference")},
                           {"sources", ir::sources_of(bn)},
                           {"outputs", outs}};
-      nlohmann::json nested = bodies_json(bn);
+      if (auto it = slow.find(path + bn.name); it != slow.end()) l["slow"] = it->second;
+      nlohmann::json nested = bodies_json(bn, path, slow);
       if (!nested.empty()) l["bodies"] = std::move(nested);
       layers.push_back(std::move(l));
     }
@@ -629,6 +635,17 @@ nlohmann::json inspect(const EngineImpl& e) {
   auto workspace_of = [&](const std::string& name) -> size_t {
     return ws_layers.contains(name) ? ws_layers[name].get<size_t>() : 0;
   };
+  // Layers on interpreted plugin kernels (Python's @kiln.custom_op): "slow" says so, with the plugin.
+  SlowLayers slow_layers;
+  if (e.build.contains("plugins") && e.build["plugins"].is_array())
+    for (const auto& p : e.build["plugins"])
+      if (p.value("slow", false))
+        for (const auto& l : p.value("layers", nlohmann::json::array()))
+          slow_layers[l.get<std::string>()] =
+              "runs a slow interpreted kernel of plugin '" + p.value("name", "") + "'" +
+              (p.value("origin", "") == plugin::kPythonOrigin ? " (a Python @kiln.custom_op, called under the GIL)"
+                                                              : "") +
+              ": for prototyping, not deployment";
   for (size_t li = 0; li < e.layers.size(); ++li) {
     const LayerInfo& l = e.layers[li];
     nlohmann::json ins = nlohmann::json::array(), outs = nlohmann::json::array();
@@ -646,8 +663,10 @@ nlohmann::json inspect(const EngineImpl& e) {
                       {"inputs", ins},
                       {"outputs", outs},
                       {"workspace_bytes", workspace_of(l.name)}});
+    if (auto slow = slow_layers.find(l.name); slow != slow_layers.end()) layers.back()["slow"] = slow->second;
     if (li < g.nodes.size())
-      if (nlohmann::json bodies = bodies_json(g.nodes[li]); !bodies.empty()) layers.back()["bodies"] = bodies;
+      if (nlohmann::json bodies = bodies_json(g.nodes[li], "", slow_layers); !bodies.empty())
+        layers.back()["bodies"] = bodies;
   }
   j["layers"] = layers;
   j["layer_counts"] = op_counts;

@@ -35,8 +35,10 @@ Status check_supported(const ir::Graph& g) {
   msg +=
       "To run this model, add these ops as a plugin: a shared library implementing kiln/plugin.h "
       "(shape inference and CPU kernels), loaded with `kiln <command> --plugin libmyops.so`, "
-      "KILN_PLUGIN_PATH or kiln::load_plugin() — see examples/plugins/ (README.md) for a custom "
-      "activation and a fused rotary embedding; or replace the nodes when exporting the model.";
+      "KILN_PLUGIN_PATH, kiln::load_plugin() (C++) or kiln.load_plugin() (Python); or, to prototype in "
+      "Python, a numpy kernel decorated with @kiln.custom_op(domain, op_type, shape=...) — see "
+      "examples/plugins/ (README.md, python_ops.py) for a custom activation and a fused rotary embedding "
+      "both ways; or replace the nodes when exporting the model.";
   return Unsupported(msg);
 }
 

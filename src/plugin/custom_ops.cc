@@ -422,6 +422,12 @@ void collect_plugin_nodes(ir::Graph& g, const std::string& prefix, std::map<std:
   }
 }
 
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 std::string major_of(const std::string& version) { return version.substr(0, version.find('.')); }
 }  // namespace
 
@@ -436,6 +442,10 @@ Result<nlohmann::json> record_plugins(ir::Graph& g) {
 }
 
 std::string how_to_load(const std::string& path_hint) {
+  if (path_hint == kPythonOrigin)
+    return "it is a Python custom op: define it with @kiln.custom_op (import the Python module that does) in "
+           "this process before building or loading the engine (the kiln CLI cannot run Python ops; see "
+           "examples/plugins/python_ops.py)";
   std::string p = path_hint.empty() ? "PATH/libPLUGIN.so" : path_hint;
   return "load it with `kiln <command> --plugin " + p + "`, KILN_PLUGIN_PATH=" + p + ", kiln::load_plugin(\"" + p +
          "\") (C++) or kiln.load_plugin(\"" + p + "\") (Python); see examples/plugins/README.md";
@@ -456,6 +466,15 @@ Status check_engine_plugins(const nlohmann::json& records) {
     if (!p)
       return Unsupported("the engine needs plugin '", name, "' ", version, " (ops ", ops, "; layers ", layers,
                          "), which is not loaded — ", how_to_load(origin));
+    // A provider's ops are registered one by one (Python's @kiln.custom_op): each must be there.
+    for (const auto& o : rec.value("ops", nlohmann::json::array())) {
+      std::string key = o.get<std::string>();
+      size_t sep = key.rfind("::");
+      if (sep == std::string::npos || find_custom_op_any(key.substr(0, sep), key.substr(sep + 2))) continue;
+      return Unsupported("the engine needs custom op ", key, " of plugin '", name, "' ", version, " (layers ", layers,
+                         "), which is not registered (plugin '", name, "' has ", (p->ops.empty() ? "none" : ""),
+                         join_names(p->ops), ") — ", how_to_load(origin));
+    }
     if (major_of(p->version) != major_of(version))
       return Unsupported("the engine was built with plugin '", name, "' ", version, "; the loaded one (", p->origin,
                          ") is version ", p->version,

@@ -19,6 +19,9 @@
 
 namespace kiln::plugin {
 
+// The origin (CustomOpDesc::origin) of ops registered by Python's @kiln.custom_op (python/src).
+inline constexpr const char* kPythonOrigin = "python";
+
 // Where the builder stores a node's serialized plugin state (a string attribute of the engine's graph).
 inline constexpr const char* kStateAttr = "kiln.plugin_state";
 

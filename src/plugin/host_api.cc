@@ -213,6 +213,39 @@ int host_copy_input_type(kiln_shape_ctx* c, int32_t o, int32_t i) {
   return KILN_OK;
 }
 
+// The node's attributes but kiln's own ("kiln.*": the stored state kStateAttr, a body layer's chosen
+// kernel, ...): what num_attrs / attr_name enumerate.
+bool listed(const std::string& name) { return name.rfind("kiln.", 0) != 0; }
+int32_t host_num_attrs(const kiln_attrs* a) {
+  if (!a || !a->node) return 0;
+  int32_t n = 0;
+  for (const auto& [name, at] : a->node->attrs) n += listed(name);
+  return n;
+}
+const char* host_attr_name(const kiln_attrs* a, int32_t index) {
+  if (!a || !a->node || index < 0) return nullptr;
+  for (const auto& [name, at] : a->node->attrs)
+    if (listed(name) && index-- == 0) return name.c_str();
+  return nullptr;
+}
+int32_t host_attr_type(const kiln_attrs* a, const char* name) {
+  const auto* at = attr_of(a, name);
+  if (!at || (name && !listed(name))) return 0;
+  return at->type == AttrType::kTypeProto ? 13 : static_cast<int32_t>(at->type);  // ONNX's codes
+}
+int host_attr_strings(const kiln_attrs* a, const char* name, size_t index, const char** data, size_t* size,
+                      size_t* count) {
+  const auto* at = attr_of(a, name);
+  if (!at) return 0;
+  if (at->type != AttrType::kStrings) return -1;
+  if (count) *count = at->strings.size();
+  if (index < at->strings.size()) {
+    if (data) *data = at->strings[index].c_str();
+    if (size) *size = at->strings[index].size();
+  }
+  return 1;
+}
+
 int host_buffer_append(kiln_buffer* b, const void* data, size_t size) {
   if (!b || !b->bytes || (!data && size)) return KILN_FAIL;
   b->bytes->append(static_cast<const char*>(data), size);
@@ -224,7 +257,8 @@ const kiln_host_api kHostApi = {
     host_node_name,        host_attr_int,           host_attr_float,      host_attr_string,    host_attr_ints,
     host_attr_floats,      host_num_inputs,         host_num_outputs,     host_input_dtype,    host_input_rank,
     host_input_dim,        host_input_constant,     host_set_output_type, host_set_output_dim, host_copy_input_dim,
-    host_copy_input_type,  host_buffer_append,
+    host_copy_input_type,  host_buffer_append,      host_num_attrs,       host_attr_name,      host_attr_type,
+    host_attr_strings,
 };
 
 }  // namespace

@@ -103,6 +103,7 @@ void print_bodies(const nlohmann::json& bodies, int depth) {
       for (const auto& s : l["sources"]) src += (src.empty() ? "" : ",") + s.get<std::string>();
       std::printf("%*s%-32s %-24s %-10s %-26s <- %s\n", indent + 2, "", l["name"].get<std::string>().c_str(),
                   l["op"].get<std::string>().c_str(), l["kernel"].get<std::string>().c_str(), out.c_str(), src.c_str());
+      if (l.contains("slow")) std::printf("%*sslow: %s\n", indent + 4, "", l["slow"].get<std::string>().c_str());
       if (l.contains("bodies")) print_bodies(l["bodies"], depth + 2);
     }
   }
@@ -230,6 +231,7 @@ void print_text(const nlohmann::json& j, bool passes_only) {
     std::printf("  %4d %-32s %-24s %-10s %-4s %-26s%s <- %s\n", i++, l["name"].get<std::string>().c_str(),
                 l["op"].get<std::string>().c_str(), l["kernel"].get<std::string>().c_str(),
                 l.value("precision", std::string("fp32")).c_str(), out.c_str(), wss.c_str(), src.c_str());
+    if (l.contains("slow")) std::printf("         slow: %s\n", l["slow"].get<std::string>().c_str());
     print_candidates(l);
     if (l.contains("bodies")) print_bodies(l["bodies"], 0);
   }

@@ -6,11 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
 
 #include "../graph_builder.h"
+#include "engine/engine_impl.h"
 #include "kiln/custom_op.h"
 #include "kiln/kiln.h"
 #include "onnx/exporter.h"
@@ -105,6 +107,7 @@ TEST(Plugin, SquarePlusBuildsTunesRunsAndSurvivesSaveAndLoad) {
               kernel == "kiln_example_activation.square_plus_f32_blocked")
       << kernel;
   ASSERT_EQ(layer["candidates"].size(), 2u) << layer.dump();
+  EXPECT_FALSE(layer.contains("slow"));  // compiled kernels: only interpreted ones are marked
   for (const auto& c : layer["candidates"]) EXPECT_EQ(c["state"], "timed") << c.dump();
   ASSERT_EQ(j["build"]["plugins"].size(), 1u);
   EXPECT_EQ(j["build"]["plugins"][0]["name"], "kiln_example_activation");
@@ -209,6 +212,60 @@ TEST(Plugin, RotaryEmbeddingMatchesItsFormulaAndStoresItsTable) {
       },
       {"custom_0", "X's last dim is 6"});
   ::dlclose(lib);
+}
+
+// The engine's bytes after replacing the state stored for node `node` (kiln.plugin_state) by `state`: a
+// corrupt or truncated state in an engine whose checksums are right (an older plugin's layout, a bug).
+// (The engine's graph is edited in place and restored: EngineImpl does not copy.)
+std::string with_stored_state(const Engine& e, const std::string& node, const std::string& state) {
+  auto& impl = const_cast<detail::EngineImpl&>(e.impl());
+  for (auto& n : impl.model.graph->nodes)
+    if (n.name == node && n.attrs.count(plugin::kStateAttr)) {
+      std::string& stored = n.attrs[plugin::kStateAttr].s;
+      std::string saved = stored;
+      stored = state;
+      auto bytes = detail::serialize_engine(impl);
+      stored = saved;
+      return bytes.value();
+    }
+  ADD_FAILURE() << "no stored state for " << node;
+  return "";
+}
+
+TEST(Plugin, AStoredStateIsCheckedWhenTheEngineLoads) {
+  load_plugin(plugin_path("kiln_square_plus"));
+  load_plugin(plugin_path("kiln_rotary"));
+  ir::Model sp = custom_model("my.domain", "SquarePlus", {{"x", {4}}});
+  auto sp_engine = Builder().build_from_memory(onnx_bytes(sp));
+  ir::Model rope = custom_model("my.domain", "RotaryEmbedding",
+                                {{"x", {1, 2, 1, 4}}, {"pos", {1, 2}, DataType::kInt64}}, [](ir::Node& n) {
+                                  GraphBuilder::set_int(n, "head_dim", 4);
+                                  GraphBuilder::set_int(n, "max_positions", 8);
+                                });
+  auto rope_engine = Builder().build_from_memory(onnx_bytes(rope));
+  const std::string good = rope_engine->impl().model.graph->nodes[0].attrs.at(plugin::kStateAttr).s;
+  ASSERT_GT(good.size(), 28u);
+  // Unchanged bytes load (the helper itself is sound).
+  EXPECT_NO_THROW(Engine::deserialize(with_stored_state(*rope_engine, "custom_0", good)));
+  struct Case {
+    const Engine* engine;
+    std::string state, fault;
+  };
+  std::string wrong_dims = good;
+  wrong_dims[12] = 9;  // max_positions 8 -> 9: the table no longer has its size
+  for (const Case& c : std::vector<Case>{
+           {sp_engine.get(), "SQP", "not a SquarePlus state (SQP1)"},
+           {sp_engine.get(), "", "not a SquarePlus state (SQP1)"},
+           {rope_engine.get(), good.substr(0, good.size() - 5), "stored table has the wrong size"},
+           {rope_engine.get(), good.substr(0, 10), "not a RotaryEmbedding state (ROP1)"},
+           {rope_engine.get(), wrong_dims, "stored table has the wrong size"},
+       }) {
+    SCOPED_TRACE(c.fault);
+    std::string bytes = with_stored_state(*c.engine, "custom_0", c.state);
+    // At load, not at the first run: the error names the node, the plugin, the fault and the fix.
+    expect_message([&] { Engine::deserialize(bytes); },
+                   {"custom_0", "cannot read the state stored in the engine", c.fault, "rebuild the engine"});
+  }
 }
 
 TEST(Plugin, BrokenPluginsAreRefusedNamingTheFault) {
@@ -343,6 +400,65 @@ TEST(Plugin, CppRegisteredOpRunsThroughTheSamePath) {
   relu.domain = "", relu.op_type = "Relu", relu.plugin = "cpp_test_ops";
   relu.kernels = {{"cpp_test_ops.relu", KILN_DEVICE_CPU, 1, nullptr, nullptr, compute}};
   expect_message([&] { register_custom_op(relu); }, {"built in"});
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// ABI 1.1's attribute enumeration (what Python's custom ops read a node's attributes with), and a slow
+// provider's layers marked in inspect.
+TEST(Plugin, HostListsANodesAttributesAndSlowLayersAreMarked) {
+  const kiln_host_api* host = plugin_host_api();
+  ASSERT_TRUE(KILN_HOST_HAS(host, attr_strings));
+  static std::vector<std::string> seen;  // "name:type" per attribute, as create_state saw them
+  CustomOpDesc d;
+  d.plugin = "slow_test_ops", d.plugin_version = "1.0.0", d.origin = "plugin_test.cc", d.slow = true;
+  d.domain = "slow.domain", d.op_type = "Copy";
+  d.create_state = [host](const kiln_attrs* a, CustomOpDesc::State*) -> std::string {
+    seen.clear();
+    for (int32_t i = 0; i < host->num_attrs(a); ++i) {
+      const char* name = host->attr_name(a, i);
+      std::string entry = std::string(name) + ":" + std::to_string(host->attr_type(a, name));
+      size_t count = 0;
+      const char* s = nullptr;
+      size_t size = 0;
+      if (host->attr_strings(a, name, 1, &s, &size, &count) == 1)
+        entry += "=" + std::to_string(count) + std::string(s, size);
+      seen.push_back(entry);
+    }
+    if (host->attr_name(a, host->num_attrs(a)) != nullptr) return "attr_name past the end is not NULL";
+    return "";
+  };
+  d.infer = [host](const void*, kiln_shape_ctx* s) -> std::string {
+    return host->copy_input_type(s, 0, 0) == KILN_OK ? "" : "cannot copy";
+  };
+  d.kernels.push_back({"slow_test_ops.copy", KILN_DEVICE_CPU, 1, nullptr, nullptr,
+                       [](const void*, const kiln_kernel_io& io) -> std::string {
+                         std::memcpy(io.outputs[0].data, io.inputs[0].data, io.inputs[0].nbytes);
+                         return "";
+                       }});
+  register_custom_op(d);
+  ir::Model m = custom_model("slow.domain", "Copy", {{"x", {3}}}, [](ir::Node& n) {
+    GraphBuilder::set_int(n, "k", 2);
+    GraphBuilder::set_float(n, "f", 0.5f);
+    ir::Attribute names;
+    names.type = ir::Attribute::Type::kStrings;
+    names.strings = {"ab", "cde"};
+    n.attrs["names"] = names;
+  });
+  auto engine = Builder().build_from_memory(onnx_bytes(m));
+  // Sorted names, ONNX's type codes (FLOAT 1, INT 2, STRINGS 8); kiln's own attributes are not listed.
+  EXPECT_EQ(seen, (std::vector<std::string>{"f:1", "k:2", "names:8=2cde"}));
+  std::vector<float> x = {1, -2, 3};
+  EXPECT_EQ(run_engine(*engine, {{"x", HostTensor::f32({3}, x.data())}}), x);
+  auto j = nlohmann::json::parse(engine->inspect_json());
+  ASSERT_TRUE(j["layers"][0].contains("slow")) << j["layers"][0].dump();
+  EXPECT_NE(j["layers"][0]["slow"].get<std::string>().find("slow interpreted kernel of plugin 'slow_test_ops'"),
+            std::string::npos);
+  EXPECT_TRUE(j["build"]["plugins"][0]["slow"].get<bool>());
 }
 
 }  // namespace
