@@ -514,6 +514,27 @@ ir::Model if_nms_detector() {
   cf.attrs["then_branch"] = ir::attr_graph(then_g);
   cf.attrs["else_branch"] = ir::attr_graph(else_g);
   b.node("TopK", {"scores1d", "k"}, {"best", "best_i"});
+  // A Loop over the classes (a fixed trip count): each iteration takes one class's scores (Gather of an
+  // outer value by the iteration number), its TopK, and carries the running maximum of their best;
+  // the per-class top scores are a scan output.
+  b.init("classes", Tensor::scalar<int64_t>(DataType::kInt64, classes));
+  b.init("by_class", Tensor::from_vector<int64_t>(DataType::kInt64, {2}, {classes, anchors}));
+  b.init("acc0", Tensor(DataType::kFloat32, {1}));
+  b.node("Reshape", {"scores", "by_class"}, {"scores2d"});
+  auto loop_g = std::make_shared<ir::Graph>();
+  loop_g->name = "per_class";
+  loop_g->inputs = {{"iter", ir::TypeInfo::tensor(DataType::kInt64, SymShape(std::vector<Dim>{}))},
+                    {"cond", ir::TypeInfo::tensor(DataType::kBool, SymShape(std::vector<Dim>{}))},
+                    {"acc", ir::TypeInfo::tensor(DataType::kFloat32, SymShape::from_dims({1}))}};
+  ir::Node row = plain_node("row", "Gather", {"scores2d", "iter"}, {"class_scores"});
+  ir::Node top = plain_node("class_top", "TopK", {"class_scores", "k"}, {"class_best", "class_best_i"}, 11);
+  ir::Node most = plain_node("class_max", "ReduceMax", {"class_best"}, {"class_most"});
+  GraphBuilder::set_int(most, "keepdims", 1);
+  loop_g->nodes = {row, top, most, plain_node("running", "Max", {"acc", "class_most"}, {"acc_out"}),
+                   plain_node("keep_going", "Identity", {"cond"}, {"cond_out"})};
+  loop_g->outputs = {{"cond_out", ir::TypeInfo()}, {"acc_out", ir::TypeInfo()}, {"class_best", ir::TypeInfo()}};
+  b.node("Loop", {"classes", "", "acc0"}, {"loop_max", "per_class_best"}).attrs["body"] = ir::attr_graph(loop_g);
+  b.output("loop_max").output("per_class_best");
   ir::Model m = b.finish();
   for (auto& node : m.graph->nodes)
     for (auto& [k, a] : node.attrs)
