@@ -395,7 +395,7 @@ Status ContextImpl::run() {
       for (const auto& name : g.nodes[i].outputs) {
         Slot sl;
         if (auto off = p.offsets.find(name); !name.empty() && off != p.offsets.end())
-          sl = {off->second, p.sizes.at(name)};
+          sl.offset = off->second, sl.bytes = p.sizes.at(name);
         slots[i].push_back(sl);
       }
     slots_for = &p;

@@ -152,6 +152,7 @@ const MemoryPlan* LayerExecutor::body_plan(const ir::Graph& g, const std::vector
   }
   const MemoryPlan* plan = st.last_plan;
   if (st.capacity < plan->arena_bytes) {
+    st.views.clear();  // over the old arena
     st.arena = alloc_arena(plan->arena_bytes);
     st.capacity = plan->arena_bytes;
   }

@@ -30,8 +30,12 @@
 // tensors (and every other one a run creates outside the arena: reference kernels' outputs, If/Loop
 // results) take their bytes from the context's BufferCache (core/buffer_cache.h), installed around
 // run(): buffers kept at their high-water capacity and reused by later runs, so a steady-state run of
-// a detector allocates no buffer and touches no fresh page (tests/noalloc counts; the interpreter
-// loop's small bookkeeping — frames, shape vectors — still allocates).
+// a detector allocates no buffer and touches no fresh page (tests/noalloc counts). The loop's
+// bookkeeping does not allocate in a steady state either (per-node output lists kept by the
+// interpreter's plan, values assigned over the last run's so their shape vectors are reused, output
+// shapes of prepared layers asked once, tensors over arena slots reused, body plans found by comparing
+// types); what still allocates is a shape vector per tensor created outside an arena (a Dims is a
+// std::vector) and whatever a reference kernel allocates inside.
 //
 // The steady-state path (bind / run_bound): when every value is planned at the context's shapes
 // (none data-dependent) and no layer has a body, the executor binds once per shape: per layer its
