@@ -510,7 +510,16 @@ Status LayerExecutor::run_reference_step(Step& s) {
         s.in_values[k].tensor = *s.ins[k];
       }
     }
-  KILN_ASSIGN_OR_RETURN(std::vector<ops::Value> outs, ops::run_node(*s.node, *s.schema, s.in_value_ptrs, nullptr));
+  // The interpreter loop's node runner, with one output list for every reference step (they do not
+  // nest: the bound path has no bodies) kept between runs and emptied after each: only the kernel
+  // allocates.
+  thread_local std::vector<ops::Value> outs;
+  struct Empty {
+    ~Empty() {
+      for (ops::Value& v : outs) ops::clear_value(v);
+    }
+  } empty;
+  KILN_RETURN_IF_ERROR(ops::run_node_into(*s.node, *s.schema, s.in_value_ptrs, nullptr, outs));
   for (size_t o = 0; o < s.outs.size(); ++o) {
     Tensor& slot = s.outs[o];
     if (o >= outs.size() || !outs[o].is_tensor() || outs[o].tensor.dtype() != slot.dtype() ||
