@@ -81,10 +81,37 @@ struct ContextImpl {
   // node index instead of by value name in the plan's maps (a layer's outputs are placed per run).
   struct Slot {
     size_t offset = SIZE_MAX, bytes = 0;
+    Tensor view;  // over the slot, as the last allocate_output made it (reused at the same dtype and shape)
   };
   std::vector<std::vector<Slot>> slots;
   const engine::MemoryPlan* slots_for = nullptr;
-  const Slot* slot_of(const ir::Node& n, size_t o) const;
+  Slot* slot_of(const ir::Node& n, size_t o);
+  // A tensor of `dt` and `shape` over slot `sl` of the arena: its view, remade only when they change.
+  Tensor& slot_view(Slot& sl, DataType dt, const Dims& shape) {
+    if (sl.view.dtype() != dt || sl.view.shape() != shape || sl.view.raw() != arena.get() + sl.offset)
+      sl.view = Tensor::alias(dt, shape, arena, sl.offset);
+    return sl.view;
+  }
+
+  // The interpreter loop (control flow, data-dependent shapes, observers): run_loop runs it with the
+  // plan, arena and slots in place. The inputs of its last successful run (names, dtypes, shapes),
+  // with the forced profile, thread count and may_bind(): a run that matches all of them skips the
+  // choice of profile, plan and binding (which would give the same answers) and allocates nothing
+  // beyond what the layers do.
+  Status run_loop();
+  struct LoopKey {
+    bool valid = false, may_bind = false;
+    int forced = -1, threads = 0;
+    std::vector<std::string> names;
+    std::vector<Dims> shapes;
+    std::vector<DataType> dtypes;
+  };
+  LoopKey loop_key;
+  bool loop_key_matches(const std::map<std::string, ops::Value>& in) const;
+  void remember_loop_key(const std::map<std::string, ops::Value>& in);
+  bool loop_hooks = false;  // place_outputs / allocate_output installed (once: they read members only)
+  size_t loop_layer_index = 0;
+  std::chrono::steady_clock::time_point loop_layer_begin;
 };
 
 namespace {
@@ -108,11 +135,38 @@ Result<std::shared_ptr<LayerPlan>> ContextImpl::plan_for(const std::map<std::str
   return std::make_shared<LayerPlan>(std::move(planned));
 }
 
-const ContextImpl::Slot* ContextImpl::slot_of(const ir::Node& n, size_t o) const {
+ContextImpl::Slot* ContextImpl::slot_of(const ir::Node& n, size_t o) {
   const auto& nodes = engine->model.graph->nodes;
   if (&n < nodes.data() || &n >= nodes.data() + nodes.size()) return nullptr;
-  const auto& s = slots[static_cast<size_t>(&n - nodes.data())];
+  auto& s = slots[static_cast<size_t>(&n - nodes.data())];
   return o < s.size() && s[o].offset != SIZE_MAX ? &s[o] : nullptr;
+}
+
+bool ContextImpl::loop_key_matches(const std::map<std::string, ops::Value>& in) const {
+  const LoopKey& k = loop_key;
+  if (!k.valid || k.forced != shape_state.forced || k.threads != std::max(1, kiln::max_threads()) ||
+      k.may_bind != may_bind() || k.names.size() != in.size())
+    return false;
+  size_t i = 0;
+  for (const auto& [name, v] : in) {
+    if (!v.is_tensor() || k.names[i] != name || k.dtypes[i] != v.tensor.dtype() || k.shapes[i] != v.tensor.shape())
+      return false;
+    ++i;
+  }
+  return true;
+}
+
+void ContextImpl::remember_loop_key(const std::map<std::string, ops::Value>& in) {
+  LoopKey& k = loop_key;
+  k.valid = true;
+  for (const auto& [name, v] : in) k.valid &= v.is_tensor();
+  k.forced = shape_state.forced, k.threads = std::max(1, kiln::max_threads()), k.may_bind = may_bind();
+  k.names.resize(in.size()), k.shapes.resize(in.size()), k.dtypes.resize(in.size());
+  size_t i = 0;
+  for (const auto& [name, v] : in) {
+    k.names[i] = name, k.shapes[i] = v.tensor.shape(), k.dtypes[i] = v.tensor.dtype();
+    ++i;
+  }
 }
 
 // The numerics guard (on_layer) rides on a device engine's bound run, which copies each layer's
@@ -274,6 +328,12 @@ Status ContextImpl::run() {
   // Steady state: the shapes of the last run, bound. Nothing below allocates (tests/noalloc).
   if (shape_state.forced == bound_forced && interp->bound_accepts(run_inputs) && may_bind())
     if (auto done = run_bound(bound_sig, run_inputs)) return *done;
+  if (!device && loop_key_matches(run_inputs)) {
+    Status s = run_loop();
+    if (!s.ok()) loop_key.valid = false;
+    return s;
+  }
+  loop_key.valid = false;
   interp->unbind();
   // Tensors know where their memory lives: this engine's layers read host memory.
   for (const auto& [name, v] : inputs)
@@ -335,52 +395,64 @@ Status ContextImpl::run() {
       for (const auto& name : g.nodes[i].outputs) {
         Slot sl;
         if (auto off = p.offsets.find(name); !name.empty() && off != p.offsets.end())
-          sl = {off->second, p.sizes.at(name)};
+          sl.offset = off->second, sl.bytes = p.sizes.at(name);
         slots[i].push_back(sl);
       }
     slots_for = &p;
   }
-  size_t layer_index = 0;
-  auto layer_begin = std::chrono::steady_clock::now();
-  interp->place_outputs = [&](const ir::Node& n, std::vector<ops::Value>& outs) {
-    for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i) {
-      if (!outs[i].is_tensor()) continue;
-      const Tensor& t = outs[i].tensor;
-      const Slot* sl = slot_of(n, i);
-      if (!sl || t.dtype() == DataType::kString || t.nbytes() > sl->bytes) {
-        // Kept dynamic. A kernel may hand back a view of an input (an If branch or a Loop passing an
-        // outer value through): when that lies in the arena, its slot is reused once the input dies,
-        // so the output takes its own copy.
-        auto* b = static_cast<const uint8_t*>(t.raw());
-        if (b && t.nbytes() && b >= arena.get() && b < arena.get() + arena_capacity) outs[i] = ops::Value(t.clone());
-        continue;
+  KILN_RETURN_IF_ERROR(run_loop());
+  remember_loop_key(run_inputs);
+  return Status::Ok();
+}
+
+Status ContextImpl::run_loop() {
+  if (!loop_hooks) {
+    interp->place_outputs = [this](const ir::Node& n, std::vector<ops::Value>& outs) {
+      for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i) {
+        if (!outs[i].is_tensor()) continue;
+        const Tensor& t = outs[i].tensor;
+        Slot* sl = slot_of(n, i);
+        if (!sl || t.dtype() == DataType::kString || t.nbytes() > sl->bytes) {
+          // Kept dynamic. A kernel may hand back a view of an input (an If branch or a Loop passing an
+          // outer value through): when that lies in the arena, its slot is reused once the input dies,
+          // so the output takes its own copy.
+          auto* b = static_cast<const uint8_t*>(t.raw());
+          if (b && t.nbytes() && b >= arena.get() && b < arena.get() + arena_capacity) outs[i] = ops::Value(t.clone());
+          continue;
+        }
+        if (t.raw() == arena.get() + sl->offset) continue;  // a tactic wrote it there already
+        Tensor& slot = slot_view(*sl, t.dtype(), t.shape());
+        if (t.nbytes()) std::memmove(slot.raw(), t.raw(), t.nbytes());
+        outs[i].tensor = slot;  // assigned: the output's shape vector is reused
       }
-      if (t.raw() == arena.get() + sl->offset) continue;  // a tactic wrote it there already
-      Tensor slot = Tensor::alias(t.dtype(), t.shape(), arena, sl->offset);
-      if (t.nbytes()) std::memmove(slot.raw(), t.raw(), t.nbytes());
-      outs[i] = ops::Value(std::move(slot));
-    }
-    if (layer_timer) {
-      auto now = std::chrono::steady_clock::now();
-      // The time of its body layers went to the body timer (set_body_layer_timer): not counted twice.
-      auto begin = layer_begin;
-      if (interp->body_timer)
-        begin = std::min(now, layer_begin + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                std::chrono::duration<double, std::milli>(interp->last_body_ms())));
-      layer_timer(layer_index++, n, begin, now);
-      layer_begin = now;
-    }
-  };
-  interp->allocate_output = [&](const ir::Node& n, size_t i, DataType dt, const Dims& shape) -> Tensor {
-    const Slot* sl = slot_of(n, i);
-    if (!sl || static_cast<size_t>(dims_numel(shape)) * dtype_size(dt) > sl->bytes) return Tensor();
-    return Tensor::alias(dt, shape, arena, sl->offset);
-  };
+      if (layer_timer) {
+        auto now = std::chrono::steady_clock::now();
+        // The time of its body layers went to the body timer (set_body_layer_timer): not counted twice.
+        auto begin = loop_layer_begin;
+        if (interp->body_timer)
+          begin =
+              std::min(now, loop_layer_begin + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                   std::chrono::duration<double, std::milli>(interp->last_body_ms())));
+        layer_timer(loop_layer_index++, n, begin, now);
+        loop_layer_begin = now;
+      }
+    };
+    interp->allocate_output = [this](const ir::Node& n, size_t i, DataType dt, const Dims& shape) -> const Tensor* {
+      Slot* sl = slot_of(n, i);
+      if (!sl || static_cast<size_t>(dims_numel(shape)) * dtype_size(dt) > sl->bytes) return nullptr;
+      return &slot_view(*sl, dt, shape);
+    };
+    loop_hooks = true;
+  }
+  loop_layer_index = 0;
+  loop_layer_begin = std::chrono::steady_clock::now();
   // The executor's layer loop, the interpreter and Loop/Scan iterations all check this scope's
   // deadline (one ops::check_deadline call each), whatever executes the layers.
   ops::DeadlineScope scope(deadline);
-  outputs.clear();  // the last run's outputs give their buffers back first (a caller's copy keeps its own)
-  KILN_ASSIGN_OR_RETURN(outputs, interp->run(inputs));
+  // The last run's outputs give their buffers back first (a caller's copy keeps its own); emptied,
+  // not destroyed, so that this run's are assigned over them.
+  for (ops::Value& v : outputs) ops::clear_value(v);
+  KILN_RETURN_IF_ERROR(interp->run(inputs, outputs));
   shape_state.ran_with_current = true;
   return Status::Ok();
 }

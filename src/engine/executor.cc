@@ -114,22 +114,49 @@ const MemoryPlan* LayerExecutor::body_plan(const ir::Graph& g, const std::vector
       if (!ir::outer_constant(g, r)) st.outer.push_back(r);
     st.initialized = true;
   }
-  std::string sig;
-  for (const auto& v : inputs) sig += value_signature(&v);
-  sig += "|";
-  for (const auto& r : st.outer) sig += value_signature(visible_value(r));
-  auto it = st.plans.find(sig);
-  if (it == st.plans.end()) {
-    if (st.plans.size() >= kMaxBodyPlans) return nullptr;
-    ++body_memory_.plans_made;
-    it = st.plans.emplace(sig, make_body_plan(g, inputs)).first;
+  // The types the signature is made of, compared with the last run's first: a Loop's iterations (and
+  // a steady state's runs) find their plan without building the signature string.
+  const size_t n = inputs.size() + st.outer.size();
+  auto value_at = [&](size_t k) { return k < inputs.size() ? &inputs[k] : visible_value(st.outer[k - inputs.size()]); };
+  auto same_type = [](const BodyState::ValueType& t, const ops::Value* v) {
+    if (!v) return !t.present;
+    if (!v->is_tensor()) return t.present && !t.tensor;
+    return t.present && t.tensor && t.dtype == v->tensor.dtype() && t.shape == v->tensor.shape();
+  };
+  bool same = st.last_plan && st.last_types.size() == n;
+  for (size_t k = 0; k < n && same; ++k) same = same_type(st.last_types[k], value_at(k));
+  if (!same) {
+    std::string sig;
+    for (const auto& v : inputs) sig += value_signature(&v);
+    sig += "|";
+    for (const auto& r : st.outer) sig += value_signature(visible_value(r));
+    auto it = st.plans.find(sig);
+    if (it == st.plans.end()) {
+      if (st.plans.size() >= kMaxBodyPlans) return nullptr;
+      ++body_memory_.plans_made;
+      it = st.plans.emplace(sig, make_body_plan(g, inputs)).first;
+    }
+    if (!it->second) return nullptr;
+    st.last_plan = it->second.get();
+    st.last_types.resize(n);
+    for (size_t k = 0; k < n; ++k) {
+      const ops::Value* v = value_at(k);
+      BodyState::ValueType& t = st.last_types[k];
+      t.present = v != nullptr, t.tensor = v && v->is_tensor();
+      t.dtype = t.tensor ? v->tensor.dtype() : DataType::kUndefined;
+      if (t.tensor)
+        t.shape = v->tensor.shape();
+      else
+        t.shape.clear();
+    }
   }
-  if (!it->second) return nullptr;
-  if (st.capacity < it->second->arena_bytes) {
-    st.arena = alloc_arena(it->second->arena_bytes);
-    st.capacity = it->second->arena_bytes;
+  const MemoryPlan* plan = st.last_plan;
+  if (st.capacity < plan->arena_bytes) {
+    st.views.clear();  // over the old arena
+    st.arena = alloc_arena(plan->arena_bytes);
+    st.capacity = plan->arena_bytes;
   }
-  return it->second.get();
+  return plan;
 }
 
 std::shared_ptr<const MemoryPlan> LayerExecutor::make_body_plan(const ir::Graph& g,
@@ -170,13 +197,18 @@ std::shared_ptr<const MemoryPlan> LayerExecutor::make_body_plan(const ir::Graph&
   return plan;
 }
 
-Tensor LayerExecutor::body_slot(const ir::Graph& g, const ir::Node& n, size_t o, DataType dt, const Dims& shape) const {
-  if (active_.empty() || active_.back().graph != &g || !active_.back().plan || o >= n.outputs.size()) return Tensor();
+const Tensor* LayerExecutor::body_slot(const ir::Graph& g, const ir::Node& n, size_t o, DataType dt,
+                                       const Dims& shape) const {
+  if (active_.empty() || active_.back().graph != &g || !active_.back().plan || o >= n.outputs.size()) return nullptr;
   const MemoryPlan& p = *active_.back().plan;
   auto off = p.offsets.find(n.outputs[o]);
   if (off == p.offsets.end() || static_cast<size_t>(dims_numel(shape)) * dtype_size(dt) > p.sizes.at(n.outputs[o]))
-    return Tensor();
-  return Tensor::alias(dt, shape, active_.back().state->arena, off->second);
+    return nullptr;
+  BodyState& st = *active_.back().state;
+  Tensor& view = st.views[{&p, &n.outputs[o]}];
+  if (view.dtype() != dt || view.shape() != shape || view.raw() != st.arena.get() + off->second)
+    view = Tensor::alias(dt, shape, st.arena, off->second);
+  return &view;
 }
 
 bool LayerExecutor::in_own_slot(const ir::Graph& g, const std::string& name, const Tensor& t) const {
@@ -200,16 +232,17 @@ void LayerExecutor::own_views(std::vector<ops::Value>& outs, const ir::Node& n, 
   }
 }
 
-Result<std::vector<ops::Value>> LayerExecutor::run_layer(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
-                                                         const std::vector<const ops::Value*>& ins, bool top_level) {
+Status LayerExecutor::run_layer(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
+                                const std::vector<const ops::Value*>& ins, bool top_level,
+                                std::vector<ops::Value>& outs) {
+  if (!body_timer) return run_prepared(g, i, schema, ins, top_level, nullptr, outs);
   std::string kernel;
-  if (!body_timer) return run_prepared(g, i, schema, ins, top_level, &kernel);
   const ir::Node& n = g.nodes[i];
   const bool control_flow = has_bodies(n);
   if (control_flow) running_.push_back(&n);
   child_ms_.push_back(0);
   const auto begin = std::chrono::steady_clock::now();
-  auto r = run_prepared(g, i, schema, ins, top_level, &kernel);
+  Status r = run_prepared(g, i, schema, ins, top_level, &kernel, outs);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
   const double inside = child_ms_.back();
   child_ms_.pop_back();
@@ -222,7 +255,7 @@ Result<std::vector<ops::Value>> LayerExecutor::run_layer(const ir::Graph& g, siz
     t.path = (paths_.empty() ? "" : paths_.back() + "/") + (n.name.empty() ? n.op_type : n.name);
     t.kernel = std::move(kernel);
     t.node = &n;
-    t.shape_work = t.kernel == "reference" && (moves_no_elements(n) || values_small(ins, r.value()));
+    t.shape_work = t.kernel == "reference" && (moves_no_elements(n) || values_small(ins, outs));
     t.begin = begin;
     t.self_ms = std::max(0.0, ms - inside);
     body_timer(t);
@@ -230,64 +263,77 @@ Result<std::vector<ops::Value>> LayerExecutor::run_layer(const ir::Graph& g, siz
   return r;
 }
 
-Result<std::vector<ops::Value>> LayerExecutor::run_prepared(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
-                                                            const std::vector<const ops::Value*>& ins, bool top_level,
-                                                            std::string* kernel) {
+const LayerExecutor::OutputTypes& LayerExecutor::output_types(const std::shared_ptr<const backends::PreparedLayer>& p) {
+  auto it = output_types_.find(p.get());
+  if (it == output_types_.end())
+    it = output_types_.emplace(p.get(), OutputTypes{p, p->output_shapes(), p->output_dtypes()}).first;
+  return it->second;
+}
+
+Status LayerExecutor::run_prepared(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
+                                   const std::vector<const ops::Value*>& ins, bool top_level, std::string* kernel,
+                                   std::vector<ops::Value>& outs) {
   auto prepared = tactics_ ? tactics_->prepared(g, i, ins) : nullptr;
   if (!prepared) {
     // A tactic that declined these run-time shapes (TacticRuntime warned once): counted per layer.
     if (top_level && tactics_ && tactics_->has_tactic(i)) ++declined_runs_[i];
-    const backends::Tactic* t = tactics_ ? tactics_->tactic_of(g, i) : nullptr;
-    *kernel = t ? "reference (" + t->name() + " declined)" : "reference";
-    auto res = ops::Interpreter::run_layer(g, i, schema, ins, top_level);
-    if (!top_level && res.ok()) {
-      own_views(res.value(), g.nodes[i], g);
+    if (kernel) {
+      const backends::Tactic* t = tactics_ ? tactics_->tactic_of(g, i) : nullptr;
+      *kernel = t ? "reference (" + t->name() + " declined)" : "reference";
+    }
+    KILN_RETURN_IF_ERROR(ops::Interpreter::run_layer(g, i, schema, ins, top_level, outs));
+    if (!top_level) {
+      own_views(outs, g.nodes[i], g);
       for (size_t o = 0; o < g.nodes[i].outputs.size(); ++o) body_memory_.fresh_outputs += g.nodes[i].has_output(o);
     }
-    return res;
+    return Status::Ok();
   }
-  *kernel = tactics_->tactic_of(g, i)->name();
+  if (kernel) *kernel = tactics_->tactic_of(g, i)->name();
   const ir::Node& n = g.nodes[i];
   // Scratch reused across layers: a tactic's run never re-enters run_layer.
   in_tensors_.clear();
   for (const ops::Value* v : ins) in_tensors_.push_back(v ? &v->tensor : nullptr);
-  const std::vector<Dims> shapes = prepared->output_shapes();
-  const std::vector<DataType> dtypes = prepared->output_dtypes();
-  std::vector<Tensor> out_tensors(shapes.size());
-  std::vector<Tensor*> out_ptrs;
+  const OutputTypes& types = output_types(prepared);
+  const std::vector<Dims>& shapes = types.shapes;
+  const std::vector<DataType>& dtypes = types.dtypes;
+  // The node's outputs are `outs` (emptied by the interpreter's loop); a tactic's outputs beyond the
+  // node's go to scratch tensors.
+  if (shapes.size() > outs.size()) extra_outs_.resize(shapes.size() - outs.size());
+  out_ptrs_.clear();
   for (size_t o = 0; o < shapes.size(); ++o) {
+    Tensor& t = o < outs.size() ? outs[o].tensor : extra_outs_[o - outs.size()];
+    if (o < outs.size()) outs[o].kind = ops::Value::Kind::kTensor;
+    out_ptrs_.push_back(&t);
     // An output whose shape depends on the data (a dim of -1: NonZero, NonMaxSuppression, TopK with a
     // computed K) is left undefined: the tactic allocates it once it knows the shape.
-    if (!dims_known(shapes[o])) {
-      out_ptrs.push_back(&out_tensors[o]);
-      continue;
-    }
-    Tensor t = top_level ? (allocate_output ? allocate_output(n, o, dtypes[o], shapes[o]) : Tensor())
-                         : body_slot(g, n, o, dtypes[o], shapes[o]);
+    if (!dims_known(shapes[o])) continue;
+    const Tensor* slot = top_level ? (allocate_output ? allocate_output(n, o, dtypes[o], shapes[o]) : nullptr)
+                                   : body_slot(g, n, o, dtypes[o], shapes[o]);
     for (const Tensor* x : in_tensors_)
-      if (t.defined() && x && overlaps(t, *x)) t = Tensor();
-    out_tensors[o] = t.defined() ? std::move(t) : Tensor(dtypes[o], shapes[o]);
-    out_ptrs.push_back(&out_tensors[o]);
+      if (slot && x && overlaps(*slot, *x)) slot = nullptr;
+    if (slot)
+      t = *slot;  // assigned over the last run's tensor: its shape vector is reused
+    else
+      t = Tensor(dtypes[o], shapes[o]);
   }
   backends::RunContext rc;
   rc.threads = std::max(1, kiln::max_threads());
   std::tie(rc.workspace, rc.workspace_bytes) = workspace_for(i, top_level, prepared->workspace_bytes(rc.threads));
-  Status st = prepared->run(rc, in_tensors_, out_ptrs);
+  Status st = prepared->run(rc, in_tensors_, out_ptrs_);
   if (!st.ok()) return st.with_context(n.where());
   for (size_t o = 0; o < shapes.size(); ++o)
-    if (!out_tensors[o].defined() || out_tensors[o].dtype() != dtypes[o])
-      return Internal(n.where(), "tactic ", *kernel, " left output ", o, " without a tensor of dtype ",
-                      dtype_name(dtypes[o]));
+    if (!out_ptrs_[o]->defined() || out_ptrs_[o]->dtype() != dtypes[o])
+      return Internal(n.where(), "tactic ", tactics_->tactic_of(g, i)->name(), " left output ", o,
+                      " without a tensor of dtype ", dtype_name(dtypes[o]));
+  for (Tensor& t : extra_outs_) t = Tensor();
   ++tactic_runs_;
   if (!top_level)
-    for (size_t o = 0; o < out_tensors.size() && o < n.outputs.size(); ++o) {
+    for (size_t o = 0; o < outs.size() && o < shapes.size(); ++o) {
       if (!n.has_output(o)) continue;
-      bool planned = in_own_slot(g, n.outputs[o], out_tensors[o]);
+      bool planned = in_own_slot(g, n.outputs[o], outs[o].tensor);
       body_memory_.planned_outputs += planned, body_memory_.fresh_outputs += !planned;
     }
-  std::vector<ops::Value> outs(n.outputs.size());
-  for (size_t o = 0; o < shapes.size() && o < outs.size(); ++o) outs[o] = ops::Value(std::move(out_tensors[o]));
-  return outs;
+  return Status::Ok();
 }
 
 std::pair<void*, size_t> LayerExecutor::workspace_for(size_t i, bool top_level, size_t bytes) {
@@ -464,7 +510,16 @@ Status LayerExecutor::run_reference_step(Step& s) {
         s.in_values[k].tensor = *s.ins[k];
       }
     }
-  KILN_ASSIGN_OR_RETURN(std::vector<ops::Value> outs, ops::run_node(*s.node, *s.schema, s.in_value_ptrs, nullptr));
+  // The interpreter loop's node runner, with one output list for every reference step (they do not
+  // nest: the bound path has no bodies) kept between runs and emptied after each: only the kernel
+  // allocates.
+  thread_local std::vector<ops::Value> outs;
+  struct Empty {
+    ~Empty() {
+      for (ops::Value& v : outs) ops::clear_value(v);
+    }
+  } empty;
+  KILN_RETURN_IF_ERROR(ops::run_node_into(*s.node, *s.schema, s.in_value_ptrs, nullptr, outs));
   for (size_t o = 0; o < s.outs.size(); ++o) {
     Tensor& slot = s.outs[o];
     if (o >= outs.size() || !outs[o].is_tensor() || outs[o].tensor.dtype() != slot.dtype() ||

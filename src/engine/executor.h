@@ -30,8 +30,12 @@
 // tensors (and every other one a run creates outside the arena: reference kernels' outputs, If/Loop
 // results) take their bytes from the context's BufferCache (core/buffer_cache.h), installed around
 // run(): buffers kept at their high-water capacity and reused by later runs, so a steady-state run of
-// a detector allocates no buffer and touches no fresh page (tests/noalloc counts; the interpreter
-// loop's small bookkeeping — frames, shape vectors — still allocates).
+// a detector allocates no buffer and touches no fresh page (tests/noalloc counts). The loop's
+// bookkeeping does not allocate in a steady state either (per-node output lists kept by the
+// interpreter's plan, values assigned over the last run's so their shape vectors are reused, output
+// shapes of prepared layers asked once, tensors over arena slots reused, body plans found by comparing
+// types); what still allocates is a shape vector per tensor created outside an arena (a Dims is a
+// std::vector) and whatever a reference kernel allocates inside.
 //
 // The steady-state path (bind / run_bound): when every value is planned at the context's shapes
 // (none data-dependent) and no layer has a body, the executor binds once per shape: per layer its
@@ -66,9 +70,10 @@ class LayerExecutor : public ops::Interpreter {
 
   // Inherited: run(inputs), and the hooks on_node / place_outputs (the context's memory planning and
   // observers), called for the main graph's layers only.
-  // Where a tactic writes output i of a main-graph layer (an arena slot); an undefined tensor: a
-  // fresh one. Body layers always write fresh tensors.
-  std::function<Tensor(const ir::Node&, size_t, DataType, const Dims&)> allocate_output;
+  // Where a tactic writes output i of a main-graph layer: a tensor over its arena slot, kept by the
+  // caller (copied from, so that the same slot at the same shape costs no allocation); nullptr: a
+  // fresh tensor.
+  std::function<const Tensor*(const ir::Node&, size_t, DataType, const Dims&)> allocate_output;
 
   // Layers that ran a prepared tactic (main graph and bodies) since construction: tests check that
   // control flow did not send the graph to reference kernels.
@@ -149,8 +154,9 @@ class LayerExecutor : public ops::Interpreter {
   std::string graph_blocker() const;
 
  protected:
-  Result<std::vector<ops::Value>> run_layer(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
-                                            const std::vector<const ops::Value*>& inputs, bool top_level) override;
+  Status run_layer(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
+                   const std::vector<const ops::Value*>& inputs, bool top_level,
+                   std::vector<ops::Value>& outs) override;
 
  private:
   struct BodyState {
@@ -160,6 +166,17 @@ class LayerExecutor : public ops::Interpreter {
     std::map<std::string, std::shared_ptr<const MemoryPlan>> plans;  // by signature; nullptr: unplannable
     std::shared_ptr<uint8_t[]> arena;                                // reused by every run of the body
     size_t capacity = 0;
+    // Tensors over the arena slots handed out (body_slot), by plan and value name: reused while the
+    // slot's dtype, shape and address stay.
+    std::map<std::pair<const MemoryPlan*, const std::string*>, Tensor> views;
+    // The plan of the last run and the types (inputs, then `outer`) it was chosen by.
+    struct ValueType {
+      bool present = false, tensor = false;
+      DataType dtype = DataType::kUndefined;
+      Dims shape;
+    };
+    const MemoryPlan* last_plan = nullptr;
+    std::vector<ValueType> last_types;
   };
   struct ActiveBody {
     const ir::Graph* graph;
@@ -168,16 +185,25 @@ class LayerExecutor : public ops::Interpreter {
   };
   const MemoryPlan* body_plan(const ir::Graph& g, const std::vector<ops::Value>& inputs, BodyState& st);
   std::shared_ptr<const MemoryPlan> make_body_plan(const ir::Graph& g, const std::vector<ops::Value>& inputs) const;
-  // The arena slot of output `o` of body layer `n` of `g` (the running body), or an undefined tensor.
-  Tensor body_slot(const ir::Graph& g, const ir::Node& n, size_t o, DataType dt, const Dims& shape) const;
+  // A tensor over the arena slot of output `o` of body layer `n` of `g` (the running body), or nullptr.
+  const Tensor* body_slot(const ir::Graph& g, const ir::Node& n, size_t o, DataType dt, const Dims& shape) const;
   bool in_own_slot(const ir::Graph& g, const std::string& name, const Tensor& t) const;
   // A reference kernel's output that views a value in a body arena (Identity, Reshape, a branch passing
   // a value through) would change when that value's slot is reused: it takes its own copy.
   void own_views(std::vector<ops::Value>& outs, const ir::Node& n, const ir::Graph& g) const;
 
-  Result<std::vector<ops::Value>> run_prepared(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
-                                               const std::vector<const ops::Value*>& inputs, bool top_level,
-                                               std::string* kernel);
+  // `kernel` (nullptr: not wanted) receives the name of the kernel that ran the layer.
+  Status run_prepared(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
+                      const std::vector<const ops::Value*>& inputs, bool top_level, std::string* kernel,
+                      std::vector<ops::Value>& outs);
+  // A prepared layer's output shapes and dtypes (constant for it), asked once: the calls build vectors.
+  struct OutputTypes {
+    std::shared_ptr<const backends::PreparedLayer> layer;  // keeps the key's address unique
+    std::vector<Dims> shapes;
+    std::vector<DataType> dtypes;
+  };
+  const OutputTypes& output_types(const std::shared_ptr<const backends::PreparedLayer>& p);
+  std::unordered_map<const backends::PreparedLayer*, OutputTypes> output_types_;
   // body_timer's bookkeeping: the control-flow layers being run (innermost last), the path of the body
   // being run, and per layer being timed the time of the body layers inside it so far.
   std::vector<const ir::Node*> running_;
@@ -195,6 +221,8 @@ class LayerExecutor : public ops::Interpreter {
   Device device_;
   void* stream_ = nullptr;
   std::vector<const Tensor*> in_tensors_;
+  std::vector<Tensor*> out_ptrs_;
+  std::vector<Tensor> extra_outs_;  // a tactic's outputs beyond the node's
   const MemoryPlan* ws_plan_ = nullptr;
   uint8_t* ws_arena_ = nullptr;
   std::unique_ptr<uint8_t, void (*)(uint8_t*)> own_ws_{nullptr, nullptr};

@@ -157,6 +157,7 @@ Result<const Interpreter::Plan*> Interpreter::plan_for(const ir::Graph& g) {
   }
   for (const auto& o : g.outputs) plan->results.push_back(resolve(g, *plan, o.name));
   plan->release_after.resize(g.nodes.size());
+  plan->outs.resize(g.nodes.size());
   for (const auto& [name, idx] : last_use) {
     auto s = plan->slot_of.find(name);
     if (!keep.count(name) && s != plan->slot_of.end() && !g.initializers.count(name))
@@ -186,21 +187,60 @@ std::unique_ptr<Interpreter::Frame> Interpreter::acquire_frame(const ir::Graph& 
 
 void Interpreter::release_frame(std::unique_ptr<Frame> f) {
   for (size_t s = 0; s < f->present.size(); ++s)
-    if (f->present[s]) f->values[s] = Value(), f->present[s] = 0;
+    if (f->present[s]) clear_value(f->values[s]), f->present[s] = 0;
   auto& spare = f->plan->spare;
   if (spare.size() < 4) spare.push_back(std::move(f));
 }
 
+void clear_value(Value& v) {
+  static const Tensor kEmpty;
+  v.kind = Value::Kind::kNone;
+  v.tensor = kEmpty;  // assigned, not moved: the shape vector keeps its capacity
+  v.sequence.clear();
+  v.sequence_elem = DataType::kUndefined;
+}
+
 Result<std::vector<Value>> run_node(const ir::Node& node, const OpSchema& schema,
                                     const std::vector<const Value*>& inputs, SubgraphRunner* runner) {
+  std::vector<Value> outs;
+  KILN_RETURN_IF_ERROR(run_node_into(node, schema, inputs, runner, outs));
+  return outs;
+}
+
+namespace {
+// Input lists lent to KernelContexts (swapped in and back): a kernel running a body nests, so a
+// thread keeps one per depth; none allocates once grown.
+thread_local std::vector<std::vector<const Value*>> t_input_lists;
+}  // namespace
+
+Status run_node_into(const ir::Node& node, const OpSchema& schema, const std::vector<const Value*>& inputs,
+                     SubgraphRunner* runner, std::vector<Value>& outs) {
   size_t given = inputs.size();
   if (static_cast<int>(given) < schema.min_inputs ||
       (schema.max_inputs >= 0 && static_cast<int>(given) > schema.max_inputs))
     return InvalidModel(node.where(), "has ", given, " inputs; ", node.op_type, " takes ", schema.min_inputs,
                         schema.max_inputs < 0 ? " or more" : " to " + std::to_string(schema.max_inputs));
   KernelContext ctx(node);
-  ctx.inputs = inputs;
-  ctx.outputs.resize(node.outputs.size());
+  outs.resize(node.outputs.size());
+  for (Value& v : outs) clear_value(v);
+  // The context works on the caller's output vector and a lent input list (swapped back on every
+  // exit): a steady-state run of this node allocates only what its kernel does.
+  std::vector<const Value*> lent;
+  if (!t_input_lists.empty()) {
+    lent.swap(t_input_lists.back());
+    t_input_lists.pop_back();
+  }
+  lent = inputs;
+  ctx.inputs.swap(lent);
+  ctx.outputs.swap(outs);
+  struct GiveBack {
+    KernelContext& ctx;
+    std::vector<Value>& outs;
+    ~GiveBack() {
+      ctx.outputs.swap(outs);
+      t_input_lists.emplace_back().swap(ctx.inputs);
+    }
+  } give_back{ctx, outs};
   ctx.subgraphs = runner;
   // Kernels report errors as Status; an exception escaping one (allocation failure on a huge shape,
   // a library throwing) still becomes a clean error naming the node.
@@ -220,22 +260,22 @@ Result<std::vector<Value>> run_node(const ir::Node& node, const OpSchema& schema
     if (node.has_output(i) && ctx.outputs[i].is_tensor() && !ctx.outputs[i].tensor.defined())
       return Internal(node.where(), "kernel produced an undefined tensor for output '", node.outputs[i], "'");
   }
-  return std::move(ctx.outputs);
+  return Status::Ok();
 }
 
-Result<std::vector<Value>> Interpreter::run_layer(const ir::Graph& g, size_t i, const OpSchema& schema,
-                                                  const std::vector<const Value*>& inputs, bool) {
-  return run_node(g.nodes[i], schema, inputs, this);
+Status Interpreter::run_layer(const ir::Graph& g, size_t i, const OpSchema& schema,
+                              const std::vector<const Value*>& inputs, bool, std::vector<Value>& outs) {
+  return run_node_into(g.nodes[i], schema, inputs, this, outs);
 }
 
-Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame, bool top_level) {
+Status Interpreter::execute(const ir::Graph& g, Frame& frame, bool top_level, std::vector<Value>& results) {
   const Plan& plan = *frame.plan;
   frames_.push_back(&frame);
   struct Pop {
     std::vector<Frame*>& f;
     ~Pop() { f.pop_back(); }
   } pop{frames_};
-  std::vector<const Value*> ins;
+  std::vector<const Value*>& ins = frame.ins;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& n = g.nodes[i];
     KILN_RETURN_IF_ERROR(check_deadline(n));
@@ -249,32 +289,41 @@ Result<std::vector<Value>> Interpreter::execute(const ir::Graph& g, Frame& frame
       if (!v) return Internal(n.where(), "input '", *r.name, "' has no value at run time");
       ins.push_back(v);
     }
-    auto res = run_layer(g, i, *plan.schemas[i], ins, top_level);
-    if (!res.ok()) {
-      const Status& st = res.status();
+    // The node's own output vector (values of the last run emptied, their shape vectors kept); the
+    // outputs are assigned into the frame, not moved, for the same reason.
+    std::vector<Value>& outs = plan.outs[i];
+    outs.resize(n.outputs.size());
+    Status st = run_layer(g, i, *plan.schemas[i], ins, top_level, outs);
+    if (!st.ok()) {
+      for (Value& v : outs) clear_value(v);
       if (st.message().rfind("node '", 0) == 0) return st;
       return st.with_context(n.where());
     }
-    std::vector<Value> outs = std::move(res).value();
     if (top_level && place_outputs) place_outputs(n, outs);
     if (top_level && on_node) on_node(n, outs);
     if (on_layer) on_layer(g, n, ins, outs);
     const std::vector<int>& slots = plan.outputs[i];
     for (size_t o = 0; o < slots.size() && o < outs.size(); ++o)
-      if (slots[o] >= 0) frame.values[slots[o]] = std::move(outs[o]), frame.present[slots[o]] = 1;
-    for (int dead : plan.release_after[i]) frame.values[dead] = Value(), frame.present[dead] = 0;
+      if (slots[o] >= 0) frame.values[slots[o]] = outs[o], frame.present[slots[o]] = 1;
+    for (Value& v : outs) clear_value(v);
+    for (int dead : plan.release_after[i]) clear_value(frame.values[dead]), frame.present[dead] = 0;
   }
-  std::vector<Value> results;
-  results.reserve(plan.results.size());
+  results.resize(plan.results.size());
   for (size_t o = 0; o < plan.results.size(); ++o) {
     const Value* v = plan.results[o].name ? lookup(frame, plan.results[o]) : nullptr;
     if (!v) return InvalidModel("graph '", g.name, "': output '", g.outputs[o].name, "' was never produced");
-    results.push_back(*v);
+    results[o] = *v;
   }
-  return results;
+  return Status::Ok();
 }
 
 Result<std::vector<Value>> Interpreter::run(const std::map<std::string, Value>& inputs) {
+  std::vector<Value> results;
+  KILN_RETURN_IF_ERROR(run(inputs, results));
+  return results;
+}
+
+Status Interpreter::run(const std::map<std::string, Value>& inputs, std::vector<Value>& results) {
   DeadlineScope deadline(deadline_);
   for (const auto& decl : graph_->inputs) {
     auto it = inputs.find(decl.name);
@@ -300,10 +349,13 @@ Result<std::vector<Value>> Interpreter::run(const std::map<std::string, Value>& 
     const ir::ValueInfo& decl = graph_->inputs[k];
     const int s = plan->input_slots[k];
     auto it = inputs.find(decl.name);
-    frame->values[s] = it != inputs.end() ? it->second : Value(graph_->initializers.at(decl.name));
+    if (it != inputs.end())
+      frame->values[s] = it->second;
+    else
+      frame->values[s] = Value(graph_->initializers.at(decl.name));
     frame->present[s] = 1;
   }
-  return execute(*graph_, *frame, true);
+  return execute(*graph_, *frame, true, results);
 }
 
 Result<std::vector<Value>> Interpreter::run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs) {
@@ -320,7 +372,9 @@ Result<std::vector<Value>> Interpreter::run_subgraph(const ir::Graph& g, const s
     frame->values[plan->input_slots[i]] = inputs[i];
     frame->present[plan->input_slots[i]] = 1;
   }
-  return execute(g, *frame, false);
+  std::vector<Value> results;
+  KILN_RETURN_IF_ERROR(execute(g, *frame, false, results));
+  return results;
 }
 
 }  // namespace kiln::ops

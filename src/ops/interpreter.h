@@ -32,6 +32,9 @@ class Interpreter : public SubgraphRunner {
   // Runs the graph; `inputs` by name (inputs that are also initializers may be omitted).
   // Returns the graph outputs in declaration order.
   Result<std::vector<Value>> run(const std::map<std::string, Value>& inputs);
+  // The same, into `outputs` (resized to the graph's outputs): its values are assigned over, so that
+  // a caller running the same shapes again reuses their shape vectors (no allocation).
+  Status run(const std::map<std::string, Value>& inputs, std::vector<Value>& outputs);
 
   // Called after every node of the main graph with its outputs (parity tools hook in here).
   std::function<void(const ir::Node&, const std::vector<Value>&)> on_node;
@@ -57,11 +60,14 @@ class Interpreter : public SubgraphRunner {
 
  protected:
   const ir::Graph& graph() const { return *graph_; }
-  // Runs node i of `g` (the main graph when `top_level`, else a subgraph body) on its inputs: its
-  // reference kernel here. The engine's executor (engine/executor.h) overrides it to run a prepared
-  // tactic where the layer has one, so both share this loop, its frames and its liveness.
-  virtual Result<std::vector<Value>> run_layer(const ir::Graph& g, size_t i, const OpSchema& schema,
-                                               const std::vector<const Value*>& inputs, bool top_level);
+  // Runs node i of `g` (the main graph when `top_level`, else a subgraph body) on its inputs into
+  // `outs` (one per node output, each empty: kind kNone, an undefined tensor): its reference kernel
+  // here. The engine's executor (engine/executor.h) overrides it to run a prepared tactic where the
+  // layer has one, so both share this loop, its frames and its liveness. `outs` is the node's own
+  // vector, kept by the plan from run to run: values assigned over it (not moved in) reuse the shape
+  // vectors of the last run's.
+  virtual Status run_layer(const ir::Graph& g, size_t i, const OpSchema& schema,
+                           const std::vector<const Value*>& inputs, bool top_level, std::vector<Value>& outs);
   // The value `name` has in the innermost running graph (or an enclosing one); nullptr if none. Called
   // from run_subgraph before the body's own frame exists, it finds the values the body reads from outside.
   const Value* visible_value(const std::string& name) const {
@@ -77,6 +83,7 @@ class Interpreter : public SubgraphRunner {
     const Plan* plan = nullptr;
     std::vector<Value> values;
     std::vector<uint8_t> present;
+    std::vector<const Value*> ins;  // the inputs of the node running (reused)
     const Frame* parent = nullptr;
     // By name, innermost graph first (its values, then its initializers), then the enclosing ones.
     const Value* find(const std::string& name) const;
@@ -97,6 +104,7 @@ class Interpreter : public SubgraphRunner {
     std::vector<std::vector<int>> outputs;              // per node output (-1: unnamed)
     std::vector<std::vector<int>> release_after;        // slots dead after node i
     std::vector<Ref> results;                           // per graph output
+    mutable std::vector<std::vector<Value>> outs;       // per node: run_layer's outputs (reused)
     mutable std::vector<std::unique_ptr<Frame>> spare;  // frames of finished runs, reused
   };
   Result<const Plan*> plan_for(const ir::Graph& g);
@@ -104,7 +112,7 @@ class Interpreter : public SubgraphRunner {
   const Value* lookup(const Frame& frame, const Ref& r) const;
   std::unique_ptr<Frame> acquire_frame(const ir::Graph& g, const Plan& plan);
   void release_frame(std::unique_ptr<Frame> frame);
-  Result<std::vector<Value>> execute(const ir::Graph& g, Frame& frame, bool top_level);
+  Status execute(const ir::Graph& g, Frame& frame, bool top_level, std::vector<Value>& results);
 
   std::shared_ptr<const ir::Graph> graph_;
   std::unordered_map<const ir::Graph*, std::unique_ptr<Plan>> plans_;
@@ -115,5 +123,13 @@ class Interpreter : public SubgraphRunner {
 // Runs one node's reference kernel on concrete inputs (used by constant folding too).
 Result<std::vector<Value>> run_node(const ir::Node& node, const OpSchema& schema,
                                     const std::vector<const Value*>& inputs, SubgraphRunner* runner);
+// The same into `outs` (resized to the node's outputs, each emptied first; their shape vectors are
+// kept): the interpreter's loop, which reuses one vector per node.
+Status run_node_into(const ir::Node& node, const OpSchema& schema, const std::vector<const Value*>& inputs,
+                     SubgraphRunner* runner, std::vector<Value>& outs);
+
+// Empties `v` (kind kNone, an undefined tensor, no sequence) without freeing its tensor's shape
+// vector: a value assigned over it later at the same rank allocates nothing.
+void clear_value(Value& v);
 
 }  // namespace kiln::ops
