@@ -471,6 +471,20 @@ Result<std::vector<ops::Value>> run_engine_observed(
   return run_engine(e, inputs, -1, nullptr, std::move(on_layer));
 }
 
+Result<std::vector<ops::Value>> run_engine_observed_layers(
+    const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
+    std::function<void(const ir::Graph&, const ir::Node&, const std::vector<const ops::Value*>&,
+                       const std::vector<ops::Value>&)>
+        on_layer) {
+  ContextImpl ctx;
+  ctx.engine = std::shared_ptr<const EngineImpl>(std::shared_ptr<const EngineImpl>(), &e);  // non-owning
+  ctx.interp = std::make_unique<engine::LayerExecutor>(e.model.graph, e.tactic_runtime());
+  ctx.interp->on_layer = std::move(on_layer);  // the interpreter loop: every layer, bodies included
+  ctx.inputs = inputs;
+  KILN_RETURN_IF_ERROR(ctx.run());
+  return std::move(ctx.outputs);
+}
+
 }  // namespace detail
 
 // ---- HostTensor

@@ -148,6 +148,13 @@ Result<std::vector<ops::Value>> run_engine(
 Result<std::vector<ops::Value>> run_engine_observed(
     const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
     std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer);
+// The same, calling `on_layer` after every layer, body layers included (If branches, Loop/Scan
+// iterations), with its graph, inputs and outputs (kiln compare's near ties inside control flow).
+Result<std::vector<ops::Value>> run_engine_observed_layers(
+    const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
+    std::function<void(const ir::Graph&, const ir::Node&, const std::vector<const ops::Value*>&,
+                       const std::vector<ops::Value>&)>
+        on_layer);
 // run_engine with the numerics guard on (engine/numerics_guard.h): `report` receives what it found.
 Result<std::vector<ops::Value>> run_engine_checked(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
                                                    const NumericsCheck& check, NumericsReport* report, int profile = -1,
