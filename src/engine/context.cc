@@ -133,7 +133,7 @@ Result<std::shared_ptr<uint8_t[]>> ContextImpl::allocate_arena(size_t bytes) {
 }
 
 void ContextImpl::plan_ahead() {
-  auto shapes = engine->typical_shapes();
+  auto shapes = engine->ahead_shapes();
   if (!shapes.ok()) return;
   std::string sig;  // as signature() writes it for inputs of these shapes
   for (const auto& [k, d] : shapes.value()) sig += k + dims_str(d) + ";";

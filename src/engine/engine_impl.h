@@ -59,10 +59,14 @@ struct EngineImpl {
   // The input shapes of a typical run, those the engine was tuned for: profile 0's opt shapes, else
   // the declared static shapes; an error naming an input whose shape stays unknown.
   Result<std::map<std::string, Dims>> typical_shapes() const;
+  // The shapes layers are prepared and memory planned for ahead of the first run(): typical_shapes(),
+  // or, with no profile and inputs whose only unknown dim is the first (a batch), batch 1 there (what
+  // kiln bench runs without --batch). A run at other shapes prepares them on first use.
+  Result<std::map<std::string, Dims>> ahead_shapes() const;
 
   // The layers' prepared tactics, made on first use (the first context) and shared by every context of
-  // the engine: every layer is prepared then for profile 0's opt shapes (or the model's static input
-  // shapes), so that the first run() costs what later ones do.
+  // the engine: every layer is prepared then for ahead_shapes(), so that the first run() costs what
+  // later ones do.
   std::shared_ptr<engine::TacticRuntime> tactic_runtime() const;
 
  private:
