@@ -117,8 +117,10 @@ Result<TopKDifference> classify_site(const CompareOptions& o, const DecisionSite
   const ir::Node& n = *s.node;
   auto defined = [&](size_t i) { return i < s.inputs.size() && s.inputs[i].defined(); };
   if (n.op_type == "TopK") {
-    if (!defined(0) || s.outputs.size() < 2 || !dtype_is_float(s.inputs[0].dtype()))
-      return InvalidArgument("TopK '", n.name, "': keys or indices missing");
+    if (!defined(0) || s.outputs.size() < 2) return InvalidArgument("TopK '", n.name, "': keys or indices missing");
+    if (!dtype_is_float(s.inputs[0].dtype()))
+      return InvalidArgument("TopK '", n.name, "': its keys are ", s.inputs[0].describe(),
+                             ": integer keys have no near tie");
     if (test.shape() != s.outputs[1].shape() || test.dtype() != s.outputs[1].dtype()) {
       TopKDifference d;
       d.positions_differing = std::max<int64_t>(1, test.numel());
@@ -182,7 +184,17 @@ Result<json> resolve_near_ties(const CompareOptions& o, std::shared_ptr<const ir
       return report;
     }
     const Tensor& t = test.at(differing->key);
-    KILN_ASSIGN_OR_RETURN(TopKDifference d, classify_site(o, *differing, t));
+    // A difference the rule cannot read (integer keys, a malformed selection) explains nothing: a
+    // divergence, with why.
+    auto classified = classify_site(o, *differing, t);
+    TopKDifference d;
+    if (classified.ok()) {
+      d = std::move(classified).value();
+    } else {
+      d.site = {{"layer", differing->node->name},
+                {"positions_differing", std::max<int64_t>(1, t.numel())},
+                {"why", classified.status().message()}};
+    }
     d.site["site"] = differing->key;
     d.site["op"] = differing->node->op_type;
     if (!d.tie) {
