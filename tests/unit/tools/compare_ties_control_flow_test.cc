@@ -232,6 +232,61 @@ TEST(CompareNearTiesControlFlow, AMalformedSelectionIsADivergenceNotAnError) {
   EXPECT_TRUE(replayed.empty());
 }
 
+// Loop(2 trips): the body ranks s (TopK, k 2) and emits the kept anchors' second-head scores as a scan
+// output, one row per iteration: a TopK site per iteration, "idx#0" and "idx#1".
+ir::Model loop_topk() {
+  GraphBuilder b(13);
+  b.input("s", {1, 8}).output("rows");
+  b.init("trips", i64({}, {2}));
+  b.init("go", Tensor::scalar<bool>(DataType::kBool, true));
+  b.init("v0", Tensor::from_vector<float>(DataType::kFloat32, {1}, {0.f}));
+  b.init("rescored",
+         Tensor::from_vector<float>(DataType::kFloat32, {8}, {0.95f, 0.3f, 0.8f, 0.6f, 0.5f, 0.4f, 0.2f, 0.1f}));
+  auto body = std::make_shared<ir::Graph>();
+  body->name = "body";
+  body->inputs = {{"i", ir::TypeInfo()}, {"c", ir::TypeInfo()}, {"v", ir::TypeInfo()}};
+  body->initializers["k"] = i64({1}, {2});
+  auto add = [&](const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
+    ir::Node n;
+    n.name = "body/" + op + "_" + std::to_string(body->nodes.size());
+    n.op_type = op, n.opset = 13, n.inputs = std::move(in), n.outputs = std::move(out);
+    body->nodes.push_back(std::move(n));
+  };
+  add("Identity", {"c"}, {"c_out"});
+  add("Identity", {"v"}, {"v_out"});
+  add("TopK", {"s", "k"}, {"vals", "idx"});
+  add("Gather", {"rescored", "idx"}, {"row"});
+  body->outputs = {{"c_out", ir::TypeInfo()}, {"v_out", ir::TypeInfo()}, {"row", ir::TypeInfo()}};
+  ir::Node& n = b.node("Loop", {"trips", "go", "v0"}, {"v_final", "rows"});
+  n.name = "loop";
+  n.attrs["body"] = ir::attr_graph(body);
+  return b.finish();
+}
+
+// The test side breaks the tie of anchors 2 and 3 (0.7, 0.70004) the other way in the second
+// iteration only: the site "idx#1" is the tie, "idx#0" agrees, and the replay gives the test's rows.
+TEST(CompareNearTiesControlFlow, ATieInALoopsSecondIterationIsReplayedThere) {
+  ir::Model m = loop_topk();
+  const std::vector<float> s = {0.9f, 0.5f, 0.7f, 0.70004f, 0.1f, 0.2f, 0.3f, 0.4f};
+  std::map<std::string, ops::Value> in{{"s", ops::Value(Tensor::from_vector<float>(DataType::kFloat32, {1, 8}, s))}};
+  Decisions engine{
+      {"idx#1", {Tensor::from_vector<float>(DataType::kFloat32, {1, 2}, {0.9f, 0.7f}), i64({1, 2}, {0, 2})}}};
+  Side t = test_side(m, in, engine);
+  ASSERT_EQ(t.decisions.count("idx#0"), 1u);
+  ASSERT_EQ(t.decisions.count("idx#1"), 1u);
+  std::vector<ops::Value> replayed;
+  auto r = resolve_near_ties(CompareOptions{}, m.graph, in, t.decisions, &replayed);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r.value()["ties"].size(), 1u) << r.value().dump();
+  EXPECT_EQ(r.value()["ties"][0]["site"], "idx#1");
+  ASSERT_EQ(replayed.size(), 1u);
+  const Tensor& ref_rows = testing::run(m, in)[0].tensor;
+  const Tensor &test_rows = t.outs[0].tensor, &rows = replayed[0].tensor;
+  ASSERT_EQ(rows.shape(), (Dims{2, 1, 2}));
+  EXPECT_NE(ref_rows.get_f64(3), test_rows.get_f64(3)) << "anchor 3's score is not anchor 2's";
+  for (int64_t i = 0; i < rows.numel(); ++i) EXPECT_EQ(rows.get_f64(i), test_rows.get_f64(i)) << i;
+}
+
 // The same decisions as the reference: nothing to explain, nothing replayed.
 TEST(CompareNearTiesControlFlow, TheReferencesOwnDecisionsNeedNoReplay) {
   ir::Model m = if_topk_nms();
