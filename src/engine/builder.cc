@@ -84,6 +84,24 @@ Result<std::map<std::string, Dims>> EngineImpl::typical_shapes() const {
   return shapes;
 }
 
+Result<std::map<std::string, Dims>> EngineImpl::ahead_shapes() const {
+  auto typical = typical_shapes();
+  if (typical.ok() || !profiles.empty()) return typical;
+  const ir::Graph& g = *model.graph;
+  std::map<std::string, Dims> shapes;
+  for (const auto& in : g.inputs) {
+    if (g.initializers.count(in.name)) continue;
+    const SymShape& s = in.type.shape;
+    bool batch_only = in.type.is_tensor() && s.rank_known && s.rank() >= 1;
+    for (size_t d = 1; batch_only && d < s.rank(); ++d) batch_only = s.dims[d].known();
+    if (!batch_only) return typical.status();
+    Dims dims = {1};
+    for (size_t d = 1; d < s.rank(); ++d) dims.push_back(s.dims[d].value);
+    shapes[in.name] = std::move(dims);
+  }
+  return shapes;
+}
+
 std::function<void(const std::string&)> warner(const BuilderConfig& cfg) {
   if (cfg.warn) return cfg.warn;
   return [](const std::string& m) { std::fprintf(stderr, "kiln: warning: %s\n", m.c_str()); };
@@ -97,7 +115,7 @@ std::shared_ptr<engine::TacticRuntime> EngineImpl::tactic_runtime() const {
     if (!runtime_->any()) return;
     // Prepared ahead at the shapes the engine was tuned for: weights are reordered here, on all
     // threads, not in the first run().
-    auto shapes = typical_shapes();
+    auto shapes = ahead_shapes();
     if (!shapes.ok()) return;
     if (auto typed = infer_at(*model.graph, shapes.value()); typed.ok()) runtime_->prepare_ahead(*typed.value());
   });

@@ -187,7 +187,7 @@ Result<std::shared_ptr<uint8_t[]>> ContextImpl::allocate_arena(size_t bytes) {
 }
 
 void ContextImpl::plan_ahead() {
-  auto shapes = engine->typical_shapes();
+  auto shapes = engine->ahead_shapes();
   if (!shapes.ok()) return;
   std::string sig;  // as signature() writes it for inputs of these shapes
   for (const auto& [k, d] : shapes.value()) sig += k + dims_str(d) + ";";
@@ -541,6 +541,20 @@ Result<std::vector<ops::Value>> run_engine_observed(
     const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
     std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer) {
   return run_engine(e, inputs, -1, nullptr, std::move(on_layer));
+}
+
+Result<std::vector<ops::Value>> run_engine_observed_layers(
+    const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
+    std::function<void(const ir::Graph&, const ir::Node&, const std::vector<const ops::Value*>&,
+                       const std::vector<ops::Value>&)>
+        on_layer) {
+  ContextImpl ctx;
+  ctx.engine = std::shared_ptr<const EngineImpl>(std::shared_ptr<const EngineImpl>(), &e);  // non-owning
+  ctx.interp = std::make_unique<engine::LayerExecutor>(e.model.graph, e.tactic_runtime());
+  ctx.interp->on_layer = std::move(on_layer);  // the interpreter loop: every layer, bodies included
+  ctx.inputs = inputs;
+  KILN_RETURN_IF_ERROR(ctx.run());
+  return std::move(ctx.outputs);
 }
 
 }  // namespace detail

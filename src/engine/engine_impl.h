@@ -59,10 +59,14 @@ struct EngineImpl {
   // The input shapes of a typical run, those the engine was tuned for: profile 0's opt shapes, else
   // the declared static shapes; an error naming an input whose shape stays unknown.
   Result<std::map<std::string, Dims>> typical_shapes() const;
+  // The shapes layers are prepared and memory planned for ahead of the first run(): typical_shapes(),
+  // or, with no profile and inputs whose only unknown dim is the first (a batch), batch 1 there (what
+  // kiln bench runs without --batch). A run at other shapes prepares them on first use.
+  Result<std::map<std::string, Dims>> ahead_shapes() const;
 
   // The layers' prepared tactics, made on first use (the first context) and shared by every context of
-  // the engine: every layer is prepared then for profile 0's opt shapes (or the model's static input
-  // shapes), so that the first run() costs what later ones do.
+  // the engine: every layer is prepared then for ahead_shapes(), so that the first run() costs what
+  // later ones do.
   std::shared_ptr<engine::TacticRuntime> tactic_runtime() const;
 
  private:
@@ -148,6 +152,13 @@ Result<std::vector<ops::Value>> run_engine(
 Result<std::vector<ops::Value>> run_engine_observed(
     const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
     std::function<void(const ir::Node&, const std::vector<ops::Value>&)> on_layer);
+// The same, calling `on_layer` after every layer, body layers included (If branches, Loop/Scan
+// iterations), with its graph, inputs and outputs (kiln compare's near ties inside control flow).
+Result<std::vector<ops::Value>> run_engine_observed_layers(
+    const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
+    std::function<void(const ir::Graph&, const ir::Node&, const std::vector<const ops::Value*>&,
+                       const std::vector<ops::Value>&)>
+        on_layer);
 // run_engine with the numerics guard on (engine/numerics_guard.h): `report` receives what it found.
 Result<std::vector<ops::Value>> run_engine_checked(const EngineImpl& e, const std::map<std::string, ops::Value>& inputs,
                                                    const NumericsCheck& check, NumericsReport* report, int profile = -1,

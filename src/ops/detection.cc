@@ -187,9 +187,7 @@ Status max_roi_pool_kernel(KernelContext& ctx) {
 using nms::Box;
 
 Box read_box(const Tensor& boxes, int64_t at, bool center) {
-  double a = boxes.get_f64(at), b = boxes.get_f64(at + 1), c = boxes.get_f64(at + 2), d = boxes.get_f64(at + 3);
-  if (center) return {a - c / 2, a + c / 2, b - d / 2, b + d / 2};          // [x_center, y_center, width, height]
-  return {std::min(b, d), std::max(b, d), std::min(a, c), std::max(a, c)};  // [y1, x1, y2, x2], any corner order
+  return nms::box_of(boxes.get_f64(at), boxes.get_f64(at + 1), boxes.get_f64(at + 2), boxes.get_f64(at + 3), center);
 }
 
 // The boxes kept so far, in a grid of cells by (x_min, y_min), so that a candidate meets only those

@@ -165,32 +165,67 @@ std::string engine_precision(const detail::EngineImpl& e);
 json find_divergence(const CompareOptions& o, const Runners& r, const std::map<std::string, ops::Value>& inputs,
                      Status* st);
 
-// Near ties at TopK layers (compare_ties.cc, the rule at its top), for a detection head that failed
-// against the reference interpreter: "ties" (TopK layers where the engine ranked differently only
-// among keys within tolerance of each other), "divergences" (layers where it ranked differently
-// otherwise). With ties and no divergence, *replayed_out receives the reference's outputs with the
-// ties resolved the engine's way (else it is left empty).
+// Near ties at ranking decisions (compare_ties.cc, the rule at its top): TopK and NonMaxSuppression
+// in the main graph and in control-flow bodies, for a detection head that failed against the reference
+// interpreter: "ties" (sites where the engine decided differently only among candidates within
+// tolerance of each other), "divergences" (a site where it decided differently otherwise), "replays".
+// With ties and no divergence, *replayed_out receives the reference's outputs with the ties resolved
+// the engine's way (else it is left empty).
 Result<json> explain_by_near_ties(const CompareOptions& o, const Runners& r,
                                   const std::map<std::string, ops::Value>& inputs,
                                   std::vector<std::pair<std::string, Tensor>>* replayed_out);
 
-// One TopK's indices on the test side against the reference's (keys: the reference's input): how many
-// positions differ, and whether each differing one is a near tie (the test's key within atol/rtol of
-// the reference's choice, both read in the reference's keys). `site` describes it for the report;
-// `forced_values` are the reference's keys at the test's indices (the TopK's values had it chosen so).
+// A decision site's output (TopK: its indices; NonMaxSuppression: its selection), nullptr for other
+// layers. A site is keyed by that name and its occurrence in the run: "NAME#0", "NAME#1" (a Loop).
+const std::string* decision_output(const ir::Node& n);
+// One execution of a decision site on the reference: the layer, its inputs (undefined: omitted) and outputs.
+struct DecisionSite {
+  std::string key;
+  const ir::Node* node = nullptr;
+  std::vector<Tensor> inputs, outputs;
+};
+// Outputs that replace a site's, by site key (an undefined tensor keeps the reference's output).
+using Decisions = std::map<std::string, std::vector<Tensor>>;
+
+// The core of explain_by_near_ties, given the test side's decisions by site key: checks the sites in
+// execution order, replaying each tie before looking further; *replayed_out: the last replay's graph
+// outputs when ties explained every differing site, else empty. Tolerances are o.atol / o.rtol.
+Result<json> resolve_near_ties(const CompareOptions& o, std::shared_ptr<const ir::Graph> graph,
+                               const std::map<std::string, ops::Value>& inputs,
+                               const std::map<std::string, Tensor>& test, std::vector<ops::Value>* replayed_out);
+
+// One site's decision on the test side against the reference's: how many positions differ, whether
+// each difference is a near tie, `site` describing it for the report ("widest_tie", or "first_not_a_tie"
+// and "why"), `forced_values` what the replay forces besides the test's decision (a TopK's values: the
+// reference's keys at the test's indices).
 struct TopKDifference {
   int64_t positions_differing = 0;
   bool tie = false;
   json site;
   Tensor forced_values;
 };
+// A TopK (keys: the reference's input): each differing position is a near tie when the test's key is
+// within atol/rtol of the reference's choice, both read in the reference's keys.
 Result<TopKDifference> classify_topk_difference(const ir::Node& n, const Tensor& keys, const Tensor& ref_indices,
                                                 const Tensor& test_indices, double atol, double rtol, double rel_floor);
-// The reference interpreter on `graph` with the named main-graph TopK layers' outputs replaced by
-// (values, indices): a tie resolved the test's way, the rest the reference's arithmetic.
-Result<std::vector<ops::Value>> run_reference_with_decisions(
-    std::shared_ptr<const ir::Graph> graph, const std::map<std::string, ops::Value>& inputs,
-    const std::map<std::string, std::pair<Tensor, Tensor>>& topk);
+// A NonMaxSuppression (inputs: the reference's boxes, scores and optional scalars): the test's
+// selection is a near tie when the greedy pass, on the reference's boxes and scores, could have made
+// it with scores within score_atol/rtol ordered either way and scores near score_threshold, IoUs near
+// iou_threshold (within iou_atol/rtol) decided either way (compare_nms_ties.cc).
+struct NmsTolerances {
+  double score_atol = kDefaultAtol, score_rtol = kDefaultRtol, iou_atol = kDefaultAtol, iou_rtol = kDefaultRtol;
+  double rel_floor = 1e-6;
+};
+Result<TopKDifference> classify_nms_difference(const ir::Node& n, const std::vector<Tensor>& inputs,
+                                               const Tensor& ref_selected, const Tensor& test_selected,
+                                               const NmsTolerances& tol);
+// The reference interpreter on `graph` with the sites `decisions` names (main graph and bodies)
+// resolved as given: a tie resolved the test's way, the rest the reference's arithmetic. `sites`, when
+// given, receives every decision site the run met.
+Result<std::vector<ops::Value>> run_reference_with_decisions(std::shared_ptr<const ir::Graph> graph,
+                                                             const std::map<std::string, ops::Value>& inputs,
+                                                             const Decisions& decisions,
+                                                             std::vector<DecisionSite>* sites = nullptr);
 
 // ---- reports (compare_report.cc)
 

@@ -10,29 +10,39 @@ namespace kiln::tools::compare {
 
 namespace {
 
-// What compare_ties.cc found for a failed detection head (near ties at TopK layers, the replay).
+// What compare_ties.cc found for a failed detection head (near ties at TopK / NonMaxSuppression
+// sites, main graph and bodies; the replay).
 std::vector<std::string> near_tie_lines(const json& d) {
   std::vector<std::string> out;
   if (!d.contains("near_ties")) return out;
   const json& t = d["near_ties"];
   auto at = [](const json& p) {
+    if (p.is_null()) return std::string("no pick differs in score (IoUs or scores near a threshold decided otherwise)");
     return "rank " + std::to_string(p["rank"].get<long long>()) + ": reference index " +
            std::to_string(p["ref_index"].get<long long>()) + " (key " + fmt(p["ref_key"]) + "), engine index " +
            std::to_string(p["test_index"].get<long long>()) + " (key " + fmt(p["test_key"]) + "), gap " + fmt(p["gap"]);
   };
+  auto where = [](const json& x) {
+    std::string op = x.value("op", std::string("TopK"));
+    std::string s = op + " '" + x["layer"].get<std::string>() + "'";
+    if (x.contains("site")) s += " (site " + x["site"].get<std::string>() + ")";
+    if (x.contains("k")) s += " (k " + std::to_string(x["k"].get<long long>()) + ")";
+    return s;
+  };
   for (const auto& x : t["ties"])
-    out.push_back("near tie at TopK '" + x["layer"].get<std::string>() + "' (k " +
-                  std::to_string(x["k"].get<long long>()) + "): the engine ranks " +
+    out.push_back("near tie at " + where(x) + ": the engine decides " +
                   std::to_string(x["positions_differing"].get<long long>()) +
-                  " position(s) differently, each among keys within atol " + fmt(x["atol"]) + " / rtol " +
+                  " position(s) differently, each among candidates within atol " + fmt(x["atol"]) + " / rtol " +
                   fmt(x["rtol"]) + " of the reference's choice; widest " + at(x["widest_tie"]));
   for (const auto& x : t["divergences"])
-    out.push_back("TopK '" + x["layer"].get<std::string>() + "' ranks " +
-                  std::to_string(x["positions_differing"].get<long long>()) +
-                  " position(s) differently, not only at near ties: " + at(x["first_not_a_tie"]) + " (beyond atol " +
-                  fmt(x["atol"]) + " / rtol " + fmt(x["rtol"]) + ")");
+    out.push_back(where(x) + " decides " + std::to_string(x["positions_differing"].get<long long>()) +
+                  " position(s) differently, not only at near ties: " +
+                  (x.contains("why") ? x["why"].get<std::string>()
+                                     : at(x["first_not_a_tie"]) + " (beyond atol " + fmt(x["atol"]) + " / rtol " +
+                                           fmt(x["rtol"]) + ")"));
+  if (t.contains("note")) out.push_back(t["note"].get<std::string>());
   if (t["ties"].empty() && t["divergences"].empty())
-    out.push_back("no TopK ranks differently: no near tie explains the difference");
+    out.push_back("no TopK or NonMaxSuppression decides differently: no near tie explains the difference");
   if (d.value("replayed", false))
     out.push_back(std::string("replayed: the reference interpreter with the tie(s) resolved the engine's way, compared "
                               "again with the same tolerances: ") +

@@ -1,25 +1,39 @@
-// kiln compare --detections: near ties at TopK layers. A detector ranks proposals by score (the RPN's
-// TopK of objectness, a pre-NMS top-k) and keeps the first K: when two candidates' scores lie within
-// the compare's tolerance of each other, rounding differences far below that tolerance may rank them
-// either way, and a different proposal then reaches the detection head. Both runs are right — the
-// reference's scores cannot tell the two apart — but the detections that follow can differ by more
-// than any tolerance (a box refined from another proposal). Loosening tolerances would hide real
-// faults; instead compare checks the tie and replays it:
+// kiln compare --detections: near ties at ranking decisions. A detector ranks candidates by score (the
+// RPN's TopK of objectness, a pre-NMS top-k, NonMaxSuppression's greedy pass in score order) and keeps
+// the first ones: when two candidates' scores lie within the compare's tolerance of each other,
+// rounding differences far below that tolerance may rank them either way, and a different candidate
+// then survives. Both runs are right — the reference's scores cannot tell the two apart — but the
+// detections that follow can differ by more than any tolerance (a box refined from another proposal).
+// Loosening tolerances would hide real faults; instead compare checks the tie and replays it.
 //
-// 1. A near tie: at a main-graph TopK whose indices the engine observes under the same name, every
-//    position where the engine's index differs from the reference's holds, in the reference's own
-//    TopK input, a key within the input's atol/rtol of the key the reference chose there (the
-//    Polygraphy rule of compare_internal.h). A differing position that is not such a tie is a real
-//    divergence: nothing is explained.
-// 2. The replay: the reference interpreter runs again with each tied TopK resolved the engine's way
-//    (its indices, with the reference's own keys at those indices as values); everything else is the
-//    reference's arithmetic. The detections are then compared with the usual rule, unchanged
+// Decision sites: every TopK (its indices) and NonMaxSuppression (its selection) the reference runs,
+// in the main graph and in If/Loop/Scan bodies (nested too), one site per execution: keyed by the
+// decision's output name and its occurrence ("idx#0", the third Loop iteration's "sel#2"). The engine
+// is observed under the same keys (its layers and body layers keep those output names).
+//
+// 1. A near tie: a site whose engine decision differs from the reference's must be explained, in the
+//    reference's own inputs of that site, by ties within tolerance (Polygraphy's rule of
+//    compare_internal.h):
+//    - TopK: at every position where the engine's index differs, the key it chose lies within the
+//      keys' atol/rtol of the key the reference chose there;
+//    - NonMaxSuppression: the engine's selection is what the greedy pass selects when it may order
+//      candidates whose scores are within the scores' atol/rtol either way, and may decide either way
+//      a score within tolerance of score_threshold or an IoU within the boxes' atol/rtol of
+//      iou_threshold; every other step must be the reference's (a candidate clearly better than the
+//      engine's pick, not suppressed, fails it; so does one the engine left out).
+//    A difference that is not such a tie is a real divergence: nothing is explained, nothing replayed.
+// 2. The replay: the reference interpreter runs again with the tied site resolved the engine's way (its
+//    decision; a TopK's values are the reference's keys at the engine's indices); everything else is
+//    the reference's arithmetic. A site after a tie sees inputs the tie changed (the proposals NMS
+//    ranks come from the RPN's TopK), so sites are checked in execution order, one tie per replay,
+//    until no site differs. The detections are then compared with the usual rule, unchanged
 //    tolerances: they pass only when the engine agrees with the reference everywhere except for the
-//    tie's outcome. A fault after the tie still fails.
+//    ties' outcomes. A fault after a tie still fails.
 #include <cmath>
 #include <set>
 
 #include "ops/interpreter.h"
+#include "ops/nms_grid.h"
 #include "tools/compare_internal.h"
 
 namespace kiln::tools::compare {
@@ -29,13 +43,6 @@ bool within(double test, double ref, double atol, double rtol, double rel_floor)
   double a = std::fabs(test - ref);
   return a <= atol || a / std::max(std::fabs(ref), rel_floor) <= rtol;
 }
-
-struct TopKSite {
-  const ir::Node* node = nullptr;
-  Tensor keys, indices;  // the reference's input and output 1
-  Tensor engine_indices;
-  Tensor forced_values;  // the reference's keys at the engine's indices
-};
 
 // The TopK's axis, its rows (outer x inner) and the keys' stride along the axis.
 struct Geometry {
@@ -51,70 +58,179 @@ Geometry geometry(const ir::Node& n, const Tensor& keys, const Tensor& idx) {
   g.k = idx.dim(g.axis);
   return g;
 }
+
+bool same_tensor(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (a.get_f64(i) != b.get_f64(i)) return false;
+  return true;
+}
+
+// The reference interpreter that records every decision site it runs (inputs and outputs, in execution
+// order) and replaces the outputs of the sites `forced` names.
+class DecidingInterpreter : public ops::Interpreter {
+ public:
+  DecidingInterpreter(std::shared_ptr<const ir::Graph> g, const Decisions* forced, std::vector<DecisionSite>* sites)
+      : Interpreter(std::move(g)), forced_(forced), sites_(sites) {}
+
+ protected:
+  Result<std::vector<ops::Value>> run_layer(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
+                                            const std::vector<const ops::Value*>& inputs, bool top_level) override {
+    const ir::Node& n = g.nodes[i];
+    auto r = Interpreter::run_layer(g, i, schema, inputs, top_level);
+    const std::string* out = decision_output(n);
+    if (!r.ok() || !out) return r;
+    std::vector<ops::Value> outs = std::move(r).value();
+    const std::string key = *out + "#" + std::to_string(occurrences_[*out]++);
+    if (forced_)
+      if (auto f = forced_->find(key); f != forced_->end())
+        for (size_t o = 0; o < f->second.size() && o < outs.size(); ++o)
+          if (f->second[o].defined()) outs[o] = ops::Value(f->second[o]);
+    if (sites_) {
+      DecisionSite s{key, &n, {}, {}};
+      for (const ops::Value* v : inputs) s.inputs.push_back(v && v->is_tensor() ? v->tensor : Tensor());
+      for (const ops::Value& v : outs) s.outputs.push_back(v.is_tensor() ? v.tensor : Tensor());
+      sites_->push_back(std::move(s));
+    }
+    return outs;
+  }
+
+ private:
+  const Decisions* forced_;
+  std::vector<DecisionSite>* sites_;
+  std::map<std::string, int64_t> occurrences_;
+};
+
+void collect_decision_outputs(const ir::Graph& g, std::set<std::string>* names) {
+  for (const auto& n : g.nodes) {
+    if (const std::string* o = decision_output(n)) names->insert(*o);
+    for (const auto& [attr_name, a] : n.attrs) {
+      if (a.g) collect_decision_outputs(*a.g, names);
+      for (const auto& body : a.graphs)
+        if (body) collect_decision_outputs(*body, names);
+    }
+  }
+}
+
+// One site's difference, classified: the decision the replay forces on a tie.
+Result<TopKDifference> classify_site(const CompareOptions& o, const DecisionSite& s, const Tensor& test) {
+  const ir::Node& n = *s.node;
+  auto defined = [&](size_t i) { return i < s.inputs.size() && s.inputs[i].defined(); };
+  if (n.op_type == "TopK") {
+    if (!defined(0) || s.outputs.size() < 2) return InvalidArgument("TopK '", n.name, "': keys or indices missing");
+    if (!dtype_is_float(s.inputs[0].dtype()))
+      return InvalidArgument("TopK '", n.name, "': its keys are ", s.inputs[0].describe(),
+                             ": integer keys have no near tie");
+    if (test.shape() != s.outputs[1].shape() || test.dtype() != s.outputs[1].dtype()) {
+      TopKDifference d;
+      d.positions_differing = std::max<int64_t>(1, test.numel());
+      d.site = {
+          {"layer", n.name},
+          {"op", n.op_type},
+          {"positions_differing", d.positions_differing},
+          {"why", "the engine's indices are " + test.describe() + ", the reference's " + s.outputs[1].describe()}};
+      return d;
+    }
+    KILN_ASSIGN_OR_RETURN(double atol, tolerance_for(o.atol, n.inputs[0], kDefaultAtol));
+    KILN_ASSIGN_OR_RETURN(double rtol, tolerance_for(o.rtol, n.inputs[0], kDefaultRtol));
+    return classify_topk_difference(n, s.inputs[0], s.outputs[1], test, atol, rtol, o.rel_floor);
+  }
+  if (!defined(0) || !defined(1) || s.outputs.empty())
+    return InvalidArgument("NonMaxSuppression '", n.name, "': boxes, scores or selection missing");
+  NmsTolerances tol;
+  KILN_ASSIGN_OR_RETURN(tol.score_atol, tolerance_for(o.atol, n.inputs[1], kDefaultAtol));
+  KILN_ASSIGN_OR_RETURN(tol.score_rtol, tolerance_for(o.rtol, n.inputs[1], kDefaultRtol));
+  KILN_ASSIGN_OR_RETURN(tol.iou_atol, tolerance_for(o.atol, n.inputs[0], kDefaultAtol));
+  KILN_ASSIGN_OR_RETURN(tol.iou_rtol, tolerance_for(o.rtol, n.inputs[0], kDefaultRtol));
+  tol.rel_floor = o.rel_floor;
+  return classify_nms_difference(n, s.inputs, s.outputs[0], test, tol);
+}
 }  // namespace
+
+const std::string* decision_output(const ir::Node& n) {
+  if (!n.domain.empty()) return nullptr;
+  if (n.op_type == "TopK" && n.has_output(1)) return &n.outputs[1];
+  if (n.op_type == "NonMaxSuppression" && n.has_output(0)) return &n.outputs[0];
+  return nullptr;
+}
+
+Result<json> resolve_near_ties(const CompareOptions& o, std::shared_ptr<const ir::Graph> graph,
+                               const std::map<std::string, ops::Value>& inputs,
+                               const std::map<std::string, Tensor>& test, std::vector<ops::Value>* replayed_out) {
+  json report = {{"ties", json::array()}, {"divergences", json::array()}, {"replays", 0}};
+  replayed_out->clear();
+  Decisions forced;
+  constexpr int kMaxReplays = 64;
+  for (int round = 0;; ++round) {
+    std::vector<DecisionSite> sites;
+    DecidingInterpreter interp(graph, &forced, &sites);
+    KILN_ASSIGN_OR_RETURN(std::vector<ops::Value> outs, interp.run(inputs));
+    const DecisionSite* differing = nullptr;
+    for (const DecisionSite& s : sites) {
+      auto t = test.find(s.key);
+      if (forced.count(s.key) || t == test.end()) continue;
+      const Tensor& ref = s.node->op_type == "TopK" ? s.outputs[1] : s.outputs[0];
+      if (!same_tensor(ref, t->second)) {
+        differing = &s;
+        break;
+      }
+    }
+    if (!differing) {
+      if (!forced.empty()) *replayed_out = std::move(outs);
+      return report;
+    }
+    if (round >= kMaxReplays) {
+      report["note"] = "stopped after " + std::to_string(kMaxReplays) + " replays: more sites differ";
+      return report;
+    }
+    const Tensor& t = test.at(differing->key);
+    // A difference the rule cannot read (integer keys, a malformed selection) explains nothing: a
+    // divergence, with why.
+    auto classified = classify_site(o, *differing, t);
+    TopKDifference d;
+    if (classified.ok()) {
+      d = std::move(classified).value();
+    } else {
+      d.site = {{"layer", differing->node->name},
+                {"positions_differing", std::max<int64_t>(1, t.numel())},
+                {"why", classified.status().message()}};
+    }
+    d.site["site"] = differing->key;
+    d.site["op"] = differing->node->op_type;
+    if (!d.tie) {
+      report["divergences"].push_back(d.site);
+      return report;
+    }
+    report["ties"].push_back(d.site);
+    report["replays"] = round + 1;
+    if (differing->node->op_type == "TopK")
+      forced[differing->key] = {d.forced_values, t};
+    else
+      forced[differing->key] = {t};
+  }
+}
 
 Result<json> explain_by_near_ties(const CompareOptions& o, const Runners& r,
                                   const std::map<std::string, ops::Value>& inputs,
                                   std::vector<std::pair<std::string, Tensor>>* replayed_out) {
-  json report = {{"ties", json::array()}, {"divergences", json::array()}};
-  // The reference's TopK layers (main graph): keys and indices.
-  std::map<std::string, TopKSite> sites;  // by the indices output's name
-  {
-    ops::Interpreter interp(r.model.graph);
-    std::set<std::string> keys;  // the TopK layers' inputs: kept until their TopK runs
-    for (const auto& n : r.model.graph->nodes)
-      if (n.op_type == "TopK" && n.domain.empty() && n.has_input(0)) keys.insert(n.inputs[0]);
-    std::map<std::string, Tensor> values;
-    interp.on_node = [&](const ir::Node& n, const std::vector<ops::Value>& outs) {
-      for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i)
-        if (outs[i].is_tensor() && keys.count(n.outputs[i])) values[n.outputs[i]] = outs[i].tensor;
-      if (n.op_type != "TopK" || !n.domain.empty() || outs.size() < 2 || !n.has_output(1) || !outs[1].is_tensor())
-        return;
-      auto k = values.find(n.inputs[0]);
-      if (k == values.end() && r.model.graph->initializers.count(n.inputs[0]))
-        k = values.emplace(n.inputs[0], r.model.graph->initializers.at(n.inputs[0])).first;
-      if (k == values.end()) {
-        if (auto in = inputs.find(n.inputs[0]); in != inputs.end() && in->second.is_tensor())
-          k = values.emplace(n.inputs[0], in->second.tensor).first;
-      }
-      if (k == values.end() || !dtype_is_float(k->second.dtype())) return;
-      TopKSite s;
-      s.node = &n;
-      s.keys = k->second;
-      s.indices = outs[1].tensor;
-      sites[n.outputs[1]] = std::move(s);
-    };
-    KILN_RETURN_IF_ERROR(interp.run(inputs).status());
-  }
-  if (sites.empty()) return report;
-  // The engine's indices at those layers (clones: arena slots are reused).
+  std::set<std::string> names;  // decision outputs of the reference's graph and its bodies
+  collect_decision_outputs(*r.model.graph, &names);
+  if (names.empty()) return json{{"ties", json::array()}, {"divergences", json::array()}, {"replays", 0}};
+  // The engine's decisions under the same keys (clones: arena slots are reused).
+  std::map<std::string, Tensor> test;
+  std::map<std::string, int64_t> seen;
   KILN_RETURN_IF_ERROR(
-      detail::run_engine_observed(*r.engine, inputs, [&](const ir::Node& n, const std::vector<ops::Value>& outs) {
-        for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i)
-          if (auto s = sites.find(n.outputs[i]); s != sites.end() && outs[i].is_tensor())
-            s->second.engine_indices = outs[i].tensor.clone();
-      }).status());
-  std::map<std::string, std::pair<Tensor, Tensor>> forced;  // by the TopK node's name: values, indices
-  for (auto& [name, s] : sites) {
-    const Tensor& ei = s.engine_indices;
-    if (!ei.defined() || ei.shape() != s.indices.shape() || ei.dtype() != s.indices.dtype()) continue;
-    KILN_ASSIGN_OR_RETURN(double atol, tolerance_for(o.atol, s.node->inputs[0], kDefaultAtol));
-    KILN_ASSIGN_OR_RETURN(double rtol, tolerance_for(o.rtol, s.node->inputs[0], kDefaultRtol));
-    KILN_ASSIGN_OR_RETURN(TopKDifference d,
-                          classify_topk_difference(*s.node, s.keys, s.indices, ei, atol, rtol, o.rel_floor));
-    if (d.positions_differing == 0) continue;
-    d.site["indices"] = name;
-    s.forced_values = std::move(d.forced_values);
-    if (d.tie) {
-      report["ties"].push_back(d.site);
-      forced[s.node->name] = {s.forced_values, ei};
-    } else {
-      report["divergences"].push_back(d.site);
-    }
-  }
-  if (forced.empty() || !report["divergences"].empty()) return report;
-  // The replay: the reference with the ties resolved the engine's way.
-  KILN_ASSIGN_OR_RETURN(std::vector<ops::Value> outs, run_reference_with_decisions(r.model.graph, inputs, forced));
+      detail::run_engine_observed_layers(*r.engine, inputs,
+                                         [&](const ir::Graph&, const ir::Node& n, const std::vector<const ops::Value*>&,
+                                             const std::vector<ops::Value>& outs) {
+                                           for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i)
+                                             if (names.count(n.outputs[i]) && outs[i].is_tensor())
+                                               test[n.outputs[i] + "#" + std::to_string(seen[n.outputs[i]]++)] =
+                                                   outs[i].tensor.clone();
+                                         })
+          .status());
+  std::vector<ops::Value> outs;
+  KILN_ASSIGN_OR_RETURN(json report, resolve_near_ties(o, r.model.graph, inputs, test, &outs));
   const auto& decl = r.model.graph->outputs;
   replayed_out->clear();
   for (size_t i = 0; i < outs.size() && i < decl.size(); ++i)
@@ -167,16 +283,11 @@ Result<TopKDifference> classify_topk_difference(const ir::Node& n, const Tensor&
   return d;
 }
 
-Result<std::vector<ops::Value>> run_reference_with_decisions(
-    std::shared_ptr<const ir::Graph> graph, const std::map<std::string, ops::Value>& inputs,
-    const std::map<std::string, std::pair<Tensor, Tensor>>& topk) {
-  ops::Interpreter interp(graph);
-  interp.place_outputs = [&](const ir::Node& n, std::vector<ops::Value>& outs) {
-    auto f = topk.find(n.name);
-    if (f == topk.end() || n.op_type != "TopK" || outs.size() < 2) return;
-    outs[0] = ops::Value(f->second.first);
-    outs[1] = ops::Value(f->second.second);
-  };
+Result<std::vector<ops::Value>> run_reference_with_decisions(std::shared_ptr<const ir::Graph> graph,
+                                                             const std::map<std::string, ops::Value>& inputs,
+                                                             const Decisions& decisions,
+                                                             std::vector<DecisionSite>* sites) {
+  DecidingInterpreter interp(std::move(graph), &decisions, sites);
   return interp.run(inputs);
 }
 

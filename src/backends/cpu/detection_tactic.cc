@@ -239,9 +239,7 @@ class PreparedNms : public PreparedLayer {
     for (int64_t b = 0; b < B && max_out > 0; ++b) {
       for (int64_t i = 0; i < S; ++i) {
         const float* q = pb + (b * S + i) * 4;
-        const double a = q[0], bb = q[1], c = q[2], d = q[3];
-        all[i] = center ? Box{a - c / 2, a + c / 2, bb - d / 2, bb + d / 2}
-                        : Box{std::min(bb, d), std::max(bb, d), std::min(a, c), std::max(a, c)};
+        all[i] = ops::nms::box_of(q[0], q[1], q[2], q[3], center);
       }
       kept.reset(fn, lanes, all, static_cast<size_t>(S));
       for (int64_t k = 0; k < K; ++k) {

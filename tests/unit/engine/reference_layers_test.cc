@@ -180,8 +180,9 @@ TEST(ReferenceLayers, RunTimeDeclineIsCountedAndWarnedOnce) {
   EXPECT_EQ(ctx->output("logits").shape, (std::vector<int64_t>{8, 32}));
 }
 
-// conv -> relu -> conv -> flatten -> gemm: every heavy layer has a tactic.
-std::string cnn_onnx() {
+// conv -> relu -> conv -> flatten -> gemm: every heavy layer has a tactic. `dynamic_batch`: the
+// input's first dim is a symbol (an export with dynamic axes).
+std::string cnn_onnx(bool dynamic_batch = false) {
   GraphBuilder b(13);
   b.input("x", {1, 4, 9, 9}).output("logits");
   b.init("w1", random_tensor({8, 4, 3, 3}, 1)).init("w2", random_tensor({8, 8, 1, 1}, 2));
@@ -192,6 +193,10 @@ std::string cnn_onnx() {
   b.node("Flatten", {"c2"}, {"flat"});
   b.gemm_t({"flat", "fc"}, "logits");
   ir::Model m = b.finish();
+  if (dynamic_batch) {
+    m.graph->inputs[0].type.shape.dims[0] = Dim::symbol("N");
+    m.graph->value_types.clear();  // inferred at batch 1: the import infers them again
+  }
   return onnx_import::serialize_model(m).value();
 }
 
@@ -218,6 +223,34 @@ TEST(ReferenceLayers, LoadedEngineRunsWithoutPreparing) {
   ref_cfg.tactics = {"reference"};
   auto ref = Builder(ref_cfg).build_from_memory(cnn_onnx());
   testing::expect_close(testing::run_logits(*e, x), testing::run_logits(*ref, x));
+}
+
+// An export with a dynamic batch built without a profile (kiln build model.onnx -o model.kiln): the
+// layers are prepared ahead at batch 1, so that a loaded engine's first run() at batch 1 prepares
+// nothing (its weights are not reordered then); another batch is prepared on first use.
+TEST(ReferenceLayers, DynamicBatchWithoutAProfileIsPreparedAheadAtBatchOne) {
+  if (backends::all_tactics().empty()) GTEST_SKIP() << "built without tactics";
+  auto built = Builder().build_from_memory(cnn_onnx(true));
+  auto e = Engine::deserialize(built->serialize());
+  auto ahead = e->impl().ahead_shapes();
+  ASSERT_TRUE(ahead.ok()) << ahead.status().to_string();
+  EXPECT_EQ(ahead.value().at("x"), (Dims{1, 4, 9, 9}));
+  EXPECT_FALSE(e->impl().typical_shapes().ok()) << "no profile and a symbolic batch: no typical shapes";
+  auto ctx = e->create_context();
+  auto runtime = e->impl().tactic_runtime();
+  const int prepared = runtime->prepares();
+  EXPECT_GE(prepared, 3);
+  BuilderConfig ref_cfg;
+  ref_cfg.tactics = {"reference"};
+  auto ref = Builder(ref_cfg).build_from_memory(cnn_onnx(true));
+  Tensor x = random_tensor({1, 4, 9, 9}, 7);
+  testing::expect_close(testing::run_logits(*e, x), testing::run_logits(*ref, x));
+  ctx->set_input("x", HostTensor::f32(x.shape(), x.data<float>()));
+  ctx->run();
+  EXPECT_EQ(runtime->prepares(), prepared) << "the first run() at batch 1 prepared a tactic";
+  Tensor x2 = random_tensor({2, 4, 9, 9}, 8);
+  testing::expect_close(testing::run_logits(*e, x2), testing::run_logits(*ref, x2));
+  EXPECT_GT(runtime->prepares(), prepared) << "batch 2 is prepared on first use";
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ Case run_case(const ir::Model& m, const std::vector<float>& s, const Tensor& tes
       classify_topk_difference(topk, in["s"].tensor, ref_values.at("idx"), test_idx, kDefaultAtol, kDefaultRtol, 1e-6);
   EXPECT_TRUE(d.ok()) << d.status().to_string();
   Case c{std::move(d).value(), {}, {}};
-  auto test = run_reference_with_decisions(m.graph, in, {{topk.name, {c.diff.forced_values, test_idx}}});
+  auto test = run_reference_with_decisions(m.graph, in, {{"idx#0", {c.diff.forced_values, test_idx}}});
   EXPECT_TRUE(test.ok());
   Tensor test_boxes = test.value()[0].tensor.clone();
   test_boxes.data<float>()[0] += perturb;
@@ -69,7 +69,7 @@ Case run_case(const ir::Model& m, const std::vector<float>& s, const Tensor& tes
   DetectionSides ts{&test_boxes, &test.value()[1].tensor, nullptr};
   c.before = compare_detections(h, rs, ts, tol, 0.99, std::nullopt).value();
   if (c.diff.tie) {
-    auto replay = run_reference_with_decisions(m.graph, in, {{topk.name, {c.diff.forced_values, test_idx}}});
+    auto replay = run_reference_with_decisions(m.graph, in, {{"idx#0", {c.diff.forced_values, test_idx}}});
     EXPECT_TRUE(replay.ok());
     DetectionSides ps{&replay.value()[0].tensor, &replay.value()[1].tensor, nullptr};
     c.after = compare_detections(h, ps, ts, tol, 0.99, std::nullopt).value();
