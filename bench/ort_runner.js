@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // ONNX Runtime (onnxruntime-node, CPU) latency runner for bench/run.sh.
 // usage: node ort_runner.js MODEL.onnx --threads N --warmup N --iterations N [--shapes NAME:1x3x224x224,...]
-//          [--profile PREFIX]
+//          [--profile PREFIX] [--no-spin]
 // Random inputs (floats in [-1, 1), integers in [0, 10)); prints one JSON line with the median latency
 // and every measured iteration's time (times_ms). --profile: ONNX Runtime's own per-node profile, a
 // Chrome trace written to PREFIX_<date>.json (its path in the JSON line, "profile"). ONNX Runtime profiles from the session's creation: the trace holds the
@@ -67,6 +67,7 @@ function parseArgs(argv) {
     else if (a === '--batch') o.batch = parseInt(argv[++i], 10);
     else if (a === '--save-outputs') o.saveOutputs = argv[++i];
     else if (a === '--profile') o.profile = argv[++i];
+    else if (a === '--no-spin') o.noSpin = true;
     else if (a === '--shapes') {
       for (const item of argv[++i].split(',')) {
         const c = item.lastIndexOf(':');
@@ -107,6 +108,8 @@ async function main() {
     interOpNumThreads: 1,
     executionMode: 'sequential',
     ...(o.profile ? { enableProfiling: true, profileFilePrefix: o.profile } : {}),
+    // --no-spin: idle intra-op workers sleep instead of spinning (kiln's peer: OMP_WAIT_POLICY=passive)
+    ...(o.noSpin ? { extra: { session: { intra_op: { allow_spinning: '0' } } } } : {}),
   });
   if (o.saveOutputs) return saveOutputs(session, o);
   const feeds = {};
