@@ -6,7 +6,8 @@
 //   build/bench/kiln_kernel_bench --benchmark_filter='dw_' --benchmark_min_time=0.2
 //
 // Names: <layer>/<tactic>/threads:<n>. KILN_ISA=avx2|portable (read by this benchmark only: it sets the
-// signatures' instruction set, as kiln build --isa does) forces kiln's kernels onto a path.
+// signatures' instruction set, as kiln build --isa does) forces kiln's kernels onto a path;
+// KILN_GEMM_KC/MC/NC (this benchmark only) set kiln's GEMM cache blocks.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "../tests/unit/backends/layer_case.h"
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/gemm_kernels.h"
+#include "backends/cpu/test_hooks.h"
 #include "backends/registry.h"
 #include "core/parallel.h"
 #include "ir/attribute_builders.h"
@@ -157,6 +159,11 @@ std::vector<Layer> layers() {
   v.push_back(dynq("bert_int8_ffn1_128x768x3072", 128, 768, 3072, "Gelu", false));
   v.push_back(dynq("bert_int8_ffn2_128x3072x768", 128, 3072, 768, "", true));
   v.push_back(dynq("bert_int8_ffn1_b8_1024x768x3072", 1024, 768, 3072, "Gelu", false));
+  // ViT-B/32 encoder at batch 8 (8 x 50 tokens, FP32): QKV, attention output, MLP up (Gelu), MLP down.
+  v.push_back(matmul("vit_b8_qkv_400x768x2304", 400, 768, 2304, "", false));
+  v.push_back(matmul("vit_b8_out_400x768x768", 400, 768, 768, "", true));
+  v.push_back(matmul("vit_b8_mlp1_400x768x3072", 400, 768, 3072, "Gelu", false));
+  v.push_back(matmul("vit_b8_mlp2_400x3072x768", 400, 3072, 768, "", true));
   // Classifiers.
   v.push_back(gemm_t("resnet_fc_1x2048x1000", 1, 2048, 1000));
   v.push_back(gemm_t("resnet_fc_8x2048x1000", 8, 2048, 1000));
@@ -237,6 +244,13 @@ void run_activation(benchmark::State& state, kiln::backends::cpu::ActKind kind) 
 }  // namespace
 
 int main(int argc, char** argv) {
+  {  // Experiments: KILN_GEMM_KC / _MC / _NC set kiln's GEMM cache blocks (test_hooks.h), this benchmark only.
+    auto& h = kiln::backends::cpu::kernel_test_hooks();
+    const std::pair<const char*, int64_t*> knobs[] = {
+        {"KILN_GEMM_KC", &h.gemm_kc}, {"KILN_GEMM_MC", &h.gemm_mc}, {"KILN_GEMM_NC", &h.gemm_nc}};
+    for (const auto& [env, knob] : knobs)
+      if (const char* e = std::getenv(env); e && *e) *knob = std::atoll(e);
+  }
   {
     namespace cpu = kiln::backends::cpu;
     const std::pair<const char*, cpu::ActKind> acts[] = {

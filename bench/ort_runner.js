@@ -1,7 +1,11 @@
 #!/usr/bin/env node
 // ONNX Runtime (onnxruntime-node, CPU) latency runner for bench/run.sh.
 // usage: node ort_runner.js MODEL.onnx --threads N --warmup N --iterations N [--shapes NAME:1x3x224x224,...]
-// Random inputs (floats in [-1, 1), integers in [0, 10)); prints one JSON line with the median latency.
+//          [--profile PREFIX] [--no-spin]
+// Random inputs (floats in [-1, 1), integers in [0, 10)); prints one JSON line with the median latency
+// and every measured iteration's time (times_ms). --profile: ONNX Runtime's own per-node profile, a
+// Chrome trace written to PREFIX_<date>.json (its path in the JSON line, "profile"). ONNX Runtime profiles from the session's creation: the trace holds the
+// warm-up runs too (its model_run events tell the runs apart).
 // Outputs instead (bench/fmnist): --inputs NAME=FILE.npy (float32, C order) --batch B --save-outputs FILE.npy
 // runs the model on FILE's rows B at a time and saves its first output's rows stacked (float32).
 'use strict';
@@ -62,6 +66,8 @@ function parseArgs(argv) {
     else if (a === '--inputs') o.inputs = argv[++i];
     else if (a === '--batch') o.batch = parseInt(argv[++i], 10);
     else if (a === '--save-outputs') o.saveOutputs = argv[++i];
+    else if (a === '--profile') o.profile = argv[++i];
+    else if (a === '--no-spin') o.noSpin = true;
     else if (a === '--shapes') {
       for (const item of argv[++i].split(',')) {
         const c = item.lastIndexOf(':');
@@ -101,6 +107,9 @@ async function main() {
     intraOpNumThreads: o.threads,
     interOpNumThreads: 1,
     executionMode: 'sequential',
+    ...(o.profile ? { enableProfiling: true, profileFilePrefix: o.profile } : {}),
+    // --no-spin: idle intra-op workers sleep instead of spinning (kiln's peer: OMP_WAIT_POLICY=passive)
+    ...(o.noSpin ? { extra: { session: { intra_op: { allow_spinning: '0' } } } } : {}),
   });
   if (o.saveOutputs) return saveOutputs(session, o);
   const feeds = {};
@@ -122,13 +131,21 @@ async function main() {
     await session.run(feeds);
     times.push(Number(process.hrtime.bigint() - t0) / 1e6);
   }
+  let profile;
+  if (o.profile) {  // onnxruntime-node's endProfiling returns no path: the newest PREFIX_*.json
+    session.endProfiling();
+    const path = require('path'), dir = path.dirname(o.profile), base = path.basename(o.profile) + '_';
+    const hits = fs.readdirSync(dir).filter((f) => f.startsWith(base) && f.endsWith('.json'))
+      .map((f) => path.join(dir, f)).sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs);
+    profile = hits[0];
+  }
   const s = [...times].sort((a, b) => a - b);
   const n = s.length;
   const median = n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
   console.log(JSON.stringify({
     runtime: 'onnxruntime-node', version: require('onnxruntime-node/package.json').version,
     threads: o.threads, iterations: n, median_ms: median, min_ms: s[0], max_ms: s[n - 1],
-    mean_ms: times.reduce((a, b) => a + b, 0) / n,
+    mean_ms: times.reduce((a, b) => a + b, 0) / n, times_ms: times, ...(profile ? { profile } : {}),
   }));
 }
 

@@ -2,10 +2,10 @@
 """The broad model suite: kiln vs ONNX Runtime on ~40 exported models, one table (bench/README.md).
 
 Called by `bench/run.sh --suite` (which installs ONNX Runtime). Per model: export (cached, own process:
-bench/suite/export.py), then per batch: `kiln build --shapes ... --threads T`, `kiln bench --json`
-(latency), `kiln bench --json --export-profile` (a shorter run: which kernel each layer ran, its median share),
-and bench/ort_runner.js (all graph optimizations). A failure at any step is that row's error, never
-the suite's. Every row is also saved to OUT/rows/NAME_bB.json, so that partial runs accumulate:
+bench/suite/export.py), then per batch: `kiln build --shapes ... --threads T`, `kiln bench --json
+--export-profile` (a short run: which kernel each layer ran, its median share), then the latency of
+both runtimes in interleaved rounds (`kiln bench --export-times`, bench/ort_runner.js with all graph
+optimizations; measure_latency). A failure at any step is that row's error, never the suite's. Every row is also saved to OUT/rows/NAME_bB.json, so that partial runs accumulate:
 --findings writes the Markdown findings from every saved row (this run's and earlier ones).
 """
 import argparse
@@ -138,6 +138,69 @@ def profile_summary(profile, interpreter):
             "kernel_share": dict(sorted(kernels.items(), key=lambda kv: -kv[1])), "profiled_ms": total}
 
 
+def kiln_round(engine, a, env, iterations):
+    """One kiln bench process: its warm-up, then `iterations` timed runs. (times in ms, error or None)"""
+    times = engine + ".times.json"
+    rc, out, err, s = run_tool([a.kiln, "bench", engine, "--threads", str(a.threads), "--warmup-ms", "0",
+                                "--duration", "0", "--json", "--warmup", str(a.warmup), "--iterations",
+                                str(iterations), "--export-times", times], env=env, timeout=a.run_timeout)
+    if rc != 0:
+        return None, short_error(err)
+    try:
+        with open(times) as f:
+            t = [x["latency_ms"] for x in json.load(f)]
+        os.remove(times)
+    except (OSError, ValueError, KeyError) as e:
+        return None, f"per-iteration times unreadable: {e}"
+    return t, None
+
+
+def ort_round(onnx_path, shapes, a, env, iterations):
+    """One ort_runner.js process, measured as kiln_round. (times in ms, error or None; version)"""
+    rc, out, err, s = run_tool(["node", os.path.join(BENCH, "ort_runner.js"), onnx_path, "--threads", str(a.threads),
+                                "--warmup", str(a.warmup), "--iterations", str(iterations), "--shapes", shapes],
+                               env=env, timeout=a.run_timeout)
+    if rc != 0:
+        return None, short_error(err), None
+    o = parse_json(out)
+    return o["times_ms"], None, o.get("version")
+
+
+def measure_latency(row, engine, onnx_path, shapes, a, env):
+    """kiln's and ONNX Runtime's latency, measured the same way and interleaved: `rounds` rounds of
+    (kiln process, ORT process), each process with the same warm-up and iterations/rounds timed runs,
+    so that a burst of load on a shared machine hits both runtimes rather than one of them. Each
+    runtime's latency is the median over all its timed runs (every round); the per-round medians are
+    kept in the row (kiln_round_ms, ort_round_ms) to show the spread. engine None: no kiln engine."""
+    rounds = max(1, min(a.rounds, a.iterations))
+    per = -(-a.iterations // rounds)  # ceil: at least `iterations` timed runs each
+    kiln_t, ort_t, kiln_r, ort_r = [], [], [], []
+    for _ in range(rounds):
+        if engine and "kiln_run" not in row["errors"]:
+            t, e = kiln_round(engine, a, env, per)
+            if e:
+                row["errors"]["kiln_run"] = e
+            else:
+                kiln_t += t
+                kiln_r.append(round(statistics.median(t), 4))
+        if not a.no_ort and "ort" not in row["errors"]:
+            t, e, version = ort_round(onnx_path, shapes, a, env, per)
+            if e:
+                row["errors"]["ort"] = e
+            else:
+                ort_t += t
+                ort_r.append(round(statistics.median(t), 4))
+                row["ort_version"] = version
+    row["rounds"], row["iterations_per_round"] = rounds, per
+    if kiln_t and "kiln_run" not in row["errors"]:
+        row["kiln_ms"], row["kiln_round_ms"] = statistics.median(kiln_t), kiln_r
+        st = sorted(kiln_t)
+        row["kiln_latency"] = {"median": row["kiln_ms"], "min": st[0], "max": st[-1],
+                               "mean": sum(st) / len(st), "runs": len(st)}
+    if ort_t and "ort" not in row["errors"]:
+        row["ort_ms"], row["ort_round_ms"] = statistics.median(ort_t), ort_r
+
+
 def run_row(spec, onnx_path, batch, a, env):
     row = {"model": spec.name, "family": spec.family, "batch": batch, "threads": a.threads, "note": spec.note,
            "second_path_of": spec.second_path_of, "opset": spec.opset, "dynamic": bool(spec.dynamic),
@@ -158,26 +221,18 @@ def run_row(spec, onnx_path, batch, a, env):
         row["errors"]["kiln_build"] = short_error(err)
     else:
         bench = [a.kiln, "bench", engine, "--threads", th, "--warmup-ms", "0", "--duration", "0", "--json"]
-        rc, out, err, s = run_tool(bench + ["--warmup", str(a.warmup), "--iterations", str(a.iterations)], env=env,
+        trace = engine + ".trace.json"
+        rc, out, err, s = run_tool(bench + ["--warmup", "1", "--iterations", str(a.profile_iterations),
+                                            "--dump-profile", "--export-profile", trace], env=env,
                                    timeout=a.run_timeout)
         if rc != 0:
-            row["errors"]["kiln_run"] = short_error(err)
+            row["errors"]["kiln_profile"] = short_error(err)
         else:
-            j = parse_json(out)
-            row["kiln_ms"] = j["latency_ms"]["median"]
-            row["kiln_latency"] = j["latency_ms"]
-            trace = engine + ".trace.json"
-            rc, out, err, s = run_tool(bench + ["--warmup", "1", "--iterations", str(a.profile_iterations),
-                                                "--dump-profile", "--export-profile", trace], env=env,
-                                       timeout=a.run_timeout)
-            if rc != 0:
-                row["errors"]["kiln_profile"] = short_error(err)
-            else:
-                prof = median_profile(trace) or parse_json(out).get("profile", [])
-                # Control flow runs inside the engine (executor.cc): every layer's kernel in the profile is
-                # the one it ran; body layers are rows of their own (If_N/else_branch/<layer>).
-                row["profile"] = profile_summary(prof, False)
-                row["reference_share"] = row["profile"]["reference_share"]
+            prof = median_profile(trace) or parse_json(out).get("profile", [])
+            # Control flow runs inside the engine (executor.cc): every layer's kernel in the profile is
+            # the one it ran; body layers are rows of their own (If_N/else_branch/<layer>).
+            row["profile"] = profile_summary(prof, False)
+            row["reference_share"] = row["profile"]["reference_share"]
     if a.compare and "kiln_build" not in row["errors"]:
         # The engine's outputs against the reference interpreter's, on the same random inputs.
         rc, out, err, s = run_tool([a.kiln, "compare", onnx_path, "--engine", engine, "--shapes", shapes,
@@ -185,15 +240,7 @@ def run_row(spec, onnx_path, batch, a, env):
         result = [l for l in (out + err).splitlines() if l.startswith("RESULT:")]
         row["compare"] = result[-1][len("RESULT:"):].strip() if result else f"error: {short_error(err)}"
         row["compare_ok"] = bool(result) and result[-1].startswith("RESULT: PASS")
-    if not a.no_ort:
-        rc, out, err, s = run_tool(["node", os.path.join(BENCH, "ort_runner.js"), onnx_path, "--threads", th,
-                                    "--warmup", str(a.warmup), "--iterations", str(a.iterations), "--shapes", shapes],
-                                   env=env, timeout=a.run_timeout)
-        if rc != 0:
-            row["errors"]["ort"] = short_error(err)
-        else:
-            o = parse_json(out)
-            row["ort_ms"], row["ort_version"] = o["median_ms"], o.get("version")
+    measure_latency(row, engine if "kiln_build" not in row["errors"] else None, onnx_path, shapes, a, env)
     if row["kiln_ms"] and row["ort_ms"]:
         row["kiln_vs_ort"] = row["kiln_ms"] / row["ort_ms"]
     return row
@@ -226,10 +273,14 @@ def print_table(rows, meta):
     print("ref %: share of kiln's per-layer time (medians, kiln bench --export-profile) in layers whose kernel is "
           "'reference' (control-flow layers' own time included); shape %: in reference layers that are shape work "
           "(kiln build's rule: views, Shape/Size, small shape arithmetic), counted apart as kiln build and bench do.")
-    runs = (f"{meta['iterations']} measured iterations after {meta['warmup']} warm-up runs" if not meta.get("report")
-            else "Saved rows of earlier runs (--report; each row's time and counts are in its JSON)")
-    print(f"{runs}, each runtime in its own process, one after the other. The machine may be loaded: compare "
-          "figures within one run only.")
+    if meta.get("report"):
+        runs = "Saved rows of earlier runs (--report; each row's time, rounds and counts are in its JSON)"
+    else:
+        per = -(-meta["iterations"] // max(1, min(meta["rounds"], meta["iterations"])))
+        runs = (f"Medians of {per * meta['rounds']} timed runs per runtime: {meta['rounds']} interleaved rounds "
+                f"(kiln, ORT, kiln, ORT, ...), each a fresh process with {meta['warmup']} warm-up runs and {per} "
+                "timed ones")
+    print(f"{runs}. The machine may be loaded: compare figures within one run only.")
 
 
 def main():
@@ -241,7 +292,10 @@ def main():
                     help="batches (default 1,8; --quick: 1); models other than classifiers run at batch 1 only")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--iterations", type=int, default=20, help="timed runs per runtime, over all rounds")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="interleaved rounds (kiln, ORT, kiln, ORT, ...), each a fresh process with its own warm-up "
+                         "and iterations/rounds timed runs; latency = median over all rounds' runs")
     ap.add_argument("--profile-iterations", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="batch 1, 3 warm-up runs, 10 iterations, 5 profiled")
     ap.add_argument("--timing-cache", default="")
@@ -315,7 +369,8 @@ def main():
     kiln_version = run_tool([a.kiln, "--version"], timeout=30)[1].strip()
     meta = {"cpu": cpu_model(), "cores": os.cpu_count(), "kernel": platform.release(), "kiln": kiln_version,
             "ort": next((r.get("ort_version") for r in rows if r.get("ort_version")), None), "threads": a.threads,
-            "warmup": a.warmup, "iterations": a.iterations, "profile_iterations": a.profile_iterations,
+            "warmup": a.warmup, "iterations": a.iterations, "rounds": a.rounds,
+            "profile_iterations": a.profile_iterations,
             "geomean_kiln_vs_ort": geomean([r["kiln_vs_ort"] for r in rows]), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
             "report": a.report}
     if a.report:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Smoke test of the model suite's harness (bench/suite/suite.py): export -> kiln build -> kiln bench
-(latency and per-layer profile) -> kiln compare -> ONNX Runtime (when bench/node_modules has it) -> table, JSON rows and
+(per-layer profile) -> kiln compare -> kiln and ONNX Runtime latency in interleaved rounds (ORT when
+bench/node_modules has it) -> table, JSON rows and
 findings, on the suite's tiny smoke_cnn model; and a failing step is a row with its error, not a crash.
 The suite itself (~40 models) is far too slow for CTest: bench/run.sh --suite.
 
@@ -35,6 +36,12 @@ check([(r["model"], r["batch"]) for r in rows] == [("smoke_cnn", 1), ("smoke_cnn
 for r in rows:
     check(r["errors"] == {}, f"b{r['batch']}: no errors ({r['errors']})")
     check((r["kiln_ms"] or 0) > 0, f"b{r['batch']}: kiln median measured")
+    # --quick: 10 timed runs per runtime in 5 interleaved rounds of 2 (measure_latency)
+    check(r.get("rounds") == 5 and r.get("iterations_per_round") == 2, f"b{r['batch']}: 5 rounds of 2 runs")
+    check(len(r.get("kiln_round_ms", [])) == 5 and r["kiln_latency"]["runs"] == 10,
+          f"b{r['batch']}: kiln measured in every round, median over all 10 runs ({r.get('kiln_round_ms')})")
+    check(min(r["kiln_round_ms"]) <= r["kiln_ms"] <= max(r["kiln_round_ms"]),
+          f"b{r['batch']}: the overall median lies within the round medians")
     prof = r.get("profile") or {}
     check(prof.get("layers", 0) >= 4, f"b{r['batch']}: per-layer profile read ({prof.get('layers')} layers)")
     shares = sum(prof.get("kernel_share", {}).values())
@@ -44,6 +51,7 @@ for r in rows:
     check(r.get("compare_ok") is True, f"b{r['batch']}: engine matches the reference interpreter ({r.get('compare')})")
     if HAVE_ORT:
         check((r["ort_ms"] or 0) > 0 and r["kiln_vs_ort"] is not None, f"b{r['batch']}: ORT measured, ratio")
+        check(len(r.get("ort_round_ms", [])) == 5, f"b{r['batch']}: ORT measured in every round")
 check("smoke_cnn" in out and "geometric mean of kiln/ORT" in out, "table printed")
 check(os.path.exists(findings) and "| smoke_cnn | 8 |" in open(findings).read(), "findings written")
 
