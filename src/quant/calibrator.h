@@ -78,9 +78,9 @@ struct Range {
 // The calibrated range of a tensor from its statistics.
 Range calibrated_range(const TensorStats& s, Calibrator c, double percentile);
 
-// Asymmetric uint8 quantization of an activation range (as ONNX Runtime's quantize_static): the range
-// is widened to hold 0, scale = (max - min) / 255, zero point = round(-min / scale) in [0, 255]; an
-// empty range (all zeros) gets scale 1, zero point 0.
+// Asymmetric uint8 quantization of an activation range (as ONNX Runtime's quantize_static, bit for bit):
+// the range is widened to hold 0, scale = (max - min) / 255, zero point = round(-min / scale) in [0, 255]
+// (half to even); an empty range (all zeros) gets scale 1, zero point 0.
 struct QuantParams {
   float scale = 1;
   int32_t zero_point = 0;
