@@ -159,15 +159,19 @@ Range calibrated_range(const TensorStats& s, Calibrator c, double percentile) {
 }
 
 QuantParams uint8_params(Range r) {
-  double lo = std::min(r.min, 0.0), hi = std::max(r.max, 0.0);
+  // ONNX Runtime's compute_scale_zp, operation for operation: float32 bounds, their difference in float32,
+  // the scale in double (float32 only when stored), the zero point rounded half to even from that double.
+  const float lo = std::min(static_cast<float>(r.min), 0.f), hi = std::max(static_cast<float>(r.max), 0.f);
+  const float range = hi - lo;
   QuantParams p;
-  if (!(hi - lo > 0) || !std::isfinite(hi - lo)) return p;
-  p.scale = static_cast<float>((hi - lo) / 255.0);
+  if (!(range > 0) || !std::isfinite(range)) return p;
+  const double scale = static_cast<double>(range) / 255.0;
+  p.scale = static_cast<float>(scale);
   if (!(p.scale > 0)) {
     p.scale = 1;
     return p;
   }
-  double zp = std::round(-lo / static_cast<double>(p.scale));
+  const double zp = std::nearbyint(-static_cast<double>(lo) / scale);
   p.zero_point = static_cast<int32_t>(std::min(255.0, std::max(0.0, zp)));
   return p;
 }

@@ -15,7 +15,10 @@
 //               (max 6.0) at 1.10, saturating 4.2% of its values, and 4.1% of the test images changed
 //               class; resnet18_fmnist lost 0.2 points of agreement the same way. ONNX Runtime's
 //               EntropyCalibrater has the opposite answer: its defaults (128 histogram bins, 128
-//               quantized bins) leave one candidate, the whole range, so its entropy is its minmax.
+//               quantized bins) leave one candidate, the whole range, so its entropy is its minmax
+//               (calibrate.py: quantize_static's one collect_data call makes one 128-bin histogram
+//               over [-max|x|, max|x|]; get_entropy_threshold loops over range(64, 65) and clips the
+//               one threshold, the histogram's edges, to [min, max]).
 //   percentile  the t below which `percentile` % of the |x| values lie (--calib-percentile).
 //   mse         the t minimizing the expected squared error of quantizing the histogram's values
 //               (rounding inside the range plus clipping beyond it) on `levels` - 1 steps.
@@ -78,9 +81,9 @@ struct Range {
 // The calibrated range of a tensor from its statistics.
 Range calibrated_range(const TensorStats& s, Calibrator c, double percentile);
 
-// Asymmetric uint8 quantization of an activation range (as ONNX Runtime's quantize_static): the range
-// is widened to hold 0, scale = (max - min) / 255, zero point = round(-min / scale) in [0, 255]; an
-// empty range (all zeros) gets scale 1, zero point 0.
+// Asymmetric uint8 quantization of an activation range (as ONNX Runtime's quantize_static, bit for bit):
+// the range is widened to hold 0, scale = (max - min) / 255, zero point = round(-min / scale) in [0, 255]
+// (half to even); an empty range (all zeros) gets scale 1, zero point 0.
 struct QuantParams {
   float scale = 1;
   int32_t zero_point = 0;

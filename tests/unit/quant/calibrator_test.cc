@@ -70,6 +70,21 @@ TEST(Calibrator, Uint8Params) {
   EXPECT_EQ(p.zero_point, 0);
 }
 
+// ONNX Runtime's compute_scale_zp operation for operation: the zero point rounds half to even, from the
+// scale in double; the range's width is taken in float32.
+TEST(Calibrator, Uint8ParamsAsOnnxRuntime) {
+  QuantParams p = uint8_params({-126.5, 128.5});  // scale 1, -min / scale = 126.5: a tie
+  EXPECT_EQ(p.scale, 1.f);
+  EXPECT_EQ(p.zero_point, 126);  // ties away from zero would give 127
+  p = uint8_params({-127.5, 127.5});
+  EXPECT_EQ(p.zero_point, 128);
+  // The width in float32 (9.5046368 + 5.1182160 rounds there), then / 255 in double: 0x1.d5c42cp-5, as
+  // numpy computes it in ONNX Runtime; the exact width / 255 rounds to the next float up, 0x1.d5c42ep-5.
+  p = uint8_params({-0x1.4790dap+2, 0x1.3025fcp+3});
+  EXPECT_EQ(p.scale, 0x1.d5c42cp-5f);
+  EXPECT_EQ(p.zero_point, 89);
+}
+
 TEST(Calibrator, PercentileOfUniform) {
   Histogram h = uniform();
   EXPECT_DOUBLE_EQ(percentile_threshold(h, 50), 1024);
