@@ -7,8 +7,8 @@ A subset, to stay fast in CI: 128 training images in batches of 16, the first 4 
 (--calib-batches 4), the other 4 held back; INT8 the only candidate (--int8); tolerance logits:top1=0.995
 (on 64 held-back images: no flip at all). Asserts that the build prints the sensitivity ranking and the
 chosen assignment, that kiln inspect (text and JSON) shows both with the held-back figures, that some
-layers are INT8, and that on 192 test images (never seen by the build) the engine's top-1 agrees with
-the FP32 engine's on at least 98% (ONNX Runtime's INT8 of this model flips 0.31% of the test set; a
+layers are INT8 (the build runs with KILN_AUTO_PRECISION_IGNORE_TIME=1: timings on a shared CI machine are
+noise), and that on 192 test images (never seen by the build) the engine's top-1 agrees with the FP32 engine's on at least 98% (ONNX Runtime's INT8 of this model flips 0.31% of the test set; a
 wrong assignment or a broken search flips tens of percent). Also the errors: an unknown output name, a
 malformed tolerance, --tolerance without --precision auto, no held-back data. Skips (exit 77) when
 Debian's dataset-fashion-mnist or the model is absent.
@@ -41,6 +41,10 @@ def expect(cond, what):
 
 def main():
     kiln, work = sys.argv[1], sys.argv[2]
+    # CTest runs this beside other tests (-j2 on 2 cores): the layer timings that decide whether a reduced
+    # layer saves time are noise then, and an all-FP32 result would fail "some layers INT8" below for no
+    # fault of the search. The test judges the search's errors and records; speed is bench/amp's job.
+    os.environ["KILN_AUTO_PRECISION_IGNORE_TIME"] = "1"
     model = os.path.join(fmnist.MODELS_DIR, "mobilenet_v2_fmnist.onnx")
     if not fmnist.dataset_present():
         print(f"SKIP: Fashion-MNIST not installed in {fmnist.DATASET} (apt-get install dataset-fashion-mnist)")
