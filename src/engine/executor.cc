@@ -281,7 +281,11 @@ Status LayerExecutor::run_prepared(const ir::Graph& g, size_t i, const ops::OpSc
       const backends::Tactic* t = tactics_ ? tactics_->tactic_of(g, i) : nullptr;
       *kernel = t ? "reference (" + t->name() + " declined)" : "reference";
     }
-    KILN_RETURN_IF_ERROR(ops::Interpreter::run_layer(g, i, schema, ins, top_level, outs));
+    const bool view = is_view(g.nodes[i]);
+    if (!view || !view_from_last(g.nodes[i], ins, outs)) {
+      KILN_RETURN_IF_ERROR(ops::Interpreter::run_layer(g, i, schema, ins, top_level, outs));
+      if (view) remember_view(g.nodes[i], ins, outs);
+    }
     if (!top_level) {
       own_views(outs, g.nodes[i], g);
       for (size_t o = 0; o < g.nodes[i].outputs.size(); ++o) body_memory_.fresh_outputs += g.nodes[i].has_output(o);
@@ -495,6 +499,71 @@ bool LayerExecutor::is_view(const ir::Node& n) {
   for (const char* v : kViews)
     if (n.op_type == v) return true;
   return false;
+}
+
+namespace {
+// Whether `args` holds the bytes of inputs 1.. of a view (each: present, dtype, rank, dims, bytes);
+// with `write`, makes it so.
+bool view_args(const std::vector<const ops::Value*>& inputs, std::vector<uint8_t>& args, bool write) {
+  size_t at = 0;
+  bool same = true;
+  auto put = [&](const void* p, size_t n) {
+    if (write) {
+      args.resize(at + n);
+      std::memcpy(args.data() + at, p, n);
+    } else {
+      same = same && at + n <= args.size() && std::memcmp(args.data() + at, p, n) == 0;
+    }
+    at += n;
+  };
+  for (size_t k = 1; k < inputs.size() && same; ++k) {
+    const ops::Value* v = inputs[k];
+    const uint8_t present = v && v->is_tensor();
+    put(&present, 1);
+    if (!present) continue;
+    const Tensor& t = v->tensor;
+    const DataType dt = t.dtype();
+    const size_t rank = t.shape().size();
+    put(&dt, sizeof(dt));
+    put(&rank, sizeof(rank));
+    put(t.shape().data(), rank * sizeof(int64_t));
+    if (dt != DataType::kString) put(t.raw(), t.nbytes());
+  }
+  if (write) args.resize(at);
+  return same && at == args.size();
+}
+}  // namespace
+
+bool LayerExecutor::view_from_last(const ir::Node& n, const std::vector<const ops::Value*>& inputs,
+                                   std::vector<ops::Value>& outs) {
+  auto it = view_shapes_.find(&n);
+  if (it == view_shapes_.end() || !it->second.out.defined() || inputs.empty() || !inputs[0] ||
+      !inputs[0]->is_tensor() || outs.size() != 1)
+    return false;
+  ViewShape& v = it->second;
+  const Tensor& x = inputs[0]->tensor;
+  if (x.dtype() != v.out.dtype() || x.shape() != v.in || !view_args(inputs, v.args, false)) return false;
+  if (x.raw() != v.out.raw()) {
+    v.moving = true;
+    v.out = Tensor();
+    return false;
+  }
+  outs[0].kind = ops::Value::Kind::kTensor;
+  outs[0].tensor = v.out;  // assigned: the output's shape vector keeps its capacity
+  return true;
+}
+
+void LayerExecutor::remember_view(const ir::Node& n, const std::vector<const ops::Value*>& inputs,
+                                  const std::vector<ops::Value>& outs) {
+  ViewShape& v = view_shapes_[&n];
+  v.out = Tensor();
+  if (v.moving || inputs.empty() || !inputs[0] || !inputs[0]->is_tensor() || outs.size() != 1 || !outs[0].is_tensor() ||
+      outs[0].tensor.dtype() != inputs[0]->tensor.dtype() || outs[0].tensor.dtype() == DataType::kString ||
+      !outs[0].tensor.raw() || outs[0].tensor.raw() != inputs[0]->tensor.raw())
+    return;  // not the input's storage at another shape: the reference runs every time
+  v.in = inputs[0]->tensor.shape();
+  v.out = outs[0].tensor;
+  view_args(inputs, v.args, true);
 }
 
 Status LayerExecutor::run_reference_step(Step& s) {

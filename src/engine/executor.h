@@ -34,8 +34,9 @@
 // bookkeeping does not allocate in a steady state either (per-node output lists kept by the
 // interpreter's plan, values assigned over the last run's so their shape vectors are reused, output
 // shapes of prepared layers asked once, tensors over arena slots reused, body plans found by comparing
-// types); what still allocates is a shape vector per tensor created outside an arena (a Dims is a
-// std::vector) and whatever a reference kernel allocates inside.
+// types, views without a slot reusing their last output: view_from_last); what still allocates is a
+// shape vector per tensor created outside an arena (a Dims is a std::vector), the vector a body run
+// returns (SubgraphRunner) and whatever a reference kernel allocates inside.
 //
 // The steady-state path (bind / run_bound): when every value is planned at the context's shapes
 // (none data-dependent) and no layer has a body, the executor binds once per shape: per layer its
@@ -212,6 +213,22 @@ class LayerExecutor : public ops::Interpreter {
   double last_body_ms_ = 0;
   struct Step;
   static bool is_view(const ir::Node& n);
+  // A view layer (is_view) of the interpreter loop without a tactic: its output (the input's storage at
+  // another shape, a function of the input's shape and its other inputs' values: Reshape's shape,
+  // Squeeze's axes) remembered from the reference kernel's last run. When the input is the same storage
+  // at the same shape and values, that output is assigned over the node's (no allocation); else the
+  // reference runs. An input that came in other storage at the same shape (a buffer-cache tensor, which
+  // the remembered output would keep from reuse) stops the remembering for that layer.
+  struct ViewShape {
+    Dims in;
+    Tensor out;
+    std::vector<uint8_t> args;  // inputs 1.. (presence, dtype, rank, dims, bytes)
+    bool moving = false;        // its input came in other storage at the same shape: not remembered
+  };
+  bool view_from_last(const ir::Node& n, const std::vector<const ops::Value*>& inputs, std::vector<ops::Value>& outs);
+  void remember_view(const ir::Node& n, const std::vector<const ops::Value*>& inputs,
+                     const std::vector<ops::Value>& outs);
+  std::unordered_map<const ir::Node*, ViewShape> view_shapes_;
   Status run_reference_step(Step& s);
   // The workspace of node i for a prepared layer needing `bytes` (top level: the plan's slot).
   std::pair<void*, size_t> workspace_for(size_t i, bool top_level, size_t bytes);

@@ -1,9 +1,12 @@
 // Control flow: If, Loop, Scan (opset 8 with batch axis and sequence_lens; opset 9+ with scan
 // axes and directions). Bodies run through the interpreter's SubgraphRunner, which makes values
 // of enclosing graphs visible inside them.
+#include <memory>
+
 #include "ops/common.h"
 #include "ops/control_flow_util.h"
 #include "ops/deadline.h"
+#include "ops/interpreter.h"
 
 namespace kiln::ops {
 namespace {
@@ -174,6 +177,40 @@ Status infer_loop(InferContext& ctx) {
   return Status::Ok();
 }
 
+// The Loop kernel's per-run vectors (the body's feed, the scan outputs' items), kept on the running
+// thread from run to run, one set per nesting depth (a Loop inside a Loop's body takes the next): a
+// steady-state run reuses their capacity instead of allocating them again. Emptied when the run ends
+// (the tensors they held released).
+struct LoopScratch {
+  std::vector<Value> feed;
+  std::vector<std::vector<Tensor>> scans;
+};
+class LoopScratchScope {
+ public:
+  LoopScratchScope(size_t n_feed, size_t n_scans) {
+    if (t_pool.size() <= t_depth) t_pool.push_back(std::make_unique<LoopScratch>());
+    s_ = t_pool[t_depth++].get();
+    s_->feed.resize(n_feed);
+    if (s_->scans.size() < n_scans) s_->scans.resize(n_scans);
+  }
+  ~LoopScratchScope() {
+    for (Value& v : s_->feed) clear_value(v);
+    for (auto& items : s_->scans) items.clear();
+    --t_depth;
+  }
+  LoopScratchScope(const LoopScratchScope&) = delete;
+  LoopScratchScope& operator=(const LoopScratchScope&) = delete;
+  std::vector<Value>& feed() { return s_->feed; }
+  std::vector<Tensor>& scan(size_t j) { return s_->scans[j]; }
+
+ private:
+  static thread_local std::vector<std::unique_ptr<LoopScratch>> t_pool;
+  static thread_local size_t t_depth;
+  LoopScratch* s_;
+};
+thread_local std::vector<std::unique_ptr<LoopScratch>> LoopScratchScope::t_pool;
+thread_local size_t LoopScratchScope::t_depth = 0;
+
 Status loop_kernel(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(const ir::Graph* body, cf::graph_attr(ctx.node, "body"));
   if (!ctx.subgraphs) return ctx.unsupported("Loop needs a subgraph runner");
@@ -199,9 +236,10 @@ Status loop_kernel(KernelContext& ctx) {
       return ctx.error(str_cat("cond must be a bool scalar, got ", c.describe()));
     cond = c.data<bool>()[0];
   }
-  std::vector<Value> feed(2 + n);
+  LoopScratchScope scratch(2 + n, k);
+  std::vector<Value>& feed = scratch.feed();
   for (size_t i = 0; i < n; ++i) feed[2 + i] = ctx.inputs[2 + i] ? *ctx.inputs[2 + i] : Value::none();
-  std::vector<std::vector<Tensor>> scans(k);
+  auto scans = [&](size_t j) -> std::vector<Tensor>& { return scratch.scan(j); };
   for (int64_t it = 0; cond && (!has_m || it < max_trips); ++it) {
     // Between iterations: a body with no nodes (or only cheap ones) never reaches the interpreter's
     // per-node check, and M may be 10^18.
@@ -220,19 +258,19 @@ Status loop_kernel(KernelContext& ctx) {
     for (size_t j = 0; j < k; ++j) {
       Value& v = outs[1 + n + j];
       if (!v.is_tensor()) return ctx.error(str_cat("scan output ", j, " of the body must be a tensor"));
-      if (!scans[j].empty())
-        KILN_RETURN_IF_ERROR(check_same_shape(ctx, scans[j][0], v.tensor, str_cat("scan output ", j)));
-      scans[j].push_back(std::move(v.tensor));
+      if (!scans(j).empty())
+        KILN_RETURN_IF_ERROR(check_same_shape(ctx, scans(j)[0], v.tensor, str_cat("scan output ", j)));
+      scans(j).push_back(std::move(v.tensor));
     }
   }
   for (size_t i = 0; i < n && i < ctx.num_outputs(); ++i) ctx.set_output_value(i, std::move(feed[2 + i]));
   for (size_t j = 0; j < k && n + j < ctx.num_outputs(); ++j) {
     if (!ctx.wants_output(n + j)) continue;
-    if (scans[j].empty()) {
+    if (scans(j).empty()) {
       KILN_ASSIGN_OR_RETURN(Tensor e, empty_scan_output(ctx.node, body->outputs[1 + n + j], 0));
       ctx.set_output(n + j, std::move(e));
     } else {
-      ctx.set_output(n + j, stack_along(scans[j], 0));
+      ctx.set_output(n + j, stack_along(scans(j), 0));
     }
   }
   return Status::Ok();

@@ -1,10 +1,12 @@
 // Cast / CastLike between the common numeric dtypes, Where, the comparisons (Equal, Less, Greater,
-// LessOrEqual, GreaterOrEqual), the logical ops (And, Or, Xor, Not) and IsNaN / IsInf: broadcasting elementwise ops
+// LessOrEqual, GreaterOrEqual), the logical ops (And, Or, Xor, Not), IsNaN / IsInf and integer arithmetic (Add, Sub,
+// Mul, Div, Max, Min over int64 / int32: the shape arithmetic of control-flow bodies): broadcasting elementwise ops
 // whose inputs or outputs are not float32 (bool outputs, int64 / int32 / bool inputs, Where over any 1/2/4/8-byte
 // dtype). The broadcast is planned as for the float programs (xf_plan_rows: rows of `inner` contiguous elements, each
 // input contiguous along the row or one value per row); each row is one tight typed loop, the chunks of rows split over
 // threads.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -20,7 +22,27 @@ constexpr int64_t kChunk = 4096;  // elements of a row per work item
 // Elements a thread gets at least: a parallel region costs about 0.1 ms (see elementwise_tactic.cc).
 constexpr int64_t kGrainElements = int64_t{1} << 19;
 
-enum class Kind { kWhere, kEqual, kLess, kGreater, kLessEq, kGreaterEq, kAnd, kOr, kXor, kNot, kIsNaN, kIsInf };
+enum class Kind {
+  kWhere,
+  kEqual,
+  kLess,
+  kGreater,
+  kLessEq,
+  kGreaterEq,
+  kAnd,
+  kOr,
+  kXor,
+  kNot,
+  kIsNaN,
+  kIsInf,
+  kAdd,  // the integer arithmetic from here on
+  kSub,
+  kMul,
+  kDiv,
+  kMax,
+  kMin
+};
+bool is_arith(Kind k) { return k >= Kind::kAdd; }
 
 bool kind_of(const std::string& op, Kind* k) {
   static const std::pair<const char*, Kind> kOps[] = {{"Where", Kind::kWhere},
@@ -34,7 +56,13 @@ bool kind_of(const std::string& op, Kind* k) {
                                                       {"Xor", Kind::kXor},
                                                       {"Not", Kind::kNot},
                                                       {"IsNaN", Kind::kIsNaN},
-                                                      {"IsInf", Kind::kIsInf}};
+                                                      {"IsInf", Kind::kIsInf},
+                                                      {"Add", Kind::kAdd},
+                                                      {"Sub", Kind::kSub},
+                                                      {"Mul", Kind::kMul},
+                                                      {"Div", Kind::kDiv},
+                                                      {"Max", Kind::kMax},
+                                                      {"Min", Kind::kMin}};
   for (const auto& [name, kind] : kOps)
     if (op == name) return *k = kind, true;
   return false;
@@ -120,6 +148,38 @@ class PreparedLogic : public PreparedLayer {
     }
   }
 
+  // Integer arithmetic as the reference kernel does it: Add / Sub / Mul wrap (computed unsigned), Div
+  // truncates toward zero (INT_MIN / -1 wraps to INT_MIN). Returns false on a division by zero.
+  template <class T>
+  bool arith(const void* a, const void* b, void* o, int64_t u0, int64_t u1) const {
+    using U = std::make_unsigned_t<T>;
+    const T* pa = static_cast<const T*>(a);
+    const T* pb = static_cast<const T*>(b);
+    T* po = static_cast<T*>(o);
+    bool ok = true;
+    auto go = [&](auto f) {
+      for_pieces(u0, u1, [&](const int64_t* at, int64_t oo, int64_t n) {
+        row_loop(po + oo, pa + at[0], stride(0), pb + at[1], stride(1), pa, 0, n, [&](T x, T y, T) { return f(x, y); });
+      });
+    };
+    switch (kind) {
+      case Kind::kAdd: go([](T x, T y) { return static_cast<T>(static_cast<U>(x) + static_cast<U>(y)); }); break;
+      case Kind::kSub: go([](T x, T y) { return static_cast<T>(static_cast<U>(x) - static_cast<U>(y)); }); break;
+      case Kind::kMul: go([](T x, T y) { return static_cast<T>(static_cast<U>(x) * static_cast<U>(y)); }); break;
+      case Kind::kMax: go([](T x, T y) { return x < y ? y : x; }); break;
+      case Kind::kMin: go([](T x, T y) { return y < x ? y : x; }); break;
+      case Kind::kDiv:
+        go([&](T x, T y) -> T {
+          if (y == 0) return ok = false, T(0);
+          if (y == T(-1)) return static_cast<T>(U(0) - static_cast<U>(x));
+          return static_cast<T>(x / y);
+        });
+        break;
+      default: break;
+    }
+    return ok;
+  }
+
   // bool inputs: bytes read as 0 / non-zero, as the reference does.
   void logical(const uint8_t* a, const uint8_t* b, uint8_t* o, int64_t u0, int64_t u1) const {
     auto go = [&](auto f) {
@@ -163,6 +223,16 @@ class PreparedLogic : public PreparedLayer {
     void* o = outs[0]->raw();
     auto* ob = static_cast<uint8_t*>(o);
     const size_t es = dtype_size(in_dtype);
+    if (is_arith(kind)) {
+      std::atomic<bool> by_zero{false};
+      parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
+        bool ok = in_dtype == DataType::kInt64 ? arith<int64_t>(in[0]->raw(), in[1]->raw(), o, u0, u1)
+                                               : arith<int32_t>(in[0]->raw(), in[1]->raw(), o, u0, u1);
+        if (!ok) by_zero = true;
+      });
+      if (by_zero) return InvalidArgument("integer division by zero");
+      return Status::Ok();
+    }
     parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
       switch (kind) {
         case Kind::kWhere: {
@@ -206,7 +276,7 @@ class LogicKiln : public Tactic {
   std::vector<std::pair<std::string, std::string>> ops() const override {
     std::vector<std::pair<std::string, std::string>> v;
     for (const char* op : {"Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor",
-                           "Not", "IsNaN", "IsInf"})
+                           "Not", "IsNaN", "IsInf", "Add", "Sub", "Mul", "Div", "Max", "Min"})
       v.emplace_back("", op);
     return v;
   }
@@ -241,6 +311,17 @@ class LogicKiln : public Tactic {
       case Kind::kNot:
         if (a != DataType::kBool || b != DataType::kBool) return "inputs are not bool";
         break;
+      case Kind::kAdd:
+      case Kind::kSub:
+      case Kind::kMul:
+      case Kind::kDiv:
+      case Kind::kMax:
+      case Kind::kMin:
+        if (a != b) return "inputs differ in dtype";
+        if (a != DataType::kInt64 && a != DataType::kInt32)
+          return std::string("arithmetic on ") + dtype_name(a) + " (int64, int32; float32 is fused_elementwise_kiln's)";
+        if ((k == Kind::kMax || k == Kind::kMin) && sig.node->opset < 12) return "integer Max / Min before opset 12";
+        break;
       default:
         if (a != b) return "inputs differ in dtype";
         if (a != DataType::kFloat32 && a != DataType::kFloat64 && a != DataType::kInt64 && a != DataType::kInt32 &&
@@ -264,7 +345,7 @@ class LogicKiln : public Tactic {
     p->rows.n_inputs = static_cast<int>(shapes.size());
     if (auto e = xf_plan_rows(shapes, &p->rows, &p->out); !e.empty()) return Unsupported(name(), ": ", e);
     p->in_dtype = p->kind == Kind::kWhere ? sig.inputs[1].dtype : sig.inputs[0].dtype;
-    p->out_dtype = p->kind == Kind::kWhere ? p->in_dtype : DataType::kBool;
+    p->out_dtype = p->kind == Kind::kWhere || is_arith(p->kind) ? p->in_dtype : DataType::kBool;
     p->detect_neg = sig.node->attr_int("detect_negative", 1) != 0;
     p->detect_pos = sig.node->attr_int("detect_positive", 1) != 0;
     return std::unique_ptr<PreparedLayer>(std::move(p));

@@ -129,12 +129,16 @@ inline Dims random_shape(std::mt19937& rng, int64_t max_rank, int64_t hi) {
   return d;
 }
 
-// Where, comparisons, logical ops, IsNaN / IsInf over broadcast shapes and several dtypes.
+// Where, comparisons, logical ops, IsNaN / IsInf over broadcast shapes and several dtypes; integer
+// arithmetic (int64 / int32 Add, Sub, Mul, Div, Max, Min: values wrapping at the dtype's ends, negative
+// quotients truncated, no zero divisor).
 inline LayerCase logic_case(std::mt19937& rng, uint64_t seed) {
   (void)seed;
   static const char* kOps[] = {"Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And",
                                "Or",    "Xor",   "Not",  "IsNaN",   "IsInf",       "Where",          "Less"};
+  static const char* kArith[] = {"Add", "Sub", "Mul", "Div", "Max", "Min"};
   std::string op = kOps[rng() % 14];
+  if (rng() % 3 == 0) op = kArith[rng() % 6];
   Dims out = random_shape(rng, 4, 7);
   LayerCase lc;
   auto operand = [&](DataType dt, bool full) {
@@ -147,7 +151,20 @@ inline LayerCase logic_case(std::mt19937& rng, uint64_t seed) {
   static const DataType kAny[] = {DataType::kFloat32, DataType::kInt64, DataType::kInt32, DataType::kBool,
                                   DataType::kFloat64, DataType::kUInt8, DataType::kInt16};
   const int full = static_cast<int>(rng() % 3);  // the input that carries the output's shape
-  if (op == "Where") {
+  if (std::find(std::begin(kArith), std::end(kArith), op) != std::end(kArith)) {
+    DataType dt = rng() % 2 ? DataType::kInt64 : DataType::kInt32;
+    auto ints = [&](bool is_full, bool divisor) {
+      Tensor t = operand(dt, is_full);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        double v = t.get_f64(i);
+        if (rng() % 8 == 0) v = dt == DataType::kInt64 ? 9.0e18 * (rng() % 2 ? 1 : -1) : 2.1e9 * (rng() % 2 ? 1 : -1);
+        if (divisor && v == 0) v = rng() % 2 ? 1 : -1;
+        t.set_f64(i, v);
+      }
+      return t;
+    };
+    lc.inputs = {ints(full != 1, false), ints(full == 1, op == "Div")};
+  } else if (op == "Where") {
     DataType dt = kAny[rng() % 7];
     lc.inputs = {operand(DataType::kBool, full == 0), operand(dt, full == 1), operand(dt, full == 2)};
   } else if (op == "Not" || op == "IsNaN" || op == "IsInf") {
