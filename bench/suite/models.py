@@ -113,6 +113,33 @@ class _DetMake:
         m = getattr(torchvision.models.detection, self.tv_name)(weights=None, weights_backbone=None, **self.kw)
         return m, ([torch.rand(3, self.res, self.res)],)
 
+    def condition(self, model, inputs):
+        """After export.py's BatchNorm estimate: Faster R-CNN's RoI head, at torchvision's init, outputs
+        nothing. Its two fully connected layers (TwoMLPHead fc6, fc7: default nn.Linear init, weight
+        variance 1/(3 fan_in)) shrink the features ~7x, so the 91 class logits are ~0 and every softmax
+        score is ~1/91, under box_score_thresh 0.05: zero detections, and a parity check of zero boxes
+        checks nothing. So: fc6/fc7 get He init (variance 2/fan_in, the ReLU's gain: variance kept),
+        and the class logits are scaled to a standard deviation of 2 on a random input (a trained
+        detector's scores are spread too), which leaves some scores above the threshold. Seeded (the
+        caller's torch.manual_seed): deterministic. Other detectors are left as built."""
+        import torch
+        heads = getattr(model, "roi_heads", None)
+        if heads is None:
+            return
+        for fc in (heads.box_head.fc6, heads.box_head.fc7):
+            torch.nn.init.kaiming_normal_(fc.weight, nonlinearity="relu")
+            torch.nn.init.zeros_(fc.bias)
+        cls = heads.box_predictor.cls_score
+        logits = []
+        h = cls.register_forward_hook(lambda mod, i, o: logits.append(o))
+        with torch.no_grad():
+            model(*inputs)
+        h.remove()
+        std = logits[0].std().item()
+        with torch.no_grad():
+            cls.weight.mul_(2.0 / std)
+            cls.bias.zero_()
+
 
 def detection(name, res, tv_name=None, note="", opset=17, second_path_of="", **kw):
     return Spec(name, "detection", _DetMake(tv_name or name, res, **kw), [Input("images", (3, res, res))],
