@@ -142,8 +142,11 @@ class _DetMake:
 
 
 def detection(name, res, tv_name=None, note="", opset=17, second_path_of="", **kw):
-    return Spec(name, "detection", _DetMake(tv_name or name, res, **kw), [Input("images", (3, res, res))],
-                ["boxes", "scores", "labels"], opset=opset, note=note, second_path_of=second_path_of)
+    # Output names follow the order of the detector's result dict, which torch.onnx.export flattens:
+    # boxes, scores, labels for SSD and RetinaNet; boxes, labels, scores for Faster R-CNN's RoI heads.
+    order = ["boxes", "labels", "scores"] if (tv_name or name).startswith("fasterrcnn") else ["boxes", "scores", "labels"]
+    return Spec(name, "detection", _DetMake(tv_name or name, res, **kw), [Input("images", (3, res, res))], order,
+                opset=opset, note=note, second_path_of=second_path_of)
 
 
 class _HFMake:
