@@ -113,10 +113,61 @@ class _DetMake:
         m = getattr(torchvision.models.detection, self.tv_name)(weights=None, weights_backbone=None, **self.kw)
         return m, ([torch.rand(3, self.res, self.res)],)
 
+    def condition(self, model, inputs):
+        """After export.py's BatchNorm estimate, the heads whose init leaves the detector with no output:
+        a parity check of zero boxes checks nothing. Seeded (the caller's torch.manual_seed).
+        - Faster R-CNN: the RoI head's two fully connected layers (TwoMLPHead fc6, fc7: nn.Linear's
+          init, weight variance 1/(3 fan_in)) shrink the features ~7x, the 91 class logits are ~0 and
+          every softmax score ~1/91, under box_score_thresh 0.05. fc6/fc7 get He init (variance
+          2/fan_in, the ReLU's gain: variance kept); the class logits are scaled to std 2.
+        - RetinaNet: the head's convolutions are drawn with std 0.01 (torchvision's focal-loss init),
+          which shrinks the towers' features ~3x per layer, and the class logits sit at the prior bias
+          (sigmoid 0.01, under score_thresh 0.05). The towers' hidden convolutions get He init; the
+          class logits' spread around the prior is scaled to std 2 (the prior bias kept); the box
+          regression keeps its init (deltas of std ~0.5 on He-initialized features).
+        - SSDlite: left as built (softmax scores already pass its threshold, 300 detections).
+        A trained detector's scores are spread too; std 2 leaves some above the threshold."""
+        import torch
+        if hasattr(model, "roi_heads"):
+            for fc in (model.roi_heads.box_head.fc6, model.roi_heads.box_head.fc7):
+                torch.nn.init.kaiming_normal_(fc.weight, nonlinearity="relu")
+                torch.nn.init.zeros_(fc.bias)
+            _scale_logits(model, inputs, model.roi_heads.box_predictor.cls_score, 2.0, keep_bias=False)
+        elif self.tv_name.startswith("retinanet"):
+            for tower in (model.head.classification_head.conv, model.head.regression_head.conv):
+                for conv in (m for m in tower.modules() if isinstance(m, torch.nn.Conv2d)):
+                    torch.nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
+                    torch.nn.init.zeros_(conv.bias)
+            _scale_logits(model, inputs, model.head.classification_head.cls_logits, 2.0, keep_bias=True)
+
+
+def _scale_logits(model, inputs, layer, std, keep_bias):
+    """Scales `layer`'s weight so that its output, less its bias, has standard deviation `std` on one
+    forward of `inputs` (every call of the layer: all FPN levels); zeroes the bias unless keep_bias."""
+    import torch
+    outs = []
+    h = layer.register_forward_hook(lambda mod, i, o: outs.append(o.detach().flatten(1)))
+    with torch.no_grad():
+        model(*inputs)
+    h.remove()
+    bias = layer.bias.detach().view(1, -1, 1) if isinstance(layer, torch.nn.Conv2d) else layer.bias.detach()
+    spread = []
+    for o in outs:
+        o = o.view(o.shape[0], bias.shape[1], -1) if isinstance(layer, torch.nn.Conv2d) else o
+        spread.append((o - bias).flatten())
+    cur = torch.cat(spread).std().item()
+    with torch.no_grad():
+        layer.weight.mul_(std / cur)
+        if not keep_bias:
+            layer.bias.zero_()
+
 
 def detection(name, res, tv_name=None, note="", opset=17, second_path_of="", **kw):
-    return Spec(name, "detection", _DetMake(tv_name or name, res, **kw), [Input("images", (3, res, res))],
-                ["boxes", "scores", "labels"], opset=opset, note=note, second_path_of=second_path_of)
+    # Output names follow the order of the detector's result dict, which torch.onnx.export flattens:
+    # boxes, scores, labels for SSD and RetinaNet; boxes, labels, scores for Faster R-CNN's RoI heads.
+    order = ["boxes", "labels", "scores"] if (tv_name or name).startswith("fasterrcnn") else ["boxes", "scores", "labels"]
+    return Spec(name, "detection", _DetMake(tv_name or name, res, **kw), [Input("images", (3, res, res))], order,
+                opset=opset, note=note, second_path_of=second_path_of)
 
 
 class _HFMake:
