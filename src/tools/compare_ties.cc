@@ -74,13 +74,13 @@ class DecidingInterpreter : public ops::Interpreter {
       : Interpreter(std::move(g)), forced_(forced), sites_(sites) {}
 
  protected:
-  Result<std::vector<ops::Value>> run_layer(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
-                                            const std::vector<const ops::Value*>& inputs, bool top_level) override {
+  Status run_layer(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
+                   const std::vector<const ops::Value*>& inputs, bool top_level,
+                   std::vector<ops::Value>& outs) override {
     const ir::Node& n = g.nodes[i];
-    auto r = Interpreter::run_layer(g, i, schema, inputs, top_level);
+    Status st = Interpreter::run_layer(g, i, schema, inputs, top_level, outs);
     const std::string* out = decision_output(n);
-    if (!r.ok() || !out) return r;
-    std::vector<ops::Value> outs = std::move(r).value();
+    if (!st.ok() || !out) return st;
     const std::string key = *out + "#" + std::to_string(occurrences_[*out]++);
     if (forced_)
       if (auto f = forced_->find(key); f != forced_->end())
@@ -92,7 +92,7 @@ class DecidingInterpreter : public ops::Interpreter {
       for (const ops::Value& v : outs) s.outputs.push_back(v.is_tensor() ? v.tensor : Tensor());
       sites_->push_back(std::move(s));
     }
-    return outs;
+    return st;
   }
 
  private:
