@@ -259,8 +259,8 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
                        {"prepared", prepared},         {"cache_hits", hits},
                        {"unproven", unproven},         {"disturbed", disturbed},
                        {"seconds", seconds},           {"timing_cache", cfg.timing_cache},
-                       {"deterministic", cfg.deterministic_tactics},
                        {"cache_entries_added", added}};
+  e.build["tuning"]["deterministic"] = cfg.deterministic_tactics;
   char line[256];
   std::snprintf(line, sizeof line,
                 "[kiln build] tuned %d layers for %d thread%s at %s: %d candidates timed, %d cache hits, %d "
@@ -269,7 +269,8 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
   std::string msg = line;
   if (cfg.deterministic_tactics) msg += " (deterministic: the first tactic that prepares, no timing)";
   if (unproven) msg += "; " + std::to_string(unproven) + " candidates unproven (shapes unknown before run time)";
-  if (!cfg.timing_cache.empty() && !cfg.deterministic_tactics) msg += " (timing cache " + cfg.timing_cache + ": " + std::to_string(added) + " new)";
+  if (!cfg.timing_cache.empty() && !cfg.deterministic_tactics)
+    msg += " (timing cache " + cfg.timing_cache + ": " + std::to_string(added) + " new)";
   log(msg);
   if (tune::timings_unreliable(disturbed, timed)) {
     char w[320];
