@@ -127,10 +127,36 @@ TEST_F(CalibrationTest, CacheIsReusedWithoutDataAndGivesTheSameEngine) {
 // (plain FP32 builds do follow the cache, and their outputs differ in their last bits) shows that the
 // variants would move the ranges if calibration's engine were chosen by timing.
 TEST_F(CalibrationTest, RangesAreBitIdenticalWhateverTheTimings) {
-  const std::string model = net_bytes(1), timings = (dir / "t.cache").string();
+  // Two 3x3 convs of 16 channels: Winograd and direct convolution are both candidates (they round
+  // differently), then a classifier.
+  testing::GraphBuilder b;
+  b.input("x", {2, 16, 10, 10});
+  b.init("w1", testing::random_tensor({16, 16, 3, 3}, 11, DataType::kFloat32, -0.3, 0.3));
+  b.init("w2", testing::random_tensor({16, 16, 3, 3}, 12, DataType::kFloat32, -0.3, 0.3));
+  b.init("wf", testing::random_tensor({4, 16}, 13)).init("bf", testing::random_tensor({4}, 14));
+  b.conv({"x", "w1"}, "c1", 1);
+  b.node("Relu", {"c1"}, {"r1"});
+  b.conv({"r1", "w2"}, "c2", 1);
+  b.node("Relu", {"c2"}, {"r2"});
+  b.node("GlobalAveragePool", {"r2"}, {"p"});
+  b.node("Flatten", {"p"}, {"f"});
+  b.gemm_t({"f", "wf", "bf"}, "logits");
+  b.output("logits");
+  const std::string model = onnx_import::serialize_model(b.finish()).value(), timings = (dir / "t.cache").string();
+  const std::string data = (dir / "calib16.npz").string();
+  ASSERT_TRUE(write_npz(data, {{"x", testing::random_tensor({8, 16, 10, 10}, 98)}}).ok());
+  auto run16 = [](const Engine& e) {
+    Tensor x = testing::random_tensor({2, 16, 10, 10}, 5);
+    auto ctx = e.create_context();
+    ctx->set_input("x", HostTensor::f32(x.shape(), x.data<float>()));
+    ctx->run();
+    HostTensor y = ctx->output("logits");
+    return std::vector<float>(y.as<float>(), y.as<float>() + y.numel());
+  };
   BuilderConfig fp32;
   fp32.timing_cache = timings;
   BuilderConfig int8 = int8_config("minmax");
+  int8.calib_data = data;
   int8.timing_cache = timings;
   Builder(fp32).build_from_memory(model);  // fills the cache: every layer of both builds timed
   Builder(int8).build_from_memory(model);
@@ -164,9 +190,10 @@ TEST_F(CalibrationTest, RangesAreBitIdenticalWhateverTheTimings) {
     std::ofstream(timings) << j.dump();
     auto plain = Builder(fp32).build_from_memory(model);
     std::string chosen;
-    for (const auto& l : nlohmann::json::parse(plain->inspect_json())["layers"]) chosen += l["kernel"].dump() + " ";
+    const nlohmann::json inspected = nlohmann::json::parse(plain->inspect_json());
+    for (const auto& l : inspected["layers"]) chosen += l["kernel"].get<std::string>() + " ";
     kernels.push_back(chosen);
-    fp32_outputs.push_back(run(*plain, 5));
+    fp32_outputs.push_back(run16(*plain));
     std::ofstream(timings) << j.dump();  // as the variant says again (the FP32 build saved its view)
     BuilderConfig c = int8;
     c.calib_cache = (dir / ("v" + std::to_string(variant) + ".calib")).string();
