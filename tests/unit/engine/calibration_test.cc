@@ -1,6 +1,7 @@
 // kiln build --int8 through the public API: calibration on the FP32 engine, the build record that
 // kiln inspect shows, the calibration cache (reused without data; stale, foreign and corrupt ones
-// refused with a warning) and the errors (engine/calibration.h).
+// refused with a warning), the reproducibility of the ranges whatever the timings, and the errors
+// (engine/calibration.h).
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
