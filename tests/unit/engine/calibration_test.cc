@@ -128,8 +128,8 @@ TEST_F(CalibrationTest, CacheIsReusedWithoutDataAndGivesTheSameEngine) {
 // (plain FP32 builds do follow the cache, and their outputs differ in their last bits) shows that the
 // variants would move the ranges if calibration's engine were chosen by timing.
 TEST_F(CalibrationTest, RangesAreBitIdenticalWhateverTheTimings) {
-  // Two 3x3 convs of 16 channels: Winograd and direct convolution are both candidates (they round
-  // differently), then a classifier.
+  // Two 3x3 convs of 16 channels (whole channel blocks: several blocked-conv tactics are candidates,
+  // and they round differently, as the precondition below checks), then a classifier.
   testing::GraphBuilder b;
   b.input("x", {2, 16, 10, 10});
   b.init("w1", testing::random_tensor({16, 16, 3, 3}, 11, DataType::kFloat32, -0.3, 0.3));
