@@ -137,6 +137,12 @@ struct BuilderConfig {
   /// Empty: no file (identical layers of one build still share their timings). Tuning happens at the
   /// current thread count (set_threads) and at the first profile's opt shapes.
   std::string timing_cache;
+  /// No timing: every layer takes the first tactic, in the registry's priority order, that supports and
+  /// prepares it (the timing cache is neither read nor written), so that each build of a model on one
+  /// machine gets the same kernels and bit-identical outputs whatever the load. Kernels timed against
+  /// each other round differently (Winograd vs direct, other blockings); INT8 calibration builds its
+  /// FP32 engine this way so that its ranges are reproducible. Recorded in the engine's tuning record.
+  bool deterministic_tactics = false;
   /// Fail the build (ErrorCategory::kUnsupported, naming every such layer with its reasons) instead of
   /// warning when a layer would run its reference kernel; shape work (see README) is exempt.
   bool strict_tactics = false;

@@ -178,9 +178,13 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
     return Status::Ok();
   }
   tune::CacheIdentity id = cache_identity(e.target);
-  tune::TimingCache cache =
-      cfg.timing_cache.empty() ? tune::TimingCache(id) : tune::TimingCache::open(cfg.timing_cache, id, warn);
-  tune::Tuner tuner(cache);
+  // Deterministic tactics time nothing: a timing cache would neither answer nor learn anything.
+  tune::TimingCache cache = cfg.timing_cache.empty() || cfg.deterministic_tactics
+                                ? tune::TimingCache(id)
+                                : tune::TimingCache::open(cfg.timing_cache, id, warn);
+  tune::TuneOptions tune_options;
+  tune_options.first_viable = cfg.deterministic_tactics;
+  tune::Tuner tuner(cache, tune_options);
   std::map<std::string, int> counts;
   int tuned = 0, timed = 0, prepared = 0, hits = 0, unproven = 0, disturbed = 0;
   double worst = 1;  // the largest median / fastest run among the disturbed timings
@@ -256,14 +260,17 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
                        {"unproven", unproven},         {"disturbed", disturbed},
                        {"seconds", seconds},           {"timing_cache", cfg.timing_cache},
                        {"cache_entries_added", added}};
+  e.build["tuning"]["deterministic"] = cfg.deterministic_tactics;
   char line[256];
   std::snprintf(line, sizeof line,
                 "[kiln build] tuned %d layers for %d thread%s at %s: %d candidates timed, %d cache hits, %d "
                 "prepared, %.2f s",
                 tuned, threads, threads == 1 ? "" : "s", tuned_at.c_str(), timed, hits, prepared, seconds);
   std::string msg = line;
+  if (cfg.deterministic_tactics) msg += " (deterministic: the first tactic that prepares, no timing)";
   if (unproven) msg += "; " + std::to_string(unproven) + " candidates unproven (shapes unknown before run time)";
-  if (!cfg.timing_cache.empty()) msg += " (timing cache " + cfg.timing_cache + ": " + std::to_string(added) + " new)";
+  if (!cfg.timing_cache.empty() && !cfg.deterministic_tactics)
+    msg += " (timing cache " + cfg.timing_cache + ": " + std::to_string(added) + " new)";
   log(msg);
   if (tune::timings_unreliable(disturbed, timed)) {
     char w[320];

@@ -59,6 +59,32 @@ Timer* Tuner::timer_for(DeviceKind device) const {
   return nullptr;
 }
 
+LayerTuning Tuner::first_viable(const std::vector<const backends::Tactic*>& candidates,
+                                const backends::LayerSignature& sig) {
+  LayerTuning r;
+  for (const backends::Tactic* t : candidates) {
+    CandidateResult c;
+    c.tactic = t->name();
+    c.revision = t->revision();
+    try {
+      auto prepared = t->prepare(sig);
+      ++r.prepared;
+      if (prepared.ok())
+        c.state = CandidateResult::State::kPrepared;
+      else
+        c.error = "cannot prepare: " + prepared.status().message();
+    } catch (const std::exception& e) {
+      c.error = "cannot prepare: " + what_of(e);
+    }
+    r.candidates.push_back(std::move(c));
+    if (r.candidates.back().state == CandidateResult::State::kPrepared) {
+      r.kernel = t->name();
+      break;
+    }
+  }
+  return r;
+}
+
 std::string Tuner::key(const backends::LayerSignature& sig) const {
   return "threads=" + std::to_string(threads_) + "|" + layer_key(sig);
 }
@@ -78,6 +104,7 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
     r.kernel = candidates[0]->name();
     return r;
   }
+  if (opts_.first_viable) return first_viable(candidates, sig);
   const std::string k = key(sig);
   const bool timing = candidates.size() > 1 || force_timing;
   Timer* timer = timing ? timer_for(sig.device.kind) : nullptr;

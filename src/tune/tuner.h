@@ -30,6 +30,10 @@ struct TuneOptions {
   double max_ms_per_candidate = 50;  // measured time after which timing stops (once min_runs ran)
   double hard_limit_ms = 200;        // ... and after which it stops even before min_runs (slow layers)
   uint64_t seed = 0x6b696c6e;        // random inputs
+  // No timing at all: each layer takes the first candidate in priority order that prepares, whatever a
+  // timing cache holds (none is read or written), so that every build on one machine chooses the same
+  // kernels (BuilderConfig::deterministic_tactics; INT8 calibration's FP32 engine).
+  bool first_viable = false;
 };
 
 struct CandidateResult {
@@ -81,7 +85,8 @@ class Tuner {
   // Chooses among `candidates` (tactics supporting `sig`, in priority order). Shapes of `sig` may be
   // partly unknown (data-dependent): then nothing can run and the first candidate is taken unproven.
   // `force_timing`: time even a single candidate (its layer has candidates in other precisions,
-  // tuned with signatures of their own: engine/tactics.h choose_tactic).
+  // tuned with signatures of their own: engine/tactics.h choose_tactic). Under first_viable nothing is
+  // timed: the candidates are prepared in order up to the first that prepares, the winner.
   LayerTuning tune(const backends::LayerSignature& sig, const std::vector<const backends::Tactic*>& candidates,
                    bool force_timing = false);
 
@@ -91,6 +96,7 @@ class Tuner {
 
  private:
   Timer* timer_for(DeviceKind device) const;
+  LayerTuning first_viable(const std::vector<const backends::Tactic*>& candidates, const backends::LayerSignature& sig);
   TimingCache& cache_;
   TuneOptions opts_;
   std::vector<Timer*> timers_;

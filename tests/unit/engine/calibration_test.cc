@@ -1,6 +1,7 @@
 // kiln build --int8 through the public API: calibration on the FP32 engine, the build record that
 // kiln inspect shows, the calibration cache (reused without data; stale, foreign and corrupt ones
-// refused with a warning) and the errors (engine/calibration.h).
+// refused with a warning), the reproducibility of the ranges whatever the timings, and the errors
+// (engine/calibration.h).
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -118,6 +119,97 @@ TEST_F(CalibrationTest, CacheIsReusedWithoutDataAndGivesTheSameEngine) {
   EXPECT_EQ(q1["tensors"], q2["tensors"]);
   EXPECT_EQ(run(*first, 3), run(*second, 3));
   EXPECT_FALSE(warned("calibration cache"));
+}
+
+// The FP32 engine that calibrates must not depend on timings: kernels timed against each other round
+// differently, and a calibration on a busy machine then gave other ranges (two calibrations of
+// mobilenet_v2_fmnist differed in 39 of 64). The timing cache stands in for the timer here: each
+// variant rewrites every timed layer's entries so that another candidate wins. The precondition
+// (plain FP32 builds do follow the cache, and their outputs differ in their last bits) shows that the
+// variants would move the ranges if calibration's engine were chosen by timing.
+TEST_F(CalibrationTest, RangesAreBitIdenticalWhateverTheTimings) {
+  // Two 3x3 convs of 16 channels (whole channel blocks: several blocked-conv tactics are candidates,
+  // and they round differently, as the precondition below checks), then a classifier.
+  testing::GraphBuilder b;
+  b.input("x", {2, 16, 10, 10});
+  b.init("w1", testing::random_tensor({16, 16, 3, 3}, 11, DataType::kFloat32, -0.3, 0.3));
+  b.init("w2", testing::random_tensor({16, 16, 3, 3}, 12, DataType::kFloat32, -0.3, 0.3));
+  b.init("wf", testing::random_tensor({4, 16}, 13)).init("bf", testing::random_tensor({4}, 14));
+  b.conv({"x", "w1"}, "c1", 1);
+  b.node("Relu", {"c1"}, {"r1"});
+  b.conv({"r1", "w2"}, "c2", 1);
+  b.node("Relu", {"c2"}, {"r2"});
+  b.node("GlobalAveragePool", {"r2"}, {"p"});
+  b.node("Flatten", {"p"}, {"f"});
+  b.gemm_t({"f", "wf", "bf"}, "logits");
+  b.output("logits");
+  const std::string model = onnx_import::serialize_model(b.finish()).value(), timings = (dir / "t.cache").string();
+  const std::string data = (dir / "calib16.npz").string();
+  ASSERT_TRUE(write_npz(data, {{"x", testing::random_tensor({8, 16, 10, 10}, 98)}}).ok());
+  auto run16 = [](const Engine& e) {
+    Tensor x = testing::random_tensor({2, 16, 10, 10}, 5);
+    auto ctx = e.create_context();
+    ctx->set_input("x", HostTensor::f32(x.shape(), x.data<float>()));
+    ctx->run();
+    HostTensor y = ctx->output("logits");
+    return std::vector<float>(y.as<float>(), y.as<float>() + y.numel());
+  };
+  BuilderConfig fp32;
+  fp32.timing_cache = timings;
+  BuilderConfig int8 = int8_config("minmax");
+  int8.calib_data = data;
+  int8.timing_cache = timings;
+  Builder(fp32).build_from_memory(model);  // fills the cache: every layer of both builds timed
+  Builder(int8).build_from_memory(model);
+  nlohmann::json filled;
+  std::ifstream(timings) >> filled;
+  size_t contested = 0;
+  for (const auto& [key, tactics] : filled["layers"].items()) {
+    size_t timed = 0;
+    for (const auto& [tactic, e] : tactics.items()) timed += e.contains("ms");
+    contested += timed > 1;
+  }
+  ASSERT_GT(contested, 0u) << "no layer had two timed candidates: the test shows nothing";
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::vector<std::string> kernels, calib_caches;
+  std::vector<std::vector<float>> fp32_outputs;
+  for (int variant = 0; variant < 3; ++variant) {
+    // Variant v: in every layer, the v-th timed candidate (cyclically) is the fastest by far.
+    nlohmann::json j = filled;
+    for (auto& [key, tactics] : j["layers"].items()) {
+      size_t timed = 0, n = 0;
+      for (const auto& [tactic, e] : tactics.items()) timed += e.contains("ms");
+      for (auto& [tactic, e] : tactics.items()) {
+        if (!e.contains("ms")) continue;
+        const double ms = n++ == variant % timed ? 0.001 : 1.0;
+        e["ms"] = ms, e["min_ms"] = ms;
+      }
+    }
+    std::ofstream(timings) << j.dump();
+    auto plain = Builder(fp32).build_from_memory(model);
+    std::string chosen;
+    const nlohmann::json inspected = nlohmann::json::parse(plain->inspect_json());
+    for (const auto& l : inspected["layers"]) chosen += l["kernel"].get<std::string>() + " ";
+    kernels.push_back(chosen);
+    fp32_outputs.push_back(run16(*plain));
+    std::ofstream(timings) << j.dump();  // as the variant says again (the FP32 build saved its view)
+    BuilderConfig c = int8;
+    c.calib_cache = (dir / ("v" + std::to_string(variant) + ".calib")).string();
+    auto e = Builder(c).build_from_memory(model);
+    EXPECT_TRUE(int8_record(*e)["from_cache"] == false);
+    calib_caches.push_back(read(c.calib_cache));
+    ASSERT_FALSE(calib_caches.back().empty());
+  }
+  // Precondition: the timings decide the plain FP32 engine's kernels, and its numbers.
+  ASSERT_TRUE(kernels[0] != kernels[1] || kernels[0] != kernels[2]) << kernels[0];
+  ASSERT_TRUE(fp32_outputs[0] != fp32_outputs[1] || fp32_outputs[0] != fp32_outputs[2])
+      << "the variants' kernels round alike: the test shows nothing";
+  // The claim: the calibration caches (every range, as the file's doubles) are byte-identical.
+  EXPECT_EQ(calib_caches[0], calib_caches[1]);
+  EXPECT_EQ(calib_caches[0], calib_caches[2]);
 }
 
 TEST_F(CalibrationTest, StaleForeignAndCorruptCachesAreRefused) {
