@@ -280,7 +280,7 @@ TEST(CompareNearTiesControlFlow, ATieInALoopsSecondIterationIsReplayedThere) {
   ASSERT_EQ(r.value()["ties"].size(), 1u) << r.value().dump();
   EXPECT_EQ(r.value()["ties"][0]["site"], "idx#1");
   ASSERT_EQ(replayed.size(), 1u);
-  const Tensor& ref_rows = testing::run(m, in)[0].tensor;
+  const Tensor ref_rows = testing::run(m, in)[0].tensor;  // a copy: the returned vector is a temporary
   const Tensor &test_rows = t.outs[0].tensor, &rows = replayed[0].tensor;
   ASSERT_EQ(rows.shape(), (Dims{2, 1, 2}));
   EXPECT_NE(ref_rows.get_f64(3), test_rows.get_f64(3)) << "anchor 3's score is not anchor 2's";
