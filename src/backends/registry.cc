@@ -77,6 +77,8 @@ std::string info_mismatch(const TacticInfo& info, const LayerSignature& sig) {
   if (info.compute != DataType::kUndefined && info.compute != sig.compute)
     return std::string("computes in ") + dtype_name(info.compute) + "; the layer computes in " +
            dtype_name(sig.compute);
+  if (info.any_float_compute && !dtype_is_float(sig.compute))
+    return std::string("computes in a float precision; the layer computes in ") + dtype_name(sig.compute);
   auto listed = [](const std::vector<DataType>& v, DataType d) {
     return v.empty() || d == DataType::kUndefined || std::find(v.begin(), v.end(), d) != v.end();
   };

@@ -117,6 +117,13 @@ struct TacticInfo {
   DataType compute = DataType::kFloat32;
   std::vector<DataType> inputs;   // dtypes its first (data) input may have; empty: any
   std::vector<DataType> outputs;  // dtypes its first output may have; empty: any
+  // With compute kUndefined: it computes in whichever float precision the layer has (float32, float16
+  // or bfloat16 data, float32 accumulation), such as cuDNN's convolution; a layer it takes computes
+  // (storage dtypes give it the build's reduced precision), unlike data movement.
+  bool any_float_compute = false;
+
+  // Whether a layer run by it computes (rather than moves, compares or converts data).
+  bool computes() const { return compute != DataType::kUndefined || any_float_compute; }
 
   // The usual CPU tactic: float32 in, float32 out, computing in float32, portable or `isa`.
   static TacticInfo cpu_f32(IsaSet isa = kIsaPortable) {

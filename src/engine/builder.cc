@@ -197,7 +197,7 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
         engine::layer_precisions(policy, names, engine::kernel_precision("reference", *typed, node));
     engine::LayerChoice choice = engine::choose_tactic(*typed, node, e.built_for, filter, tuner, lp.allowed);
     const backends::Tactic* winner = backends::find_tactic(choice.tuning.kernel);
-    const bool moves_data = winner && winner->info().compute == DataType::kUndefined;
+    const bool moves_data = winner && !winner->info().computes();
     if (lp.required != DataType::kUndefined && !moves_data &&
         engine::kernel_precision(choice.tuning.kernel, *typed, node) != lp.required) {
       std::string why = "layer '" + l.name + "' (" + (l.domain.empty() ? l.op_type : l.domain + "." + l.op_type) +

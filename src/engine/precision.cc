@@ -63,7 +63,8 @@ bool has_kernels(DataType dt, const Target& target, bool* usable, IsaSet* needs)
   *needs = kIsaPortable;
   for (const backends::Tactic* t : backends::all_tactics()) {
     backends::TacticInfo info = t->info();
-    if (info.device != target.device.kind || info.compute != dt) continue;
+    if (info.device != target.device.kind || !(info.compute == dt || (info.any_float_compute && dtype_is_float(dt))))
+      continue;
     any = true;
     if (target.device.kind != DeviceKind::kCPU || (info.isa & ~target.isa) == 0) *usable = true;
     *needs |= info.isa;

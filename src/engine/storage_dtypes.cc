@@ -17,7 +17,8 @@ bool reduced(DataType t) { return t == DataType::kFloat16 || t == DataType::kBFl
 // computes), rather than only tactics that move data (TacticInfo::compute kUndefined).
 bool has_compute_tactic(const ir::Node& n, DeviceKind device) {
   for (const backends::Tactic* t : backends::all_tactics()) {
-    if (t->info().device != device || !dtype_is_float(t->info().compute)) continue;
+    const backends::TacticInfo info = t->info();
+    if (info.device != device || !(dtype_is_float(info.compute) || info.any_float_compute)) continue;
     for (const auto& [domain, op] : t->ops())
       if (domain == n.domain && op == n.op_type) return true;
   }

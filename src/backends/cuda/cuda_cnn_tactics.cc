@@ -30,7 +30,8 @@ TacticInfo cuda_float_data() {
           kIsaPortable,
           DataType::kUndefined,
           {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16},
-          {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16}};
+          {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16},
+          /*any_float_compute=*/true};
 }
 
 // Float data computed in a float precision (float32 accumulation serves all three).

@@ -180,7 +180,8 @@ class CudnnConv : public Tactic {
             kIsaPortable,
             DataType::kUndefined,
             {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16},
-            {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16}};
+            {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16},
+            /*any_float_compute=*/true};
   }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "Conv"}, {"kiln", "FusedConv"}};

@@ -163,6 +163,48 @@ TEST(StorageDtypes, LayerPrecisionKeepsALayerInFloat32) {
   EXPECT_EQ(dtype_of(*b.model.graph, "r::bf16"), DataType::kBFloat16);
 }
 
+// A CNN (Conv -> Relu -> MaxPool -> GlobalAveragePool -> Flatten -> Gemm): cuDNN's convolution and the
+// pooling kernels compute in whichever float precision the layer has (TacticInfo::any_float_compute),
+// so under --fp16 / --bf16 they are reduced layers, not data movement that follows the float32 image
+// (which kept every convolution of resnet50 in float32 under --fp16).
+TEST(StorageDtypes, ConvolutionsAndPoolsTakeTheReducedPrecision) {
+  if (!have_cuda_tactics()) GTEST_SKIP() << "built without the CUDA backend";
+  for (DataType dt : {DataType::kFloat16, DataType::kBFloat16}) {
+    GraphBuilder b(17);
+    b.input("x", {2, 3, 17, 17}).output("y");
+    b.init("w", random_tensor({8, 3, 3, 3}, 1, DataType::kFloat32, -0.3, 0.3)).init("cb", random_tensor({8}, 2));
+    b.init("gw", random_tensor({5, 8}, 3, DataType::kFloat32, -0.3, 0.3)).init("gb", random_tensor({5}, 4));
+    b.conv({"x", "w", "cb"}, "c", 1).name = "conv";
+    b.node("Relu", {"c"}, {"r"}).name = "relu";
+    ir::Node& mp = b.node("MaxPool", {"r"}, {"p"});
+    mp.name = "pool";
+    GraphBuilder::set_ints(mp, "kernel_shape", {3, 3});
+    GraphBuilder::set_ints(mp, "strides", {2, 2});
+    b.node("GlobalAveragePool", {"p"}, {"g"}).name = "gap";
+    b.node("Flatten", {"g"}, {"f"}).name = "flatten";
+    b.gemm_t({"f", "gw", "gb"}, "y").name = "fc";
+    ir::Model m = b.finish();
+    Target t;
+    t.device = {DeviceKind::kCUDA, 0};
+    engine::PrecisionPolicy p;
+    p.allowed = {DataType::kFloat32, dt};
+    auto typed = detail::infer_at(*m.graph, {});
+    ASSERT_TRUE(typed.ok()) << typed.status().to_string();
+    auto st = engine::assign_storage_dtypes(*m.graph, *typed.value(), t, p);
+    ASSERT_TRUE(st.ok()) << st.status().to_string();
+    ASSERT_TRUE(ops::infer_shapes(*m.graph).ok());
+    const ir::Graph& g = *m.graph;
+    for (const char* v : {"c", "r", "p", "g", "f"}) EXPECT_EQ(dtype_of(g, v), dt) << v;
+    const ir::Node* conv = producer(g, "c");
+    ASSERT_NE(conv, nullptr);
+    EXPECT_EQ(dtype_of(g, conv->inputs[0]), dt);  // the image through a Cast
+    EXPECT_EQ(g.initializers.at(conv->inputs[1]).dtype(), dt);
+    // conv, relu, pool, gap, flatten (a view: follows), fc; a Cast in, a Cast out.
+    EXPECT_GE(st.value().reduced_layers, 5);
+    EXPECT_EQ(st.value().casts, 2);
+  }
+}
+
 TEST(StorageDtypes, CpuTargetsAndFp32BuildsAreLeftAlone) {
   ir::Model m = mlp();
   Target cpu;
