@@ -180,6 +180,8 @@ def main():
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--precisions", default="fp32,fp16")
     ap.add_argument("--compile-mode", default="max-autotune", help='torch.compile mode, or "none" to skip')
+    ap.add_argument("--compile-precisions", default="fp32,fp16",
+                    help="precisions whose rows also time torch.compile (max-autotune compiles take minutes each)")
     ap.add_argument("--iters", type=int, default=50)
     args = ap.parse_args()
     import torch
@@ -208,7 +210,9 @@ def main():
                 log(f"[bench] {name} batch {batch} {precision} ...")
                 k, got = kiln_rows(args.kiln, onnx, name, batch, precision, inputs, args.work, args.iters)
                 row.update(k)
-                t, torch_out = torch_rows(model, inputs, precision, args.compile_mode, args.iters, torch)
+                t, torch_out = torch_rows(model, inputs, precision,
+                                           args.compile_mode if precision in args.compile_precisions.split(",") else "none",
+                                           args.iters, torch)
                 row.update(t)
                 scale = float(np.abs(ref).max()) or 1.0
                 if got is not None:
