@@ -541,6 +541,18 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
       log("[kiln build] storage dtypes: " + std::to_string(st.reduced_layers) + " layers in reduced precision (" +
           engine::precision_name(st.reduced) + "), " + std::to_string(st.casts) +
           " Cast layers where precisions meet, " + std::to_string(st.constants) + " constants converted");
+      if (!st.float32_ops.empty()) {
+        // Not silent: a reduced build whose computing layers stay float32 is slower than it looks.
+        int n = 0;
+        std::string ops;
+        for (const auto& [op, count] : st.float32_ops) {
+          n += count;
+          ops += (ops.empty() ? "" : ", ") + op + " x" + std::to_string(count);
+        }
+        e->build["storage_dtypes"]["float32_layers"] = n;
+        log("[kiln build] warning: " + std::to_string(n) + " computing layers stay float32: no " +
+            engine::precision_name(st.reduced) + " kernel takes them (" + ops + "); e.g. " + st.float32_example);
+      }
     }
   }
 

@@ -160,7 +160,18 @@ Result<StorageDtypeStats> assign_storage_dtypes(ir::Graph& g, const ir::Graph& t
         }
         for (auto& t : sig.outputs)
           if (t.dtype == DataType::kFloat32) t.dtype = d;
-        if (!moves_no_elements(n) && backends::candidate_tactics(sig).empty()) d = DataType::kFloat32;
+        if (!moves_no_elements(n) && backends::candidate_tactics(sig).empty()) {
+          if (has_compute_tactic(n, device)) {
+            const std::string op = n.domain.empty() ? n.op_type : n.domain + "." + n.op_type;
+            if (stats.float32_ops[op]++ == 0 && stats.float32_example.empty()) {
+              std::string why;
+              for (const backends::Tactic* t : backends::all_tactics())
+                if (backends::implements(*t, sig) && why.empty()) why = t->name() + ": " + backends::why_declined(*t, sig);
+              stats.float32_example = "'" + n.name + "' (" + op + ")" + (why.empty() ? "" : ": " + why);
+            }
+          }
+          d = DataType::kFloat32;
+        }
       }
     }
     if (!reduced(d)) d = DataType::kFloat32;

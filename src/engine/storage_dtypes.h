@@ -38,6 +38,10 @@ struct StorageDtypeStats {
   int reduced_layers = 0;                   // layers now reading and writing float16/bfloat16
   int casts = 0;                            // Cast layers inserted where precisions meet
   int constants = 0;                        // constants converted
+  // Computing layers left in float32 because no tactic of the reduced precision takes them (not those a
+  // --layer-precisions rule keeps): op -> count, and one example layer with its first tactic's reason.
+  std::map<std::string, int> float32_ops;
+  std::string float32_example;
 };
 
 // Rewrites `g` (the optimized graph) as above. `typed`: g inferred at the opt shapes (infer_at), for

@@ -85,6 +85,9 @@ TEST(StorageDtypes, ReducedRegionsBetweenCasts) {
     // Casts: x in; relu's output back to float32 for the engine output "r" (which Cos reads as it is);
     // Cos -> LayerNorm; mm2's output back to "y".
     EXPECT_EQ(r.stats.casts, 4);
+    // Cos has no CUDA kernel at all (a host layer, reported by the builder), so it is not a computing
+    // layer that the reduced precision missed.
+    EXPECT_TRUE(r.stats.float32_ops.empty());
     EXPECT_EQ(dtype_of(g, "h"), dt);
     EXPECT_EQ(dtype_of(g, "s"), dt);
     EXPECT_EQ(dtype_of(g, "c"), DataType::kFloat32);
@@ -202,7 +205,34 @@ TEST(StorageDtypes, ConvolutionsAndPoolsTakeTheReducedPrecision) {
     // conv, relu, pool, gap, flatten (a view: follows), fc; a Cast in, a Cast out.
     EXPECT_GE(st.value().reduced_layers, 5);
     EXPECT_EQ(st.value().casts, 2);
+    EXPECT_TRUE(st.value().float32_ops.empty()) << st.value().float32_example;
   }
+}
+
+// A computing layer no reduced-precision kernel takes stays float32 and is recorded with a reason (the
+// builder prints it as a warning: a --fp16 build that silently computed in float32 looked fine before).
+TEST(StorageDtypes, ComputingLayersLeftInFloat32AreRecorded) {
+  if (!have_cuda_tactics()) GTEST_SKIP() << "built without the CUDA backend";
+  GraphBuilder b(17);
+  b.input("x", {1, 4, 9, 9}).input("bias", {6}).output("y");
+  b.init("w", random_tensor({6, 4, 3, 3}, 1, DataType::kFloat32, -0.3, 0.3));
+  b.conv({"x", "w", "bias"}, "c").name = "conv_runtime_bias";  // B is not a constant: cuDNN's tactic declines
+  b.node("Relu", {"c"}, {"y"}).name = "relu";
+  ir::Model m = b.finish();
+  Target t;
+  t.device = {DeviceKind::kCUDA, 0};
+  engine::PrecisionPolicy p;
+  p.allowed = {DataType::kFloat32, DataType::kFloat16};
+  auto typed = detail::infer_at(*m.graph, {});
+  ASSERT_TRUE(typed.ok()) << typed.status().to_string();
+  auto st = engine::assign_storage_dtypes(*m.graph, *typed.value(), t, p);
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  ASSERT_EQ(st.value().float32_ops.size(), 1u);
+  EXPECT_EQ(st.value().float32_ops.at("Conv"), 1);
+  EXPECT_NE(st.value().float32_example.find("conv_runtime_bias"), std::string::npos) << st.value().float32_example;
+  EXPECT_NE(st.value().float32_example.find("B is not a float constant"), std::string::npos)
+      << st.value().float32_example;
+  EXPECT_EQ(dtype_of(*m.graph, "c"), DataType::kFloat32);
 }
 
 TEST(StorageDtypes, CpuTargetsAndFp32BuildsAreLeftAlone) {
