@@ -166,7 +166,8 @@ Result<StorageDtypeStats> assign_storage_dtypes(ir::Graph& g, const ir::Graph& t
             if (stats.float32_ops[op]++ == 0 && stats.float32_example.empty()) {
               std::string why;
               for (const backends::Tactic* t : backends::all_tactics())
-                if (backends::implements(*t, sig) && why.empty()) why = t->name() + ": " + backends::why_declined(*t, sig);
+                if (backends::implements(*t, sig) && why.empty())
+                  why = t->name() + ": " + backends::why_declined(*t, sig);
               stats.float32_example = "'" + n.name + "' (" + op + ")" + (why.empty() ? "" : ": " + why);
             }
           }
