@@ -7,6 +7,7 @@
 // another device, wrong sizes, a wrong output shape) are checked too, the CPU's without a GPU.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -271,6 +272,30 @@ TEST(CudaStreams, ContextsOnTheirOwnStreamsMatchOneContextBitwise) {
   }
   stress(*engine, *gpu, 2, xs, want);
   stress(*engine, *gpu, 4, xs, want);
+}
+
+// The timing cache's keys of CUDA layers carry what the engine file records of the GPU: a cache
+// written on one GPU model, driver or library version says nothing of another.
+TEST(CudaTimingCache, KeysCarryTheGpuIdentity) {
+  KILN_SKIP_WITHOUT_GPU();
+  const std::string id = backends::identity_key(*gpu, 0);
+  for (const char* field : {"name=", "compute_capability=", "driver=", "runtime=", "cublaslt=", "cudnn="})
+    EXPECT_NE(id.find(field), std::string::npos) << field << " missing from " << id;
+  EXPECT_EQ(id.find(' '), std::string::npos) << id;
+  BuilderConfig cfg;
+  cfg.device = {DeviceKind::kCUDA, 0};
+  cfg.warn = [](const std::string&) {};
+  cfg.timing_cache = ::testing::TempDir() + "/kiln_cuda_timing_cache.json";
+  std::remove(cfg.timing_cache.c_str());
+  Builder(cfg).build_from_memory(mlp_onnx());
+  std::FILE* f = std::fopen(cfg.timing_cache.c_str(), "rb");
+  ASSERT_NE(f, nullptr) << "no timing cache written";
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  EXPECT_NE(text.find("@cuda:0[" + id + "]"), std::string::npos) << "no CUDA layer key with the GPU identity";
+  std::remove(cfg.timing_cache.c_str());
 }
 
 }  // namespace
