@@ -83,6 +83,19 @@ struct HostTensor {
   }
 };
 
+/// A tensor in the caller's device memory (a CUDA engine's inputs and outputs, without a host round
+/// trip): dtype, shape, the device pointer and its size, the device it lives on, and the CUDA stream
+/// (cudaStream_t; nullptr: the legacy default stream) the caller produces it on (an input) or reads it
+/// on (an output). The caller owns the memory and keeps it alive while the context uses it.
+struct DeviceTensor {
+  DataTypeCode dtype = 0;
+  std::vector<int64_t> shape;
+  void* data = nullptr;  ///< device memory (cudaMalloc'd or managed), 256-byte aligned as cudaMalloc gives it
+  size_t nbytes = 0;
+  Device device{DeviceKind::kCUDA, 0};
+  void* stream = nullptr;
+};
+
 /// min/opt/max dims of one input; kernels are tuned at opt, any shape in [min, max] runs.
 struct ShapeRange {
   std::vector<int64_t> min, opt, max;
@@ -236,6 +249,32 @@ class ExecutionContext {
   /// keeps `tensor.data` (its owner) until the input is bound again or the context is destroyed, and
   /// reads the bytes in every run() until then; the caller leaves them unchanged while a run is in flight.
   void set_input_shared(const std::string& name, HostTensor tensor);
+  /// Device buffers (a CUDA engine only; a CPU engine, a host pointer, another device or a size that
+  /// does not match dtype and shape throw kInvalidArgument, naming what is wrong). The synchronization
+  /// contract, per run():
+  ///  - an input bound with set_input_device is read in every run() until it is bound again: the
+  ///    context's own stream waits (cudaStreamWaitEvent, the host does not block) for the work the caller
+  ///    queued on `tensor.stream` before run() was called, then reads the buffer; the caller must not
+  ///    overwrite it until run() returns.
+  ///  - an output bound with set_output_device is written into the caller's buffer on the context's
+  ///    stream (a device-to-device copy) and the caller's `tensor.stream` is made to wait for it; its
+  ///    shape after the run must be `tensor.shape` (else run() throws, naming both). output() of such an
+  ///    output throws; read the buffer on the device.
+  ///  - run() returns when the context's work is done (it waits for its stream, so that errors surface
+  ///    in run()): after it, every bound output buffer holds this run's result.
+  /// Each context has a stream and device memory of its own: contexts on several threads run concurrently.
+  void set_input_device(const std::string& name, const DeviceTensor& tensor);
+  void set_output_device(const std::string& name, const DeviceTensor& tensor);
+  /// Unbinds an output from its device buffer (output() reads it on the host again).
+  void clear_output_device(const std::string& name);
+  /// The last run's output `name` in the context's device memory (CUDA engines), without a copy: valid
+  /// until the next run(), and ordered on the context's stream, which run() has waited for. `stream` is
+  /// nullptr (the context's stream is internal). Throws for a CPU engine or before run().
+  DeviceTensor output_device(const std::string& name) const;
+  /// Device (CUDA) or host memory the context holds for activations and layer workspaces: the largest
+  /// memory plan run so far. Plans follow the actual input shapes (not the profile's max): the first run
+  /// of a larger shape grows it, later runs of any shape that fits allocate nothing.
+  size_t arena_bytes() const;
   /// Declares an input's shape ahead of its data: checks it against the profiles now (throws with the
   /// ranges when it fits none) so that output_shape() answers before run().
   void set_input_shape(const std::string& name, std::vector<int64_t> dims);

@@ -172,6 +172,21 @@ PYBIND11_MODULE(_kiln, m) {
       .def("output_shape", &ExecutionContext::output_shape, py::arg("name"), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("output_names", &ExecutionContext::output_names)
       .def_property_readonly("activation_bytes", &ExecutionContext::activation_bytes)
+      .def_property_readonly("arena_bytes", &ExecutionContext::arena_bytes)
+      // A CUDA engine's input in the caller's device memory (e.g. torch: t.data_ptr(), t.shape,
+      // t.numel() * t.element_size(), stream=torch.cuda.current_stream().cuda_stream): read by every later
+      // run(); the context's stream waits for the work queued on `stream` (kiln.h states the contract).
+      .def(
+          "set_input_device",
+          [](ExecutionContext& ctx, const std::string& name, uintptr_t ptr, std::vector<int64_t> shape, int dtype_code,
+             size_t nbytes, int device, uintptr_t stream) {
+            DeviceTensor t;
+            t.dtype = dtype_code, t.shape = std::move(shape), t.data = reinterpret_cast<void*>(ptr);
+            t.nbytes = nbytes, t.device = {DeviceKind::kCUDA, device}, t.stream = reinterpret_cast<void*>(stream);
+            ctx.set_input_device(name, t);
+          },
+          py::arg("name"), py::arg("ptr"), py::arg("shape"), py::arg("dtype_code"), py::arg("nbytes"),
+          py::arg("device") = 0, py::arg("stream") = 0, py::call_guard<py::gil_scoped_release>())
       .def("_time_cpp_runs", &time_cpp_runs, py::arg("feeds"), py::arg("iterations"));
 
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine", "A built engine (immutable; contexts run it)")

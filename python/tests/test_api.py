@@ -185,3 +185,14 @@ def test_int8_calibration_and_timing_cache(mlp_path, tmp_path, rng):
     ref = models.mlp_reference(x)
     assert np.abs(y - ref).max() < 0.1 * np.abs(ref).max()  # INT8: within a few quantization steps
     kiln.set_threads(0)
+
+
+def test_device_inputs_need_a_cuda_engine(mlp_path):
+    ctx = kiln.build(mlp_path, shapes={"x": (1, 64)}).create_context()
+    buf = np.zeros((1, 64), np.float32)
+    with pytest.raises(kiln.InvalidArgumentError, match="runs on the CPU"):
+        ctx.set_input_device("x", buf.ctypes.data, [1, 64], 1, buf.nbytes)
+    with pytest.raises(kiln.InvalidArgumentError, match="bytes given"):
+        ctx.set_input_device("x", buf.ctypes.data, [1, 64], 1, buf.nbytes - 4)
+    ctx.run({"x": buf})
+    assert ctx.arena_bytes >= ctx.activation_bytes > 0

@@ -1,5 +1,8 @@
 #include "backends/device_runtime.h"
 
+#include <algorithm>
+#include <mutex>
+
 #include "core/tensor.h"
 
 namespace kiln::backends {
@@ -28,6 +31,21 @@ Result<Tensor> to_host(const DeviceRuntime& rt, const Tensor& t, void* stream) {
     KILN_RETURN_IF_ERROR(rt.copy(h.raw(), t.raw(), t.nbytes(), DeviceRuntime::Copy::kDeviceToHost, stream));
   KILN_RETURN_IF_ERROR(rt.synchronize(stream));
   return h;
+}
+
+std::string identity_key(const DeviceRuntime& rt, int index) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, std::string> memo;
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, fresh] = memo.try_emplace({static_cast<int>(rt.kind()), index});
+  if (!fresh) return it->second;
+  std::string key;
+  // Not the memory size: timings do not depend on it.
+  for (const auto& [field, value] : rt.identity(index))
+    if (field != "memory_mib") key += (key.empty() ? "" : "|") + field + "=" + value;
+  std::replace(key.begin(), key.end(), ' ', '_');  // keys are read as space-separated words
+  it->second = key;
+  return key;
 }
 
 }  // namespace kiln::backends

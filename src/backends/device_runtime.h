@@ -65,7 +65,29 @@ class DeviceRuntime {
     (void)graph, (void)stream;
     return Unsupported("this device runtime has no graphs");
   }
+  // Where the bytes at `p` live: {kCuda, device} for device (or managed) memory, host otherwise (pageable,
+  // pinned or unknown to the driver): how the C++ API checks a pointer given as device memory.
+  virtual Result<MemoryLocation> locate(const void* p) const {
+    (void)p;
+    return Unsupported("this device runtime cannot locate pointers");
+  }
+  // An event on device `index` for order_after (cudaEvent_t for CUDA, without timing), destroyed with
+  // the last copy.
+  virtual Result<std::shared_ptr<void>> create_event(int index) const {
+    (void)index;
+    return Unsupported("this device runtime has no events");
+  }
+  // Makes the work queued on `waiter` from now on wait (on the device: the host goes on) for the work
+  // queued on `producer` so far, through `event` (recorded on `producer`). nullptr is the default stream.
+  virtual Status order_after(void* waiter, void* producer, void* event) const {
+    (void)waiter, (void)producer, (void)event;
+    return Unsupported("this device runtime has no events");
+  }
 };
+
+// What identifies device `index` of `rt` and its software in timing-cache keys: its identity()
+// (model, compute capability, driver, runtime, libraries) as one word, "" when unavailable. Memoized.
+std::string identity_key(const DeviceRuntime& rt, int index);
 
 // The runtime of `kind` when this build has a backend for it (nullptr for the CPU, and for CUDA in a
 // build without -DKILN_CUDA).

@@ -54,6 +54,17 @@ struct ContextImpl {
   std::vector<const void*> graph_addresses;
   std::vector<ops::Value> graph_outputs;  // the device outputs the graph writes
   std::string warm_sig;                   // the signature whose first (uncaptured) run was made
+  // Device buffers of the caller (ExecutionContext::set_input_device / set_output_device): the stream
+  // each bound input is produced on, the buffer each bound output is delivered to (per graph output),
+  // the last run's device outputs (output_device), and the event that orders the streams.
+  std::map<std::string, void*> input_streams;
+  std::vector<std::optional<DeviceTensor>> output_buffers;
+  std::vector<ops::Value> device_outputs;
+  std::vector<bool> keep_on_device;  // per output: bound to a caller's buffer (not fetched to the host)
+  std::shared_ptr<void> order_event;
+  Status wait_for_callers();
+  Status check_device_buffer(const char* what, const std::string& name, const DeviceTensor& t);
+  Status deliver_outputs();
   Status run_graph(const std::string& sig, const std::map<std::string, ops::Value>& run_inputs);
   Status open_device();
   Result<std::shared_ptr<uint8_t[]>> allocate_arena(size_t bytes);
@@ -181,6 +192,79 @@ Status ContextImpl::open_device() {
   return Status::Ok();
 }
 
+// The context's stream waits for the work each caller queued on its input's stream (the host goes on).
+Status ContextImpl::wait_for_callers() {
+  if (input_streams.empty()) return Status::Ok();
+  const backends::DeviceRuntime& rt = device->runtime();
+  if (!order_event) {
+    KILN_ASSIGN_OR_RETURN(order_event, rt.create_event(device->device().index));
+  }
+  for (const auto& [name, stream] : input_streams)
+    KILN_RETURN_IF_ERROR(rt.order_after(device->stream(), stream, order_event.get()));
+  return Status::Ok();
+}
+
+// A caller's buffer for set_input_device / set_output_device: a CUDA engine, the engine's device, and
+// memory the driver says lives there.
+Status ContextImpl::check_device_buffer(const char* what, const std::string& name, const DeviceTensor& t) {
+  const Device want = engine->built_for.device;
+  if (want.kind == DeviceKind::kCPU)
+    return InvalidArgument(what, " '", name, "': a device buffer was given, but this engine runs on the CPU — pass ",
+                           "host memory (set_input / output), or build the engine with --device cuda");
+  if (t.device != want)
+    return InvalidArgument(what, " '", name, "': the buffer is said to live on ", device_name(t.device),
+                           ", but this engine runs on ", device_name(want), " — copy it to ", device_name(want));
+  KILN_RETURN_IF_ERROR(open_device());
+  if (t.nbytes == 0) return Status::Ok();
+  if (!t.data) return InvalidArgument(what, " '", name, "': a null device pointer for ", t.nbytes, " bytes");
+  KILN_ASSIGN_OR_RETURN(MemoryLocation at, device->runtime().locate(t.data));
+  if (at.host())
+    return InvalidArgument(what, " '", name, "': ", t.data, " is host memory, not device memory — use ",
+                           std::string(what) == "input" ? "set_input" : "output()",
+                           " for host tensors, or give a cudaMalloc'd pointer");
+  if (at != device->location())
+    return InvalidArgument(what, " '", name, "': ", t.data, " lives in ", at.str(), " memory, but this engine runs on ",
+                           device_name(want), " — copy it to ", device_name(want));
+  return Status::Ok();
+}
+
+// Copies each output bound to a caller's buffer there (on the context's stream) and makes the caller's
+// stream wait for the copy; keeps the run's device outputs for output_device().
+Status ContextImpl::deliver_outputs() {
+  device_outputs.assign(outputs.begin(), outputs.end());
+  keep_on_device.assign(outputs.size(), false);
+  if (output_buffers.empty()) return Status::Ok();
+  const backends::DeviceRuntime& rt = device->runtime();
+  const auto& decl = engine->model.graph->outputs;
+  for (size_t o = 0; o < output_buffers.size() && o < outputs.size(); ++o) {
+    if (!output_buffers[o]) continue;
+    const DeviceTensor& b = *output_buffers[o];
+    const ops::Value& v = outputs[o];
+    if (!v.is_tensor())
+      return Unsupported("output '", decl[o].name, "' is not a tensor: it cannot go to a device buffer");
+    const Tensor& t = v.tensor;
+    if (t.dtype() != static_cast<DataType>(b.dtype) || t.shape() != b.shape)
+      return InvalidArgument("output '", decl[o].name, "' is ", t.describe(), " in this run, but its device buffer ",
+                             "(set_output_device) is for ", dtype_name(static_cast<DataType>(b.dtype)),
+                             dims_str(b.shape),
+                             " — bind a buffer of the output's shape (output_shape() says it before run())");
+    if (t.nbytes()) {
+      if (t.location().host())  // a host layer produced it: copied up
+        KILN_RETURN_IF_ERROR(
+            rt.copy(b.data, t.raw(), t.nbytes(), backends::DeviceRuntime::Copy::kHostToDevice, device->stream()));
+      else
+        KILN_RETURN_IF_ERROR(
+            rt.copy(b.data, t.raw(), t.nbytes(), backends::DeviceRuntime::Copy::kDeviceToDevice, device->stream()));
+    }
+    if (!order_event) {
+      KILN_ASSIGN_OR_RETURN(order_event, rt.create_event(device->device().index));
+    }
+    KILN_RETURN_IF_ERROR(rt.order_after(b.stream, device->stream(), order_event.get()));
+    keep_on_device[o] = true;
+  }
+  return Status::Ok();
+}
+
 Result<std::shared_ptr<uint8_t[]>> ContextImpl::allocate_arena(size_t bytes) {
   if (device) return device->allocate_arena(bytes);
   return alloc_arena(bytes);
@@ -247,10 +331,11 @@ std::optional<Status> ContextImpl::run_bound(const std::string& sig,
     s = device->runtime().synchronize(device->stream());
     device_stats.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
   }
-  if (s.ok() && device) {  // a device engine's outputs come back to the host
+  if (s.ok() && device) s = deliver_outputs();
+  if (s.ok() && device) {  // a device engine's outputs come back to the host (those not bound to the device)
     auto d0 = std::chrono::steady_clock::now();
     if (device_options.data_transfers || fetched.size() != outputs.size()) {
-      s = device->fetch_outputs(outputs);
+      s = device->fetch_outputs(outputs, keep_on_device);
       if (s.ok() && !device_options.data_transfers) fetched = outputs;
     } else {
       s = device->runtime().synchronize(device->stream());
@@ -319,6 +404,12 @@ Status ContextImpl::run() {
       restage |= it == device_inputs.end() || !it->second.is_tensor() || !v.is_tensor() ||
                  it->second.tensor.shape() != v.tensor.shape() || it->second.tensor.dtype() != v.tensor.dtype();
     }
+    for (const auto& [name, v] : inputs) {  // a device input bound at another address since the last staging
+      auto it = device_inputs.find(name);
+      restage |= v.is_tensor() && !v.tensor.location().host() && it != device_inputs.end() &&
+                 it->second.tensor.raw() != v.tensor.raw();
+    }
+    KILN_RETURN_IF_ERROR(wait_for_callers());
     if (restage) KILN_RETURN_IF_ERROR(device->stage_inputs(inputs, device_inputs));
     staged_once = true;
     if (device_options.time_phases) KILN_RETURN_IF_ERROR(device->runtime().synchronize(device->stream()));
@@ -672,30 +763,41 @@ void ExecutionContext::set_input(const std::string& name, HostTensor t) { bind_i
 
 void ExecutionContext::set_input_shared(const std::string& name, HostTensor t) { bind_input(name, std::move(t), true); }
 
-void ExecutionContext::bind_input(const std::string& name, HostTensor t, bool share) try {
-  const ir::Graph& g = *impl_->engine->model.graph;
+namespace {
+// Checks a binding of input (or output) `name` against the graph's declaration: a known dtype that
+// matches, no negative dims, `nbytes` as dtype and shape need. Throws naming what is wrong.
+DataType check_binding(const std::vector<ir::ValueInfo>& decls, const char* what, const std::string& name,
+                       DataTypeCode code, const std::vector<int64_t>& shape, size_t nbytes) {
   const ir::ValueInfo* info = nullptr;
-  for (const auto& in : g.inputs)
+  for (const auto& in : decls)
     if (in.name == name) info = &in;
-  if (!info) detail::throw_error(InvalidArgument("'", name, "' is not an input of the engine"));
-  if (!dtype_is_known(t.dtype) || static_cast<DataType>(t.dtype) == DataType::kString)
-    detail::throw_error(InvalidArgument("input '", name, "': unsupported dtype code ", t.dtype));
+  if (!info) detail::throw_error(InvalidArgument("'", name, "' is not an ", what, " of the engine"));
+  if (!dtype_is_known(code) || static_cast<DataType>(code) == DataType::kString)
+    detail::throw_error(InvalidArgument(what, " '", name, "': unsupported dtype code ", code));
   if (info->type.kind == ir::TypeInfo::Kind::kTensor && info->type.elem != DataType::kUndefined &&
-      info->type.elem != static_cast<DataType>(t.dtype))
-    detail::throw_error(InvalidArgument("input '", name, "' expects dtype ", dtype_name(info->type.elem), ", got ",
-                                        dtype_name(static_cast<DataType>(t.dtype)), dims_str(t.shape),
-                                        " — convert the input to ", dtype_name(info->type.elem)));
-  for (int64_t d : t.shape)
-    if (d < 0) detail::throw_error(InvalidArgument("input '", name, "': negative dimension ", d));
-  const auto dtype = static_cast<DataType>(t.dtype);
-  const int64_t numel = dims_numel(t.shape);  // throws (out of range) when the count overflows int64
+      info->type.elem != static_cast<DataType>(code))
+    detail::throw_error(InvalidArgument(what, " '", name, "' expects dtype ", dtype_name(info->type.elem), ", got ",
+                                        dtype_name(static_cast<DataType>(code)), dims_str(shape), " — convert the ",
+                                        what, " to ", dtype_name(info->type.elem)));
+  for (int64_t d : shape)
+    if (d < 0) detail::throw_error(InvalidArgument(what, " '", name, "': negative dimension ", d));
+  const auto dtype = static_cast<DataType>(code);
+  const int64_t numel = dims_numel(shape);  // throws (out of range) when the count overflows int64
   if (static_cast<uint64_t>(numel) > SIZE_MAX / dtype_size(dtype))
-    detail::throw_error(OutOfRange("input '", name, "': ", dtype_name(dtype), dims_str(t.shape), " has more bytes ",
+    detail::throw_error(OutOfRange(what, " '", name, "': ", dtype_name(dtype), dims_str(shape), " has more bytes ",
                                    "than fit in memory"));
   const size_t needed = static_cast<size_t>(numel) * dtype_size(dtype);
-  if (needed != t.nbytes)
-    detail::throw_error(InvalidArgument("input '", name, "': ", t.nbytes, " bytes given, ", dtype_name(dtype),
-                                        dims_str(t.shape), " needs ", needed));
+  if (needed != nbytes)
+    detail::throw_error(InvalidArgument(what, " '", name, "': ", nbytes, " bytes given, ", dtype_name(dtype),
+                                        dims_str(shape), " needs ", needed));
+  return dtype;
+}
+}  // namespace
+
+void ExecutionContext::bind_input(const std::string& name, HostTensor t, bool share) try {
+  const DataType dtype = check_binding(impl_->engine->model.graph->inputs, "input", name, t.dtype, t.shape, t.nbytes);
+  // A device input before: its staged copy was the caller's buffer, which host bytes must not overwrite.
+  if (impl_->input_streams.erase(name)) impl_->device_inputs.erase(name);
   // Shared: the context holds the caller's bytes (their owner in t.data) instead of a copy, when they
   // are aligned as kiln's own tensors are (64 bytes; kernels may assume it) and not strings.
   const bool aligned = reinterpret_cast<uintptr_t>(t.data.get()) % 64 == 0;
@@ -711,6 +813,63 @@ void ExecutionContext::bind_input(const std::string& name, HostTensor t, bool sh
 } catch (...) {
   detail::rethrow_as_error("binding input '" + name + "'");
 }
+
+void ExecutionContext::set_input_device(const std::string& name, const DeviceTensor& t) try {
+  const DataType dtype = check_binding(impl_->engine->model.graph->inputs, "input", name, t.dtype, t.shape, t.nbytes);
+  if (Status s = impl_->check_device_buffer("input", name, t); !s.ok()) detail::throw_error(s);
+  // Borrowed: the caller owns the memory (no-op deleter).
+  std::shared_ptr<uint8_t[]> bytes(static_cast<uint8_t*>(t.data), [](uint8_t*) {});
+  impl_->inputs[name] = ops::Value(Tensor::alias(dtype, t.shape, std::move(bytes), 0, impl_->device->location()));
+  impl_->input_streams[name] = t.stream;
+  detail::declare_shape(impl_->shape_state, name, t.shape);
+} catch (...) {
+  detail::rethrow_as_error("binding input '" + name + "' to device memory");
+}
+
+void ExecutionContext::set_output_device(const std::string& name, const DeviceTensor& t) try {
+  const auto& outs = impl_->engine->model.graph->outputs;
+  check_binding(outs, "output", name, t.dtype, t.shape, t.nbytes);
+  if (Status s = impl_->check_device_buffer("output", name, t); !s.ok()) detail::throw_error(s);
+  impl_->output_buffers.resize(outs.size());
+  for (size_t o = 0; o < outs.size(); ++o)
+    if (outs[o].name == name) impl_->output_buffers[o] = t;
+} catch (...) {
+  detail::rethrow_as_error("binding output '" + name + "' to device memory");
+}
+
+void ExecutionContext::clear_output_device(const std::string& name) {
+  const auto& outs = impl_->engine->model.graph->outputs;
+  for (size_t o = 0; o < outs.size() && o < impl_->output_buffers.size(); ++o)
+    if (outs[o].name == name) impl_->output_buffers[o].reset();
+}
+
+DeviceTensor ExecutionContext::output_device(const std::string& name) const try {
+  if (!detail::runs_on_device(*impl_))
+    detail::throw_error(InvalidArgument("output '", name, "': this engine runs on the CPU; read it with output()"));
+  const auto& outs = impl_->engine->model.graph->outputs;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i].name != name) continue;
+    if (i >= impl_->device_outputs.size())
+      detail::throw_error(InvalidArgument("output '", name, "' is not available: call run() first"));
+    const ops::Value& v = impl_->device_outputs[i];
+    if (!v.is_tensor()) detail::throw_error(Unsupported("output '", name, "' is not a tensor"));
+    if (v.tensor.location().host())
+      detail::throw_error(Unsupported("output '", name, "' was computed on the host (a host layer gives it): read it ",
+                                      "with output()"));
+    DeviceTensor d;
+    d.dtype = static_cast<DataTypeCode>(v.tensor.dtype());
+    d.shape = v.tensor.shape();
+    d.data = const_cast<void*>(static_cast<const void*>(v.tensor.raw()));
+    d.nbytes = v.tensor.nbytes();
+    d.device = impl_->engine->built_for.device;
+    return d;
+  }
+  detail::throw_error(InvalidArgument("'", name, "' is not an output of the engine"));
+} catch (...) {
+  detail::rethrow_as_error("reading output '" + name + "' on the device");
+}
+
+size_t ExecutionContext::arena_bytes() const { return impl_->arena_capacity; }
 
 void ExecutionContext::set_input_shape(const std::string& name, std::vector<int64_t> dims) try {
   Status s = detail::set_input_shape(*impl_->engine, impl_->shape_state, name, std::move(dims));
@@ -740,6 +899,9 @@ std::vector<int64_t> ExecutionContext::output_shape(const std::string& name) con
 
 void ExecutionContext::run() try {
   sync_process_threads();
+  if (impl_->numerics && !impl_->input_streams.empty())
+    detail::throw_error(Unsupported("the numerics guard reads the inputs on the host: bind host inputs (set_input) ",
+                                    "while it is on"));
   if (impl_->numerics) impl_->numerics->begin_run(impl_->inputs);
   Status s = impl_->run();
   if (!s.ok()) detail::throw_error(s);
@@ -765,6 +927,9 @@ HostTensor ExecutionContext::output(const std::string& name) const try {
       detail::throw_error(InvalidArgument("output '", name, "' is not available: call run() first"));
     const ops::Value& v = impl_->outputs[i];
     if (!v.is_tensor()) detail::throw_error(Unsupported("output '", name, "' is not a tensor"));
+    if (!v.tensor.location().host())
+      detail::throw_error(InvalidArgument("output '", name, "' went to its device buffer (set_output_device): read it ",
+                                          "there, or clear_output_device() to read it here"));
     HostTensor h;
     h.dtype = static_cast<DataTypeCode>(v.tensor.dtype());
     h.shape = v.tensor.shape();

@@ -62,16 +62,21 @@ Status DeviceSession::stage_inputs(const std::map<std::string, ops::Value>& host
   return Status::Ok();
 }
 
-Status DeviceSession::fetch_outputs(std::vector<ops::Value>& outputs) {
+Status DeviceSession::fetch_outputs(std::vector<ops::Value>& outputs, const std::vector<bool>& keep) {
+  auto fetched = [&](size_t o) {
+    const ops::Value& v = outputs[o];
+    return v.is_tensor() && !v.tensor.location().host() && !(o < keep.size() && keep[o]);
+  };
   size_t total = 0;
-  for (const auto& v : outputs)
-    if (v.is_tensor() && !v.tensor.location().host()) total += (v.tensor.nbytes() + 255) / 256 * 256;
+  for (size_t o = 0; o < outputs.size(); ++o)
+    if (fetched(o)) total += (outputs[o].tensor.nbytes() + 255) / 256 * 256;
   // Queued copies may still read the inputs' staging: reused once the run is done.
   KILN_RETURN_IF_ERROR(rt_.synchronize(stream()));
   KILN_RETURN_IF_ERROR(reserve_staging(total));
   size_t at = 0;
-  for (const auto& v : outputs) {
-    if (!v.is_tensor() || v.tensor.location().host() || !v.tensor.nbytes()) continue;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const ops::Value& v = outputs[o];
+    if (!fetched(o) || !v.tensor.nbytes()) continue;
     KILN_RETURN_IF_ERROR(
         rt_.copy(staging_.get() + at, v.tensor.raw(), v.tensor.nbytes(), Copy::kDeviceToHost, stream()));
     at += (v.tensor.nbytes() + 255) / 256 * 256;
@@ -80,8 +85,8 @@ Status DeviceSession::fetch_outputs(std::vector<ops::Value>& outputs) {
   host_outputs_.resize(outputs.size());
   at = 0;
   for (size_t o = 0; o < outputs.size(); ++o) {
+    if (!fetched(o)) continue;
     ops::Value& v = outputs[o];
-    if (!v.is_tensor() || v.tensor.location().host()) continue;
     Tensor& h = host_outputs_[o];
     if (!h.defined() || h.dtype() != v.tensor.dtype() || h.shape() != v.tensor.shape() || h.raw() == nullptr)
       h = Tensor::uninitialized(v.tensor.dtype(), v.tensor.shape());

@@ -34,8 +34,9 @@ class DeviceSession {
   // copied through pinned staging on the stream. A tensor already in this device's memory is used as it is.
   Status stage_inputs(const std::map<std::string, ops::Value>& host, std::map<std::string, ops::Value>& device);
   // Replaces every device tensor of `outputs` by a host copy (buffers reused while shapes stay), after
-  // waiting for the stream: the run's errors surface here.
-  Status fetch_outputs(std::vector<ops::Value>& outputs);
+  // waiting for the stream: the run's errors surface here. Outputs marked in `keep` (when it has an
+  // entry for them) stay on the device.
+  Status fetch_outputs(std::vector<ops::Value>& outputs, const std::vector<bool>& keep = {});
 
  private:
   DeviceSession(const backends::DeviceRuntime& rt, Device d) : rt_(rt), device_(d) {}

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <map>
 
+#include "backends/device_runtime.h"
+
 namespace kiln::tune {
 
 namespace {
@@ -166,6 +168,10 @@ std::string layer_key(const backends::LayerSignature& sig) {
     std::string isa = isa_names(sig.isa);
     std::replace(isa.begin(), isa.end(), ' ', '+');
     out += "[" + isa + "]";
+  } else if (const backends::DeviceRuntime* rt = backends::device_runtime(sig.device.kind)) {
+    // The GPU model and its software (compute capability, driver, CUDA runtime, cuBLASLt, cuDNN), as
+    // the engine file records them: timings on one say nothing of another.
+    if (std::string id = backends::identity_key(*rt, sig.device.index); !id.empty()) out += "[" + id + "]";
   }
   out += ":" + std::string(dtype_name(sig.compute));
   return out;

@@ -3,8 +3,10 @@
 //
 //   domain, op type, opset; every attribute but "kiln.sources" (subgraph bodies and tensors by a
 //   content hash); per input: present or not, dtype, concrete dims, constant or not (small constants,
-//   which act as parameters — axes, shapes, pads, scalars — by a content hash as well); the device,
-//   the instruction set the target lets kernels use (--isa) and the compute precision.
+//   which act as parameters — axes, shapes, pads, scalars — by a content hash as well); the device
+//   (for a GPU also its model, compute capability, driver, CUDA runtime, cuBLASLt and cuDNN versions:
+//   backends::identity_key), the instruction set the target lets kernels use (--isa) and the compute
+//   precision.
 //
 // The thread count, the machine and the kiln version complete the key in the cache (timing_cache.h).
 #pragma once

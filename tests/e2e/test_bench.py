@@ -61,6 +61,9 @@ check(j.get("warmup_runs") == 4, "warm-up runs are counted separately (2 per str
 if j.get("throughput_qps"):
     check(abs(j["throughput_ips"] - 4 * j["throughput_qps"]) < 1e-6 * j["throughput_ips"],
           "inferences/s = queries/s x batch")
+    sq = j.get("stream_qps", [])
+    check(len(sq) == 2 and abs(sum(sq) - j["throughput_qps"]) < 1e-6 * j["throughput_qps"],
+          "stream_qps gives each stream's share of the aggregate throughput")
 check("profile" in j, "--export-profile also fills the JSON profile")
 
 times = json.load(open(times_file)) if os.path.exists(times_file) else []

@@ -174,6 +174,32 @@ class CudaRuntime final : public DeviceRuntime {
     return cuda_status(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)),
                        "cudaGraphLaunch");
   }
+
+  Result<MemoryLocation> locate(const void* p) const override {
+    cudaPointerAttributes a{};
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // a pointer the driver does not know is host memory
+      return MemoryLocation{};
+    }
+    if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged)
+      return MemoryLocation{MemoryLocation::Kind::kCuda, a.device};
+    return MemoryLocation{};
+  }
+
+  Result<std::shared_ptr<void>> create_event(int index) const override {
+    KILN_CUDA_RETURN_IF_ERROR(cudaSetDevice(index));
+    cudaEvent_t ev = nullptr;
+    KILN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    return std::shared_ptr<void>(ev, [](void* x) { cudaEventDestroy(static_cast<cudaEvent_t>(x)); });
+  }
+
+  Status order_after(void* waiter, void* producer, void* event) const override {
+    if (waiter == producer) return Status::Ok();  // one stream runs in order
+    auto ev = static_cast<cudaEvent_t>(event);
+    KILN_RETURN_IF_ERROR(cuda_status(cudaEventRecord(ev, static_cast<cudaStream_t>(producer)), "cudaEventRecord"));
+    return cuda_status(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), ev, 0), "cudaStreamWaitEvent");
+  }
 };
 
 }  // namespace
