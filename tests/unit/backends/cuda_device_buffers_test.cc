@@ -49,7 +49,10 @@ std::string mlp_onnx() {
 std::shared_ptr<Engine> build(Device device) {
   BuilderConfig cfg;
   cfg.device = device;
-  cfg.warn = [](const std::string& w) { ADD_FAILURE() << "unexpected warning: " << w; };
+  // Any warning but the tuner's note on a busy machine (ctest -j2 on 2 cores) is a failure.
+  cfg.warn = [](const std::string& w) {
+    if (w.find("timings were disturbed") == std::string::npos) ADD_FAILURE() << "unexpected warning: " << w;
+  };
   Profile p;
   p.inputs["x"] = {{1, kIn}, {1, kIn}, {kMaxBatch, kIn}};
   cfg.profiles = {p};
