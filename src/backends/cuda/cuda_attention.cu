@@ -26,8 +26,8 @@ __global__ void attention_softmax_kernel(const float* __restrict__ scores, const
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + static_cast<int64_t>(threadIdx.x >> 5);
   if (row >= rows) return;  // the whole warp: the shuffles below see all 32 lanes
   const int64_t n = p.cols;
-  const float* sr = scores + row * n;
-  T* pr = probs + row * n;
+  const float* sr = scores + row * p.ld;
+  T* pr = probs + row * p.ld;
   const T* mr = nullptr;
   if (mask) {
     int64_t problem = row / p.rows_per_problem, off = (row % p.rows_per_problem) * p.mask_row_stride;
@@ -54,6 +54,7 @@ __global__ void attention_softmax_kernel(const float* __restrict__ scores, const
 cudaError_t launch_attention_softmax(const float* scores, const void* mask, void* probs, int64_t rows,
                                      const AttentionSoftmaxParams& p, FloatType t, cudaStream_t s) {
   if (rows <= 0 || p.cols <= 0) return cudaSuccess;
+  if (p.ld < p.cols) return cudaErrorInvalidValue;
   if (p.rows_per_problem <= 0 || p.batch_rank < 0 || p.batch_rank > kAttentionMaxBatchRank)
     return cudaErrorInvalidValue;
   for (int k = 0; k < p.batch_rank; ++k)

@@ -14,12 +14,11 @@ namespace kiln::backends::cuda {
 
 constexpr int kAttentionMaxBatchRank = 6;
 
-// The scores are rows of `cols` floats, `rows_per_problem` rows per problem, problems in row-major
-// order over `batch_dims`. The mask element of (problem, row i, column j) is at
-// sum_k index_k * mask_strides[k] + i * mask_row_stride + j * mask_col_stride (strides 0 where the
-// mask broadcasts).
+// The scores are rows of `cols` floats `ld` apart (probs likewise), `rows_per_problem` rows per problem, problems in
+// row-major order over `batch_dims`. The mask element of (problem, row i, column j) is at sum_k index_k *
+// mask_strides[k] + i * mask_row_stride + j * mask_col_stride (strides 0 where the mask broadcasts).
 struct AttentionSoftmaxParams {
-  int64_t rows_per_problem = 1, cols = 1;
+  int64_t rows_per_problem = 1, cols = 1, ld = 1;
   int batch_rank = 0;
   int64_t batch_dims[kAttentionMaxBatchRank] = {};
   int64_t mask_strides[kAttentionMaxBatchRank] = {};

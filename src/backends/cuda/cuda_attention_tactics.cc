@@ -343,10 +343,12 @@ class AttentionCublasLt : public Tactic {
     l->has_mask_ = sig.has_input(3);
     KILN_RETURN_IF_ERROR(l->consts.upload(sig));
     const int64_t problems = g.nb * g.nh;
-    l->scores_bytes = static_cast<size_t>(problems * g.sq * g.sk) * sizeof(float);
-    l->probs_bytes = static_cast<size_t>(problems * g.sq * g.sk) * dtype_size(dt_);
-    // Workspace scores and P: problem (b, h) at (b * nh + h) * sq * sk, rows of sk.
-    const Operand sc = {0, g.nh * g.sq * g.sk, g.sq * g.sk, g.sk};
+    // Workspace scores and P: problem (b, h) at (b * nh + h) * sq * ld, rows of sk elements ld apart
+    // (ld: sk rounded up to 8, so that rows stay 16-byte aligned for cuBLASLt's faster kernels).
+    const int64_t ld = (g.sk + 7) / 8 * 8;
+    l->scores_bytes = static_cast<size_t>(problems * g.sq * ld) * sizeof(float);
+    l->probs_bytes = static_cast<size_t>(problems * g.sq * ld) * dtype_size(dt_);
+    const Operand sc = {0, g.nh * g.sq * ld, g.sq * ld, ld};
     // Batch the larger of the two problem axes, loop over the other.
     const bool batch_heads = g.nh > g.nb;
     const int64_t count = batch_heads ? g.nh : g.nb, loops = batch_heads ? g.nb : g.nh;
@@ -375,7 +377,7 @@ class AttentionCublasLt : public Tactic {
     l->pv.a_size = e, l->pv.b_size = e, l->pv.d_size = e;
     // The softmax: mask strides over the scores [batch..., sq, sk].
     AttentionSoftmaxParams& sm = l->sm;
-    sm.rows_per_problem = g.sq, sm.cols = g.sk;
+    sm.rows_per_problem = g.sq, sm.cols = g.sk, sm.ld = ld;
     sm.batch_rank = static_cast<int>(g.batch.size());
     for (size_t i = 0; i < g.batch.size(); ++i) sm.batch_dims[i] = g.batch[i];
     if (l->has_mask_) {
