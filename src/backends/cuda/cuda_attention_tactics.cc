@@ -61,17 +61,11 @@ struct Geometry {
   std::string error;
 };
 
-// Right-aligned broadcast of batch dims; false when they do not broadcast.
+// Right-aligned broadcast of batch dims (ops::broadcast_dims); false when they do not broadcast.
 bool broadcast(const Dims& a, const Dims& b, Dims* out) {
-  size_t r = std::max(a.size(), b.size());
-  Dims o(r);
-  for (size_t i = 0; i < r; ++i) {
-    int64_t x = i < r - a.size() ? 1 : a[i - (r - a.size())];
-    int64_t y = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (x != y && x != 1 && y != 1) return false;
-    o[i] = x == 1 ? y : x;
-  }
-  *out = std::move(o);
+  Result<Dims> r = ops::broadcast_dims(a, b);
+  if (!r.ok()) return false;
+  *out = r.value();
   return true;
 }
 
