@@ -18,6 +18,11 @@
 // float rounding (exactly equal for powers of two such as 1/sqrt(64)). Leaves alone: Softmax over
 // another axis, probabilities read elsewhere (returned attention weights), non-constant scales,
 // dropout between Softmax and MatMul that remove_noop_ops could not drop.
+//
+// For a CUDA target (fuse_attention_for), only what the CUDA tactic (backends/cuda/
+// cuda_attention_tactics.cc) takes is fused: float32/float16/bfloat16 values, at most 6 batch dims,
+// and Q, K and V each with the output's batch dims or all ones (shared); anything else stays the
+// plain ops, which have CUDA kernels, rather than become a layer only the host runs.
 #include "passes/fusion_util.h"
 
 namespace kiln::passes {
@@ -95,7 +100,29 @@ bool is_last_two_swap(const ir::Graph& g, const ir::Node& t) {
   return perm[r - 2] == static_cast<int64_t>(r - 1) && perm[r - 1] == static_cast<int64_t>(r - 2);
 }
 
-bool try_attention(ir::Graph& g, const ir::UseIndex& uses, int smi) {
+// Whether the CUDA attention tactic takes Attention(q, k, v) -> y (see the header comment).
+bool cuda_takes(const ir::Graph& g, const std::string& q, const std::string& k, const std::string& v,
+                const std::string& y) {
+  const ir::TypeInfo* yt = fusion::type_of(g, y);
+  if (!yt || !yt->shape.rank_known || yt->shape.rank() < 2 || yt->shape.rank() > 8) return false;
+  if (yt->elem != DataType::kFloat32 && yt->elem != DataType::kFloat16 && yt->elem != DataType::kBFloat16) return false;
+  const size_t nb = yt->shape.rank() - 2;
+  for (const std::string* x : {&q, &k, &v}) {
+    const ir::TypeInfo* t = fusion::type_of(g, *x);
+    if (!t || !t->shape.rank_known || t->shape.rank() < 2 || t->elem != yt->elem) return false;
+    const size_t xb = t->shape.rank() - 2;
+    bool ones = true, same = xb == nb;
+    for (size_t i = 0; i < xb; ++i) {
+      const Dim& d = t->shape.dims[i];
+      ones = ones && d.known() && d.value == 1;
+      same = same && fusion::same_dim(d, yt->shape.dims[i]);
+    }
+    if (!ones && !same) return false;
+  }
+  return true;
+}
+
+bool try_attention(ir::Graph& g, const ir::UseIndex& uses, int smi, bool cuda) {
   auto node = [&](int i) -> const ir::Node& { return g.nodes[static_cast<size_t>(i)]; };
   const ir::Node& sm = node(smi);
   if (!softmax_over_last_axis(g, sm)) return false;
@@ -147,6 +174,7 @@ bool try_attention(ir::Graph& g, const ir::UseIndex& uses, int smi) {
   if (!fusion::is_float_value(g, scores_out) || !fusion::is_float_value(g, node(mm2).outputs[0]) ||
       !fusion::in_float_range(scale))
     return false;
+  if (cuda && !cuda_takes(g, q, k, v, node(mm2).outputs[0])) return false;
   ir::Node att = fusion::kiln_node("Attention", node(mm2).name);
   att.inputs = {q, k, v};
   if (!mask.empty()) att.inputs.push_back(mask);
@@ -159,7 +187,16 @@ bool try_attention(ir::Graph& g, const ir::UseIndex& uses, int smi) {
 
 }  // namespace
 
-Result<int> fuse_attention(ir::Graph& g) { return fusion::rewrite_until_fixpoint(g, try_attention); }
+Result<int> fuse_attention(ir::Graph& g) {
+  return fusion::rewrite_until_fixpoint(
+      g, [](ir::Graph& gr, const ir::UseIndex& uses, int i) { return try_attention(gr, uses, i, false); });
+}
+
+Result<int> fuse_attention_for(ir::Graph& g, const Target& target) {
+  const bool cuda = target.device.kind == DeviceKind::kCUDA;
+  return fusion::rewrite_until_fixpoint(
+      g, [cuda](ir::Graph& gr, const ir::UseIndex& uses, int i) { return try_attention(gr, uses, i, cuda); });
+}
 
 // fuse_attention_heads: kiln.Attention whose Q, K and V are heads split off [B, S, H*D]
 // projections and whose output is merged back the same way:

@@ -60,6 +60,8 @@ Result<int> fuse_gelu(ir::Graph& g);
 Result<int> fuse_hard_activations(ir::Graph& g);
 Result<int> fuse_layer_norm(ir::Graph& g);
 Result<int> fuse_attention(ir::Graph& g);
+// fuse_attention for `target`: on CUDA only the variants its attention tactic takes (fuse_attention.cc).
+Result<int> fuse_attention_for(ir::Graph& g, const Target& target);
 Result<int> fuse_attention_heads(ir::Graph& g);  // in fuse_attention.cc
 Result<int> fuse_matmul_bias(ir::Graph& g);
 Result<int> fuse_activation(ir::Graph& g);

@@ -57,7 +57,7 @@ const std::vector<PassInfo>& pipeline() {
        "x * HardSigmoid(x), x * Clip(x + 3, 0, 6) / 6, Clip(x + 3, 0, 6) / 6 -> HardSwish / HardSigmoid"},
       {"fuse_layer_norm", fuse_layer_norm, "decomposed layer normalization -> kiln.LayerNormalization"},
       // Before fuse_matmul_bias: an additive mask after Q K^T would otherwise look like a bias.
-      {"fuse_attention", fuse_attention, "MatMul-scale-mask-Softmax-MatMul -> kiln.Attention"},
+      {"fuse_attention", fuse_attention_for, "MatMul-scale-mask-Softmax-MatMul -> kiln.Attention"},
       {"fuse_matmul_bias", fuse_matmul_bias, "MatMul + constant bias -> kiln.FusedMatMul"},
       // After fuse_matmul_bias (a layer's bias is in place before its residual and activation).
       {"fuse_activation", fuse_activation,
@@ -122,10 +122,10 @@ Status run_pipeline(ir::Graph& g, const Target& target, const std::set<std::stri
   for (size_t k = 0; k < passes.size(); ++k) {
     const PassInfo& p = passes[k];
     if (disabled.count(p.name)) continue;
-    // Fusions into ops only the CPU backend has kernels for (kiln.Attention, MultiHeadAttention,
-    // FusedElementwise, the merged Q/K/V's Split): a CUDA target keeps the plain ops its kernels take.
-    static const std::set<std::string> kCpuOnlyFusions = {"fuse_attention", "fuse_attention_heads",
-                                                          "fuse_horizontal_matmul", "fuse_elementwise"};
+    // Fusions into ops only the CPU backend has kernels for (FusedElementwise): a CUDA target keeps
+    // the plain ops its kernels take. (kiln.Attention / MultiHeadAttention and the merged Q/K/V's
+    // FusedMatMul + Split have CUDA tactics; fuse_attention_for fuses only what they take.)
+    static const std::set<std::string> kCpuOnlyFusions = {"fuse_elementwise"};
     if (target.device.kind != DeviceKind::kCPU && kCpuOnlyFusions.count(p.name)) continue;
     auto t0 = std::chrono::steady_clock::now();
     auto r = p.run(g, target);

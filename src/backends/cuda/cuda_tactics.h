@@ -14,5 +14,8 @@ std::vector<const Tactic*> matmul_tactics();
 std::vector<const Tactic*> own_kernel_tactics();
 // Where, comparisons, Pad, Tile, Resize, Reduce* (cuda_more_tactics.cc).
 std::vector<const Tactic*> more_kernel_tactics();
+// kiln.Attention / kiln.MultiHeadAttention: cuBLASLt products around a fused mask + softmax kernel
+// (cuda_attention_tactics.cc).
+std::vector<const Tactic*> attention_tactics();
 
 }  // namespace kiln::backends::cuda

@@ -138,7 +138,13 @@ TEST(CudaEngine, TransformerBlockMatchesTheCpuOnTwoStreams) {
   BuilderConfig cpu_cfg;
   cpu_cfg.warn = [](const std::string&) {};
   auto cpu_engine = Builder(cpu_cfg).build_from_memory(onnx);
-  EXPECT_GE(cuda_layers(*gpu_engine), 10);
+  // Two LayerNorms, the merged Q/K/V projection, one MultiHeadAttention (the heads read in place),
+  // the output projection and the two FFN products, each with its bias/activation/residual fused.
+  EXPECT_GE(cuda_layers(*gpu_engine), 7);
+  int attention = 0;
+  for (const auto& l : gpu_engine->impl().layers)
+    attention += l.op_type == "MultiHeadAttention" && l.kernel == "attention_cublaslt_cuda";
+  EXPECT_EQ(attention, 1) << gpu_engine->inspect_json();
   for (const auto& w : warnings) ADD_FAILURE() << "unexpected warning: " << w;
   Tensor x = random_tensor({2, 7, 32}, 43);
   auto want = run_logits(*cpu_engine, x);

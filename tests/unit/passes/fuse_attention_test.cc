@@ -1,4 +1,5 @@
 // fuse_attention: MatMul(Q, K^T) -> scale -> mask -> Softmax -> MatMul(V) becomes kiln.Attention.
+#include "engine/target.h"
 #include "pass_test_util.h"
 
 namespace kiln {
@@ -98,6 +99,42 @@ TEST(FuseAttention, LeavesOtherAxesAndReusedProbabilitiesAlone) {
     b.node("MatMul", {"p", "v"}, {"y"});
     ir::Model m = b.finish();
     EXPECT_EQ(passes::fuse_attention(*m.graph).value(), 0);
+  }
+}
+
+// For a CUDA target, fuse_attention_for fuses only what the CUDA tactic takes: Q, K and V each with
+// the output's batch dims or all ones. K/V heads shared by a group of query heads ([2, 1, 7, 8]
+// against [2, 3, 5, 8]) stay plain ops there (their CUDA kernels run them), fused for the CPU.
+TEST(FuseAttention, ForCudaOnlyWhatTheCudaTacticTakes) {
+  auto model = [](Dims k, Dims v) {
+    GraphBuilder b(13);
+    b.input("q", {2, 3, 5, 8}).input("k", k).input("v", v).input("mask", {2, 1, 1, 7}).output("y");
+    const size_t r = k.size();
+    std::vector<int64_t> perm(r);
+    for (size_t i = 0; i < r; ++i) perm[i] = static_cast<int64_t>(i);
+    std::swap(perm[r - 1], perm[r - 2]);
+    GraphBuilder::set_ints(b.node("Transpose", {"k"}, {"kt"}), "perm", perm);
+    b.node("MatMul", {"q", "kt"}, {"s"});
+    b.node("Add", {"s", "mask"}, {"sm"});
+    b.node("Softmax", {"sm"}, {"p"});
+    b.node("MatMul", {"p", "v"}, {"y"});
+    return b.finish();
+  };
+  Target cpu = engine::host_target(), cuda = cpu;
+  cuda.device = {DeviceKind::kCUDA, 0};
+  {
+    ir::Model m = model({2, 1, 7, 8}, {2, 1, 7, 4});  // grouped K/V heads: partial broadcasting
+    ir::Model c = clone(m);
+    EXPECT_EQ(passes::fuse_attention_for(*m.graph, cuda).value(), 0);
+    EXPECT_EQ(passes::fuse_attention_for(*c.graph, cpu).value(), 1);
+  }
+  {
+    ir::Model m = model({2, 3, 7, 8}, {2, 3, 7, 4});
+    EXPECT_EQ(passes::fuse_attention_for(*m.graph, cuda).value(), 1);
+  }
+  {
+    ir::Model m = model({7, 8}, {7, 4});  // one K/V for every problem: a batch stride of 0
+    EXPECT_EQ(passes::fuse_attention_for(*m.graph, cuda).value(), 1);
   }
 }
 

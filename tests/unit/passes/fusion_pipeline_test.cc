@@ -38,7 +38,7 @@ void heads(GraphBuilder& b, const std::string& x, const std::string& y, std::vec
   GraphBuilder::set_ints(b.node("Transpose", {y + "_r"}, {y}), "perm", std::move(perm));
 }
 
-TEST(FusionPipeline, BertStyleEncoderLayer) {
+ir::Model bert_style_encoder_layer() {
   GraphBuilder b(13);
   b.input("x", {kB, kS, kHid}).input("mask", {kB, 1, 1, kS}).output("y");
   b.init("two", scalar_f(2.0f)).init("eps", scalar_f(1e-5f)).init("scale", scalar_f(2.0f));
@@ -70,7 +70,11 @@ TEST(FusionPipeline, BertStyleEncoderLayer) {
   linear(b, "gelu", "ff2", kFfn, kHid, 11);
   b.node("Add", {"ln1", "ff2"}, {"res2"});
   layer_norm(b, "res2", "y");
-  ir::Model before = b.finish();
+  return b.finish();
+}
+
+TEST(FusionPipeline, BertStyleEncoderLayer) {
+  ir::Model before = bert_style_encoder_layer();
   ir::Model after = clone(before);
   auto stats = passes::optimize(after, {}, engine::host_target());
   ASSERT_TRUE(stats.ok()) << stats.status().to_string();
@@ -91,6 +95,30 @@ TEST(FusionPipeline, BertStyleEncoderLayer) {
   EXPECT_EQ(gelu_layers, 1);
   EXPECT_EQ(residual_layers, 2);
   EXPECT_LT(g.nodes.size(), 20u);
+  EXPECT_LT(max_abs_diff(before, after), 1e-5);
+}
+
+// For a CUDA target the attention fusions run too (the CUDA backend has kiln.Attention and
+// MultiHeadAttention tactics): one MultiHeadAttention reading the merged Q/K/V projection, no head
+// Transposes, no Split, no Softmax; fuse_elementwise stays CPU-only.
+TEST(FusionPipeline, BertStyleEncoderLayerForCudaFusesAttention) {
+  ir::Model before = bert_style_encoder_layer();
+  ir::Model after = clone(before);
+  Target cuda = engine::host_target();
+  cuda.device = {DeviceKind::kCUDA, 0};
+  auto stats = passes::optimize(after, {}, cuda);
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  const ir::Graph& g = *after.graph;
+  EXPECT_EQ(count_kiln(g, "MultiHeadAttention"), 1);
+  EXPECT_EQ(count_kiln(g, "FusedMatMul"), 4);  // merged Q/K/V, output projection, FFN 1 and 2
+  EXPECT_EQ(count_kiln(g, "FusedElementwise"), 0);
+  EXPECT_EQ(count_op(g, "Split"), 0);
+  EXPECT_EQ(count_op(g, "Transpose"), 0);
+  EXPECT_EQ(count_op(g, "Softmax"), 0);
+  const ir::Node* mha = find_op(g, "MultiHeadAttention");
+  ASSERT_NE(mha, nullptr);
+  EXPECT_EQ(mha->attr_int("num_heads", 0), kH);
+  EXPECT_FALSE(mha->has_input(1));  // packed: reads the merged projection
   EXPECT_LT(max_abs_diff(before, after), 1e-5);
 }
 
