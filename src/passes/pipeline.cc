@@ -72,7 +72,7 @@ const std::vector<PassInfo>& pipeline() {
       {"fuse_attention_heads", fuse_attention_heads,
        "Attention between head split/merge Reshape+Transpose -> kiln.MultiHeadAttention (reads heads in place)"},
       // Last of the fusions: whatever elementwise chains the patterns above left.
-      {"fuse_elementwise", fuse_elementwise, "chains of elementwise ops -> kiln.FusedElementwise"},
+      {"fuse_elementwise", fuse_elementwise_for, "chains of elementwise ops -> kiln.FusedElementwise"},
       // After every fusion: it converts the fused convs (activation and residual in place) and
       // must see the final graph to know where blocked values escape to plain readers. Its block is
       // the target's (--layout-block; by default what the target's instruction set prefers).
@@ -123,9 +123,10 @@ Status run_pipeline(ir::Graph& g, const Target& target, const std::set<std::stri
     const PassInfo& p = passes[k];
     if (disabled.count(p.name)) continue;
     // Fusions into ops only the CPU backend has kernels for (kiln.Attention, MultiHeadAttention,
-    // FusedElementwise, the merged Q/K/V's Split): a CUDA target keeps the plain ops its kernels take.
+    // the merged Q/K/V's Split): a CUDA target keeps the plain ops its kernels take. fuse_elementwise
+    // picks per target itself (fuse_elementwise_for).
     static const std::set<std::string> kCpuOnlyFusions = {"fuse_attention", "fuse_attention_heads",
-                                                          "fuse_horizontal_matmul", "fuse_elementwise"};
+                                                          "fuse_horizontal_matmul"};
     if (target.device.kind != DeviceKind::kCPU && kCpuOnlyFusions.count(p.name)) continue;
     auto t0 = std::chrono::steady_clock::now();
     auto r = p.run(g, target);

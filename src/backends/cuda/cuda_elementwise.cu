@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_float_types.cuh"
+#include "backends/cuda/cuda_fused_elementwise.h"
 #include "backends/cuda/cuda_index.h"
 #include "backends/cuda/cuda_kernels.h"
 
@@ -163,6 +164,44 @@ __global__ void binary_index32_kernel(const T* __restrict__ a, const T* __restri
   }
 }
 
+struct FusedInputs {
+  const void* in[kFusedMaxInputs];
+};
+
+// The op program of kiln.FusedElementwise per output element, its slots in registers (32-bit index
+// space when k32, else 64-bit divisions).
+template <typename T, bool k32>
+__global__ void fused_elementwise_kernel(FusedInputs ins, T* __restrict__ y, int64_t n, FusedProgram p,
+                                         Index32<kFusedMaxInputs> ix) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t off[kFusedMaxInputs];
+    if (k32) {
+      uint32_t o32[kFusedMaxInputs];
+      offsets32<kFusedMaxInputs>(static_cast<uint32_t>(i), ix, o32);
+#pragma unroll
+      for (int j = 0; j < kFusedMaxInputs; ++j) off[j] = o32[j];
+    } else {
+#pragma unroll
+      for (int j = 0; j < kFusedMaxInputs; ++j) off[j] = 0;
+      int64_t rest = i;
+      for (int k = p.rank - 1; k >= 0; --k) {
+        const int64_t c = rest % p.dims[k];
+        rest /= p.dims[k];
+#pragma unroll
+        for (int j = 0; j < kFusedMaxInputs; ++j) off[j] += c * p.strides[j][k];
+      }
+    }
+    float v[kFusedMaxInputs + kFusedMaxSteps];
+    for (int j = 0; j < p.num_inputs; ++j) v[j] = to_f32(static_cast<const T*>(ins.in[j])[off[j]]);
+    for (int k = 0; k < p.num_steps; ++k) {
+      const FusedStep& st = p.steps[k];
+      v[p.num_inputs + k] = st.binary ? binary(v[st.a], v[st.b], st.bop) : unary(v[st.a], st.unary);
+    }
+    y[i] = to_storage<T>(v[p.num_inputs + p.num_steps - 1]);
+  }
+}
+
 template <typename To>
 __device__ __forceinline__ To from_float(float v) {
   if (isnan(v)) return To(0);
@@ -310,6 +349,32 @@ cudaError_t launch_binary(const void* a, const void* b, void* y, int64_t n, Bina
     } else if (!launch_binary_index32(pa, pb, py, op, p, s)) {
       binary_broadcast_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(pa, pb, py, n, op, p);
     }
+  });
+}
+
+cudaError_t launch_fused_elementwise(const void* const* inputs, void* y, int64_t n, const FusedProgram& p, FloatType t,
+                                     cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  if (p.num_inputs < 1 || p.num_inputs > kFusedMaxInputs || p.num_steps < 1 || p.num_steps > kFusedMaxSteps ||
+      p.rank < 0 || p.rank > kMaxRank)
+    return cudaErrorInvalidValue;
+  for (int k = 0; k < p.num_steps; ++k) {
+    const FusedStep& st = p.steps[k];
+    const int limit = p.num_inputs + k;  // a step reads inputs and earlier steps only
+    if (st.a < 0 || st.a >= limit || (st.binary && (st.b < 0 || st.b >= limit))) return cudaErrorInvalidValue;
+  }
+  FusedInputs ins = {};
+  for (int j = 0; j < p.num_inputs; ++j) ins.in[j] = inputs[j];
+  const int64_t* strides[kFusedMaxInputs];
+  for (int j = 0; j < kFusedMaxInputs; ++j) strides[j] = p.strides[j];
+  Index32<kFusedMaxInputs> ix;
+  const bool k32 = to_index32(collapse<kFusedMaxInputs>(p.rank, p.dims, strides), &ix);
+  return dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    if (k32)
+      fused_elementwise_kernel<T, true><<<blocks_for(n), kThreads, 0, s>>>(ins, static_cast<T*>(y), n, p, ix);
+    else
+      fused_elementwise_kernel<T, false><<<blocks_for(n), kThreads, 0, s>>>(ins, static_cast<T*>(y), n, p, ix);
   });
 }
 
