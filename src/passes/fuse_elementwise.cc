@@ -66,7 +66,9 @@ bool try_elementwise(ir::Graph& g, const ir::UseIndex& uses, int ri, bool cuda) 
   if (cuda && (rt->elem != DataType::kFloat32 || rt->shape.rank() > 8 || !cuda_runs(root))) return false;
   // Skip a node that belongs to a later tree: its output's one reader fits too.
   int reader = fusion::sole_consumer(uses, root.outputs[0]);
-  if (reader >= 0 && fits(g, g.nodes[static_cast<size_t>(reader)], *rt)) return false;
+  if (reader >= 0 && fits(g, g.nodes[static_cast<size_t>(reader)], *rt) &&
+      (!cuda || cuda_runs(g.nodes[static_cast<size_t>(reader)])))
+    return false;
   std::set<int> group = {ri};
   std::vector<int> work = {ri};
   while (!work.empty()) {

@@ -16,6 +16,8 @@
 #include "backends/cuda/cuda_kernels.h"
 
 namespace kiln::backends::cuda {
+static_assert(kIndexMaxRank == kMaxRank, "cuda_index.h and cuda_kernels.h agree on the rank");
+
 namespace {
 
 constexpr int kThreads = 256;

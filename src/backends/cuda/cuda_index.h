@@ -5,19 +5,24 @@
 // multiply-high, so the tests check the arithmetic on the CPU.
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
-#include "backends/cuda/cuda_kernels.h"
+#ifdef __CUDACC__
+#define KILN_HD __host__ __device__ __forceinline__
+#else
+#define KILN_HD inline
+#endif
 
 namespace kiln::backends::cuda {
+
+// cuda_kernels.h's kMaxRank (that header needs the CUDA toolkit; this one compiles without it for the tests).
+constexpr int kIndexMaxRank = 8;
 
 // q = n / d for 0 <= n < 2^31 and 1 <= d < 2^31 (Granlund-Montgomery round-up multiplier).
 struct FastDiv {
   uint32_t d = 1, m = 0, s = 0;
   FastDiv() = default;
-  __host__ explicit FastDiv(uint32_t divisor) : d(divisor) {
+  explicit FastDiv(uint32_t divisor) : d(divisor) {
     if (d == 1) return;
     uint32_t l = 0;
     while ((uint64_t{1} << l) < d) ++l;  // ceil(log2 d)
@@ -25,7 +30,7 @@ struct FastDiv {
     m = static_cast<uint32_t>(((uint64_t{1} << p) + d - 1) / d);
     s = p - 32;
   }
-  __host__ __device__ __forceinline__ uint32_t div(uint32_t n) const {
+  KILN_HD uint32_t div(uint32_t n) const {
     if (d == 1) return n;
 #ifdef __CUDA_ARCH__
     return __umulhi(n, m) >> s;
@@ -39,8 +44,8 @@ struct FastDiv {
 template <int kOps>
 struct Collapsed {
   int rank = 0;
-  int64_t dims[kMaxRank] = {};
-  int64_t strides[kOps][kMaxRank] = {};
+  int64_t dims[kIndexMaxRank] = {};
+  int64_t strides[kOps][kIndexMaxRank] = {};
 };
 
 // Drops size-1 dims and merges dim k into k+1 where every operand has strides[k] == strides[k+1] * dims[k+1].
@@ -69,9 +74,9 @@ inline Collapsed<kOps> collapse(int rank, const int64_t* dims, const int64_t* co
 template <int kOps>
 struct Index32 {
   int rank = 0;
-  FastDiv div[kMaxRank];
-  uint32_t dims[kMaxRank] = {};
-  uint32_t strides[kOps][kMaxRank] = {};
+  FastDiv div[kIndexMaxRank];
+  uint32_t dims[kIndexMaxRank] = {};
+  uint32_t strides[kOps][kIndexMaxRank] = {};
 };
 
 // Fills *out from c when the space and every operand's extent stay below 2^31; false otherwise.
@@ -105,7 +110,7 @@ __device__ __forceinline__ void offsets32(uint32_t i, const Index32<kOps>& p, ui
 #pragma unroll
   for (int j = 0; j < kOps; ++j) off[j] = 0;
 #pragma unroll
-  for (int k = kMaxRank - 1; k >= 0; --k) {
+  for (int k = kIndexMaxRank - 1; k >= 0; --k) {
     if (k >= p.rank) continue;
     const uint32_t q = p.div[k].div(i);
     const uint32_t c = i - q * p.dims[k];
