@@ -441,6 +441,19 @@ std::string chain_onnx() {
   return onnx_import::serialize_model(b.finish()).value();
 }
 
+// The GPU tests' FusedElementwise cases and engine model are valid: the reference runs them (no GPU needed).
+TEST(CudaFastKernelCases, RunOnTheReference) {
+  LayerCase lc = fused_case({2, 3, 129}, {"Sub", "Gelu", "Max", "Mul"}, {{1, 3, 1}, {2, 1, 129}, {1}}, 5);
+  std::vector<Tensor> y = testing::reference_outputs(lc);
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_EQ(y[0].shape(), (Dims{2, 3, 129}));
+  BuilderConfig cfg;
+  cfg.warn = [](const std::string&) {};
+  auto e = Builder(cfg).build_from_memory(chain_onnx());
+  std::vector<float> out = testing::run_logits(*e, random_tensor({2, 7, 48}, 9));
+  EXPECT_EQ(out.size(), 2u * 7 * 48);
+}
+
 TEST(CudaFastKernels, StrictEngineFusesAndMatchesTheCpu) {
   KILN_SKIP_WITHOUT_GPU();
   const std::string onnx = chain_onnx();
@@ -451,14 +464,11 @@ TEST(CudaFastKernels, StrictEngineFusesAndMatchesTheCpu) {
   auto gpu_engine = Builder(cfg).build_from_memory(onnx);
   int fused = 0;
   for (const auto& l : gpu_engine->impl().layers) {
-    if (l.kernel == "reference") {
-      EXPECT_EQ(l.op_type, "Reshape") << l.name << " on the host";
-      continue;
-    }
+    if (l.op_type == "Reshape") continue;  // shape work: exempt from --strict-tactics, may stay on the host
     EXPECT_NE(l.kernel.find("cuda"), std::string::npos) << l.name << ": " << l.kernel;
     fused += l.kernel == "fused_elementwise_cuda";
   }
-  EXPECT_EQ(fused, 1);
+  EXPECT_GE(fused, 1);  // the Mul/Add/Tanh/Mul chain (a pass may take its first Mul into the LayerNorm)
   BuilderConfig cpu_cfg;
   cpu_cfg.warn = [](const std::string&) {};
   auto cpu_engine = Builder(cpu_cfg).build_from_memory(onnx);
