@@ -24,6 +24,7 @@
 #include "kiln/kiln.h"
 #include "layer_case.h"
 #include "onnx/exporter.h"
+#include "onnx/importer.h"
 #include "passes/pass.h"
 
 namespace kiln {
@@ -452,6 +453,23 @@ TEST(CudaFastKernelCases, RunOnTheReference) {
   auto e = Builder(cfg).build_from_memory(chain_onnx());
   std::vector<float> out = testing::run_logits(*e, random_tensor({2, 7, 48}, 9));
   EXPECT_EQ(out.size(), 2u * 7 * 48);
+}
+
+// The whole pipeline for a CUDA target (no GPU needed) fuses the engine model's elementwise chain.
+TEST(CudaFastKernelCases, CudaPipelineFusesTheChain) {
+  const std::string bytes = chain_onnx();
+  auto m = onnx_import::parse_model(bytes, ".");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  Target cuda;
+  cuda.device = {DeviceKind::kCUDA, 0};
+  auto stats = passes::optimize(m.value(), {}, cuda);
+  ASSERT_TRUE(stats.ok()) << stats.status().message();
+  const ir::Node* f = nullptr;
+  for (const auto& n : m.value().graph->nodes)
+    if (n.op_type == "FusedElementwise") f = &n;
+  ASSERT_NE(f, nullptr);
+  EXPECT_GE(f->attr("body")->g->nodes.size(), 3u);
+  EXPECT_EQ(count_op(*m.value().graph, "Tanh"), 0);
 }
 
 TEST(CudaFastKernels, StrictEngineFusesAndMatchesTheCpu) {
