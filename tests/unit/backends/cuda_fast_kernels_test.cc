@@ -21,6 +21,7 @@
 #include "backends/registry.h"
 #include "cuda_test_util.h"
 #include "engine/engine_impl.h"
+#include "engine/storage_dtypes.h"
 #include "kiln/kiln.h"
 #include "layer_case.h"
 #include "onnx/exporter.h"
@@ -470,6 +471,33 @@ TEST(CudaFastKernelCases, CudaPipelineFusesTheChain) {
   ASSERT_NE(f, nullptr);
   EXPECT_GE(f->attr("body")->g->nodes.size(), 3u);
   EXPECT_EQ(count_op(*m.value().graph, "Tanh"), 0);
+}
+
+// With --fp16, the fused chain stores float16 like the single ops it replaces (its body is private:
+// no outer reads to keep float32), and the rewritten graph still gives the float32 graph's outputs.
+TEST(CudaFastKernelCases, Fp16StorageReachesTheFusedChain) {
+  const std::string bytes = chain_onnx();
+  auto m = onnx_import::parse_model(bytes, ".");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  Target cuda;
+  cuda.device = {DeviceKind::kCUDA, 0};
+  ASSERT_TRUE(passes::optimize(m.value(), {}, cuda).ok());
+  ir::Model fp32 = m.value();
+  fp32.graph = ir::deep_copy(*m.value().graph);
+  engine::PrecisionPolicy p;
+  p.allowed = {DataType::kFloat32, DataType::kFloat16};
+  auto typed = detail::infer_at(*m.value().graph, {});
+  ASSERT_TRUE(typed.ok()) << typed.status().to_string();
+  auto st = engine::assign_storage_dtypes(*m.value().graph, *typed.value(), cuda, p);
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  Status inferred = ops::infer_shapes(*m.value().graph);
+  ASSERT_TRUE(inferred.ok()) << inferred.to_string();
+  const ir::Node* f = nullptr;
+  for (const auto& n : m.value().graph->nodes)
+    if (n.op_type == "FusedElementwise") f = &n;
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(m.value().graph->value_types.at(f->outputs[0]).elem, DataType::kFloat16);
+  EXPECT_LE(testing::max_abs_diff(fp32, m.value()), 1e-2);
 }
 
 TEST(CudaFastKernels, StrictEngineFusesAndMatchesTheCpu) {
