@@ -25,10 +25,27 @@ bool has_compute_tactic(const ir::Node& n, DeviceKind device) {
   return false;
 }
 
+// A node with a body keeps float32, except kiln.FusedElementwise: its body is private (it reads the
+// node's inputs only) and it stores like the elementwise ops it fused.
 bool has_subgraph(const ir::Node& n) {
+  if (n.domain == "kiln" && n.op_type == "FusedElementwise") return false;
   for (const auto& [k, a] : n.attrs)
     if (a.g || !a.graphs.empty()) return true;
   return false;
+}
+
+// kiln.FusedElementwise stored in d: its body (a private copy) declares d where it declared float32.
+void retype_body(ir::Node& n, DataType d) {
+  auto it = n.attrs.find("body");
+  if (it == n.attrs.end() || !it->second.g) return;
+  std::shared_ptr<ir::Graph> body = ir::deep_copy(*it->second.g, it->second.g->parent);
+  for (auto& v : body->inputs)
+    if (v.type.elem == DataType::kFloat32) v.type.elem = d;
+  for (auto& v : body->outputs)
+    if (v.type.elem == DataType::kFloat32) v.type.elem = d;
+  for (auto& [name, t] : body->value_types)
+    if (t.elem == DataType::kFloat32) t.elem = d;
+  it->second.g = body;
 }
 
 // Every name read inside the bodies of `g`'s nodes (nested too): such values must stay float32.
@@ -195,6 +212,7 @@ Result<StorageDtypeStats> assign_storage_dtypes(ir::Graph& g, const ir::Graph& t
       }
       i = read_as(i, d);
     }
+    if (reduced(d) && n.domain == "kiln" && n.op_type == "FusedElementwise") retype_body(n, d);
     std::vector<ir::Node> after;
     if (reduced(d)) {
       ++stats.reduced_layers;

@@ -12,12 +12,34 @@
 // intermediates read twice or that are graph outputs, float16/integer tensors (float32/float64
 // only), shape-changing broadcasts, ops of opset < 7 (legacy broadcasting), and nodes with
 // subgraphs or several outputs.
+//
+// For a CUDA target (fuse_elementwise_for) only the trees the CUDA tactic runs in one kernel
+// (backends/cuda/cuda_fused_tactic.cc) fuse: float32, rank <= 8, ops with a CUDA kernel of their own
+// (the unary activations and math, Add/Sub/Mul/Div/Pow/Max/Min/PRelu; Clip only with constant bounds
+// as attributes or none), at most kCudaMaxNodes nodes and kCudaMaxInputs inputs; any other device
+// fuses nothing.
+#include <set>
+
+#include "core/target.h"
 #include "ops/op_traits.h"
 #include "passes/fusion_util.h"
 
 namespace kiln::passes {
 
 namespace {
+
+// The limits of the CUDA tactic's op program (cuda_fused_elementwise.h: kFusedMaxSteps, kFusedMaxInputs).
+constexpr size_t kCudaMaxNodes = 16, kCudaMaxInputs = 8;
+
+bool cuda_runs(const ir::Node& n) {
+  static const std::set<std::string> kOps = {
+      "Relu",  "Sigmoid", "Tanh",       "Exp",      "Log",       "Sqrt", "Neg",       "Abs", "Erf",
+      "Floor", "Ceil",    "Reciprocal", "Softplus", "HardSwish", "Gelu", "LeakyRelu", "Elu", "HardSigmoid",
+      "Clip",  "Add",     "Sub",        "Mul",      "Div",       "Pow",  "Max",       "Min", "PRelu"};
+  if (n.domain == "kiln") return n.op_type == "Gelu";
+  if (!n.domain.empty() || !kOps.count(n.op_type)) return false;
+  return n.op_type != "Clip" || n.opset < 11 || n.inputs.size() == 1;
+}
 
 bool is_elementwise(const ir::Node& n) {
   const bool unary = ops::has_trait(n, ops::trait::kElementwiseUnary);
@@ -35,15 +57,18 @@ bool fits(const ir::Graph& g, const ir::Node& n, const ir::TypeInfo& root) {
   return t && t->elem == root.elem && fusion::same_shape(t->shape, root.shape);
 }
 
-bool try_elementwise(ir::Graph& g, const ir::UseIndex& uses, int ri) {
+bool try_elementwise(ir::Graph& g, const ir::UseIndex& uses, int ri, bool cuda) {
   // Roots are visited from the end so that each tree starts at its last node.
   ri = static_cast<int>(g.nodes.size()) - 1 - ri;
   const ir::Node& root = g.nodes[static_cast<size_t>(ri)];
   const ir::TypeInfo* rt = is_elementwise(root) ? fusion::type_of(g, root.outputs[0]) : nullptr;
   if (!rt || (rt->elem != DataType::kFloat32 && rt->elem != DataType::kFloat64) || !rt->shape.rank_known) return false;
+  if (cuda && (rt->elem != DataType::kFloat32 || rt->shape.rank() > 8 || !cuda_runs(root))) return false;
   // Skip a node that belongs to a later tree: its output's one reader fits too.
   int reader = fusion::sole_consumer(uses, root.outputs[0]);
-  if (reader >= 0 && fits(g, g.nodes[static_cast<size_t>(reader)], *rt)) return false;
+  if (reader >= 0 && fits(g, g.nodes[static_cast<size_t>(reader)], *rt) &&
+      (!cuda || cuda_runs(g.nodes[static_cast<size_t>(reader)])))
+    return false;
   std::set<int> group = {ri};
   std::vector<int> work = {ri};
   while (!work.empty()) {
@@ -52,6 +77,7 @@ bool try_elementwise(ir::Graph& g, const ir::UseIndex& uses, int ri) {
     for (const auto& in : g.nodes[static_cast<size_t>(i)].inputs) {
       int p = in.empty() ? -1 : uses.producer(in);
       if (p < 0 || group.count(p) || !uses.single_use(in) || !fits(g, g.nodes[static_cast<size_t>(p)], *rt)) continue;
+      if (cuda && !cuda_runs(g.nodes[static_cast<size_t>(p)])) continue;
       group.insert(p);
       work.push_back(p);
     }
@@ -76,7 +102,7 @@ bool try_elementwise(ir::Graph& g, const ir::UseIndex& uses, int ri) {
       if (it == outer_to_body.end()) {
         std::string bn = name + "_in" + std::to_string(f.inputs.size());
         const ir::TypeInfo* t = fusion::type_of(g, in);
-        if (!t) return false;
+        if (!t || (cuda && t->elem != DataType::kFloat32)) return false;
         body->inputs.push_back({bn, ir::TypeInfo::tensor(t->elem, t->shape)});
         f.inputs.push_back(in);
         it = outer_to_body.emplace(in, bn).first;
@@ -86,6 +112,7 @@ bool try_elementwise(ir::Graph& g, const ir::UseIndex& uses, int ri) {
     if (i == ri) n.outputs[0] = name + "_out";
     body->nodes.push_back(std::move(n));
   }
+  if (cuda && (group.size() > kCudaMaxNodes || f.inputs.size() > kCudaMaxInputs)) return false;
   body->outputs.push_back({name + "_out", *rt});
   f.outputs = root.outputs;
   ir::Attribute a;
@@ -98,6 +125,16 @@ bool try_elementwise(ir::Graph& g, const ir::UseIndex& uses, int ri) {
 
 }  // namespace
 
-Result<int> fuse_elementwise(ir::Graph& g) { return fusion::rewrite_until_fixpoint(g, try_elementwise); }
+Result<int> fuse_elementwise(ir::Graph& g) {
+  return fusion::rewrite_until_fixpoint(
+      g, [](ir::Graph& h, const ir::UseIndex& uses, int ri) { return try_elementwise(h, uses, ri, false); });
+}
+
+Result<int> fuse_elementwise_for(ir::Graph& g, const Target& target) {
+  if (target.device.kind == DeviceKind::kCPU) return fuse_elementwise(g);
+  if (target.device.kind != DeviceKind::kCUDA) return 0;
+  return fusion::rewrite_until_fixpoint(
+      g, [](ir::Graph& h, const ir::UseIndex& uses, int ri) { return try_elementwise(h, uses, ri, true); });
+}
 
 }  // namespace kiln::passes

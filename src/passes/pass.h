@@ -67,6 +67,8 @@ Result<int> fuse_matmul_bias(ir::Graph& g);
 Result<int> fuse_activation(ir::Graph& g);
 Result<int> fuse_horizontal_matmul(ir::Graph& g);
 Result<int> fuse_elementwise(ir::Graph& g);
+// The pipeline's: every tree on a CPU target, on a CUDA one the trees its one-kernel tactic runs.
+Result<int> fuse_elementwise_for(ir::Graph& g, const Target& target);
 // The layout pass at the target's block (Target::layout_block; 0 or a non-CPU target: no change),
 // islands of blocked nodes kept only where the reorders they need cost less than their convs gain;
 // and with an explicit block (channels per block; <= 0: no change), every blockable conv blocked

@@ -72,7 +72,7 @@ const std::vector<PassInfo>& pipeline() {
       {"fuse_attention_heads", fuse_attention_heads,
        "Attention between head split/merge Reshape+Transpose -> kiln.MultiHeadAttention (reads heads in place)"},
       // Last of the fusions: whatever elementwise chains the patterns above left.
-      {"fuse_elementwise", fuse_elementwise, "chains of elementwise ops -> kiln.FusedElementwise"},
+      {"fuse_elementwise", fuse_elementwise_for, "chains of elementwise ops -> kiln.FusedElementwise"},
       // After every fusion: it converts the fused convs (activation and residual in place) and
       // must see the final graph to know where blocked values escape to plain readers. Its block is
       // the target's (--layout-block; by default what the target's instruction set prefers).
@@ -122,11 +122,8 @@ Status run_pipeline(ir::Graph& g, const Target& target, const std::set<std::stri
   for (size_t k = 0; k < passes.size(); ++k) {
     const PassInfo& p = passes[k];
     if (disabled.count(p.name)) continue;
-    // Fusions into ops only the CPU backend has kernels for (FusedElementwise): a CUDA target keeps
-    // the plain ops its kernels take. (kiln.Attention / MultiHeadAttention and the merged Q/K/V's
-    // FusedMatMul + Split have CUDA tactics; fuse_attention_for fuses only what they take.)
-    static const std::set<std::string> kCpuOnlyFusions = {"fuse_elementwise"};
-    if (target.device.kind != DeviceKind::kCPU && kCpuOnlyFusions.count(p.name)) continue;
+    // Every fusion decides per target itself: fuse_attention_for and fuse_elementwise_for fuse, for a
+    // CUDA target, only what its tactics take (the others keep the plain ops its kernels run).
     auto t0 = std::chrono::steady_clock::now();
     auto r = p.run(g, target);
     if (!r.ok()) return r.status().with_context(std::string("pass ") + p.name + where + ": ");

@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "backends/cuda/cuda_kernels.h"
 
 namespace kiln::backends::cuda {
@@ -28,6 +30,14 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 to_storage<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
+
+// Vectorized access: kPackBytes-byte loads and stores of V elements (a Pack) where pointers allow.
+constexpr int kPackBytes = 16;
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kPackBytes == 0; }
 
 // Calls launch(T{}) for the storage type of `t` and returns the launch's error.
 template <typename Launch>

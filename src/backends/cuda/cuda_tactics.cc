@@ -1,4 +1,5 @@
-// kiln's own CUDA tactics: elementwise (unary, binary with broadcasting), Softmax/LogSoftmax,
+// kiln's own CUDA tactics: elementwise (unary, binary with broadcasting, kiln.FusedElementwise as one
+// kernel interpreting the fused tree), Softmax/LogSoftmax,
 // LayerNormalization, Cast, and data movement (Transpose, Slice, Concat, Expand, Gather). Each computes its
 // kernel's parameters once at prepare time and launches on the run's stream; constant inputs are
 // copied to the device then (DeviceConstants).
@@ -9,8 +10,10 @@
 // engine/storage_dtypes.h), arithmetic in float32. The movement tactics take any dtype.
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cuda_fused_elementwise.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/cuda_tactics.h"
 #include "core/shape.h"
@@ -668,6 +671,132 @@ class GatherCuda : public Tactic {
   }
 };
 
+// ---------------------------------------------------------------- kiln.FusedElementwise
+
+class PreparedFused : public PreparedLayer {
+ public:
+  Dims shape;
+  FusedProgram prog;
+  DataType dtype = DataType::kFloat32;
+  DeviceConstants consts;
+  std::vector<Dims> output_shapes() const override { return {shape}; }
+  std::vector<DataType> output_dtypes() const override { return {dtype}; }
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    const void* ptrs[kFusedMaxInputs] = {};
+    for (int j = 0; j < prog.num_inputs; ++j) ptrs[j] = consts.data(static_cast<size_t>(j), in);
+    return launched(
+        launch_fused_elementwise(ptrs, out[0]->raw(), dims_numel(shape), prog, float_type(dtype), stream_of(ctx)),
+        "fused_elementwise_cuda");
+  }
+};
+
+// The fused tree's op program (shapes left to prepare); false with the reason when a node has no step.
+bool fused_program(const ir::Node& node, FusedProgram* prog, std::string* why) {
+  const ir::Attribute* attr = node.attr("body");
+  const ir::Graph* body = attr && attr->g ? attr->g.get() : nullptr;
+  if (!body || body->outputs.size() != 1 || body->nodes.empty()) {
+    *why = "needs a body of elementwise nodes with one output";
+    return false;
+  }
+  if (body->inputs.size() > static_cast<size_t>(kFusedMaxInputs) || body->inputs.size() != node.inputs.size() ||
+      body->nodes.size() > static_cast<size_t>(kFusedMaxSteps)) {
+    *why = "takes " + std::to_string(body->inputs.size()) + " inputs and " + std::to_string(body->nodes.size()) +
+           " nodes; the kernel runs at most " + std::to_string(kFusedMaxInputs) + " and " +
+           std::to_string(kFusedMaxSteps);
+    return false;
+  }
+  std::map<std::string, int> slot;
+  for (size_t j = 0; j < body->inputs.size(); ++j) slot[body->inputs[j].name] = static_cast<int>(j);
+  prog->num_inputs = static_cast<int>(body->inputs.size());
+  prog->num_steps = 0;
+  auto operand = [&](const ir::Node& n, size_t i, int* s) {
+    auto it = i < n.inputs.size() ? slot.find(n.inputs[i]) : slot.end();
+    if (it == slot.end()) return false;
+    *s = it->second;
+    return true;
+  };
+  for (const ir::Node& n : body->nodes) {
+    FusedStep st;
+    const std::string& op = n.op_type;
+    const bool bin = n.domain.empty() && (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" ||
+                                          op == "Max" || op == "Min" || op == "PRelu");
+    if (n.outputs.size() != 1 || !operand(n, 0, &st.a) || (bin && (n.inputs.size() != 2 || !operand(n, 1, &st.b)))) {
+      *why = "body node " + n.name + " (" + op + ") reads a value the kernel does not hold";
+      return false;
+    }
+    if (bin) {
+      st.binary = true;
+      st.bop = BinaryCuda::op_of(op);
+    } else {
+      if (op == "Clip" && n.opset >= 11 && n.inputs.size() > 1) {
+        *why = "body node " + n.name + ": Clip with min/max inputs";
+        return false;
+      }
+      if (n.inputs.size() != 1 && op != "Clip") {
+        *why = "body node " + n.name + " (" + op + ") takes " + std::to_string(n.inputs.size()) + " inputs";
+        return false;
+      }
+      LayerSignature one;
+      one.node = &n;
+      if (!unary_params(one, &st.unary, why)) {
+        *why = "body node " + n.name + ": " + *why;
+        return false;
+      }
+    }
+    slot[n.outputs[0]] = prog->num_inputs + prog->num_steps;
+    prog->steps[prog->num_steps++] = st;
+  }
+  if (slot.count(body->outputs[0].name) == 0 || slot[body->outputs[0].name] != prog->num_inputs + prog->num_steps - 1) {
+    *why = "the body's output is not its last node's";
+    return false;
+  }
+  return true;
+}
+
+class FusedElementwiseCuda : public Tactic {
+ public:
+  explicit FusedElementwiseCuda(DataType dt) : dt_(dt) {}
+  std::string name() const override { return dtype_name_of("fused_elementwise", dt_); }
+  TacticInfo info() const override { return cuda_float(dt_); }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "FusedElementwise"}}; }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    for (size_t i = 0; i < sig.inputs.size(); ++i)
+      if (!sig.has_input(i)) return "input " + std::to_string(i) + " is missing";
+    if (auto e = float_inputs(sig, sig.inputs.size(), dt_); !e.empty()) return e;
+    for (const auto& t : sig.inputs)
+      if (t.shape.size() > kMaxRank) return "rank above " + std::to_string(kMaxRank);
+    FusedProgram prog;
+    std::string why;
+    if (!fused_program(*sig.node, &prog, &why)) return why;
+    if (sig.fully_known()) {
+      Dims o;
+      for (const auto& t : sig.inputs)
+        if (!broadcast(o, t.shape, &o)) return "input shapes do not broadcast";
+    }
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    auto l = std::make_unique<PreparedFused>();
+    std::string why;
+    if (!fused_program(*sig.node, &l->prog, &why)) return Unsupported(why);
+    for (const auto& t : sig.inputs)
+      if (!broadcast(l->shape, t.shape, &l->shape))
+        return InvalidArgument("input shapes of ", sig.node->name, " do not broadcast: ", dims_str(t.shape), " into ",
+                               dims_str(l->shape));
+    if (l->shape.size() > kMaxRank) return Unsupported("rank above ", kMaxRank);
+    l->prog.rank = static_cast<int>(l->shape.size());
+    for (size_t k = 0; k < l->shape.size(); ++k) l->prog.dims[k] = l->shape[k];
+    for (size_t j = 0; j < sig.inputs.size(); ++j) broadcast_strides(sig.inputs[j].shape, l->shape, l->prog.strides[j]);
+    l->dtype = dt_;
+    KILN_RETURN_IF_ERROR(l->consts.upload(sig));
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+
+ private:
+  DataType dt_;
+};
+
 }  // namespace
 
 std::vector<const Tactic*> own_kernel_tactics() {
@@ -683,9 +812,11 @@ std::vector<const Tactic*> own_kernel_tactics() {
   static const ExpandCuda expand;
   static const GatherCuda gather;
   static const CastCuda cast;
-  return {&unary,       &binary,         &softmax,    &layer_norm,  &transpose,    &slice,
-          &concat,      &expand,         &gather,     &cast,        &unary_f16,    &binary_f16,
-          &softmax_f16, &layer_norm_f16, &unary_bf16, &binary_bf16, &softmax_bf16, &layer_norm_bf16};
+  static const FusedElementwiseCuda fused(DataType::kFloat32), fused_f16(DataType::kFloat16),
+      fused_bf16(DataType::kBFloat16);
+  return {&fused,      &fused_f16,   &fused_bf16,     &unary,      &binary,      &softmax,      &layer_norm,
+          &transpose,  &slice,       &concat,         &expand,     &gather,      &cast,         &unary_f16,
+          &binary_f16, &softmax_f16, &layer_norm_f16, &unary_bf16, &binary_bf16, &softmax_bf16, &layer_norm_bf16};
 }
 
 }  // namespace kiln::backends::cuda
