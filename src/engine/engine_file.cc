@@ -93,12 +93,8 @@ nlohmann::json built_for_json(const Target& t) {
     std::stringstream names(isa_names(t.isa));
     for (std::string n; names >> n;) isa.push_back(n);
   }
-  return {{"device", device_name(t.device)},
-          {"isa", isa},
-          {"layout_block", t.layout_block},
-          {"precision", dtype_name(t.precision)},
-          {"tf32", t.tf32},
-          {"reduced_float", t.reduced_float}};
+  return {{"device", device_name(t.device)},      {"isa", isa},     {"layout_block", t.layout_block},
+          {"precision", dtype_name(t.precision)}, {"tf32", t.tf32}, {"reduced_float", t.reduced_float}};
 }
 Target built_for_from(const nlohmann::json& j) {
   Target t;

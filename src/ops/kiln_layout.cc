@@ -94,7 +94,8 @@ static Result<Tensor> rotate_channels(const Tensor& x, bool to_last) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t ch = 0; ch < c; ++ch)
       for (int64_t p = 0; p < hw; ++p) {
-        const size_t planar = static_cast<size_t>((i * c + ch) * hw + p), last = static_cast<size_t>((i * hw + p) * c + ch);
+        const size_t planar = static_cast<size_t>((i * c + ch) * hw + p),
+                     last = static_cast<size_t>((i * hw + p) * c + ch);
         std::memcpy(dst + (to_last ? last : planar) * es, src + (to_last ? planar : last) * es, es);
       }
   return y;
@@ -463,7 +464,8 @@ SymShape nchw_of(const SymShape& s) {
 
 Status check_nhwc_input(const InferContext& ctx, size_t i, const char* what) {
   const SymShape& s = ctx.input_shape(i);
-  if (s.rank_known && s.rank() != 4) return ctx.error(str_cat(what, " must be 4-D channels-last [N,H,W,C], got ", s.str()));
+  if (s.rank_known && s.rank() != 4)
+    return ctx.error(str_cat(what, " must be 4-D channels-last [N,H,W,C], got ", s.str()));
   return Status::Ok();
 }
 
@@ -473,8 +475,9 @@ Status infer_nhwc_conv(InferContext& ctx) {
   x.shape = nchw_of(x.shape);
   KILN_ASSIGN_OR_RETURN(const OpSchema* fc, schema_of(ctx.node, "kiln", "FusedConv", 1));
   const ir::TypeInfo* bias = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-  KILN_ASSIGN_OR_RETURN(ir::TypeInfo y, infer_op(ctx, *fc, 1, {&x, &ctx.input(1), bias},
-                                                 {nullptr, ctx.constant(1), ctx.constant(2)}, attrs_without(ctx.node, {})));
+  KILN_ASSIGN_OR_RETURN(ir::TypeInfo y,
+                        infer_op(ctx, *fc, 1, {&x, &ctx.input(1), bias}, {nullptr, ctx.constant(1), ctx.constant(2)},
+                                 attrs_without(ctx.node, {})));
   y.shape = nhwc_of(y.shape);
   if (ctx.has_input(3)) {
     KILN_RETURN_IF_ERROR(check_nhwc_input(ctx, 3, "Residual"));

@@ -362,8 +362,8 @@ class Rewriter {
 
   ir::Graph& g_;
   std::vector<Kind> kind_;
-  std::set<std::string> made_;                          // values the rewritten nodes produce
-  std::map<std::string, std::string> made_nhwc_;        // plain value -> its channels-last form
+  std::set<std::string> made_;                         // values the rewritten nodes produce
+  std::map<std::string, std::string> made_nhwc_;       // plain value -> its channels-last form
   std::map<std::string, std::string> matmul_weights_;  // conv weight -> its [C, M] form
   std::set<std::string> taken_;
 };

@@ -178,7 +178,9 @@ class PreparedConv : public PreparedLayer {
 class CudnnConv : public Tactic {
  public:
   CudnnConv(int rank, bool nhwc) : rank_(rank), nhwc_(nhwc) {}
-  std::string name() const override { return std::string(nhwc_ ? "conv_cudnn_nhwc_h" : "conv_cudnn_h") + std::to_string(rank_); }
+  std::string name() const override {
+    return std::string(nhwc_ ? "conv_cudnn_nhwc_h" : "conv_cudnn_h") + std::to_string(rank_);
+  }
   // Float data of any of the three dtypes; the precision is checked in why_unsupported (float32
   // accumulation serves a float32, float16 or bfloat16 layer).
   TacticInfo info() const override {
@@ -353,10 +355,10 @@ class CudnnConv : public Tactic {
     } else {
       KILN_RETURN_IF_ERROR(l->consts.upload(sig));
     }
-    l->fused =
-        !nhwc_ && l->dtype == DataType::kFloat32 && (l->epilogue.act == EpilogueAct::kRelu ||
-                                           (l->epilogue.act == EpilogueAct::kNone && (l->has_bias || l->has_residual) &&
-                                            l->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM));
+    l->fused = !nhwc_ && l->dtype == DataType::kFloat32 &&
+               (l->epilogue.act == EpilogueAct::kRelu ||
+                (l->epilogue.act == EpilogueAct::kNone && (l->has_bias || l->has_residual) &&
+                 l->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM));
     if (l->fused) {
       Dims bs(xs.size(), 1);
       bs[1] = wd[0];

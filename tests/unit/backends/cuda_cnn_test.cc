@@ -399,8 +399,8 @@ LayerCase as_nhwc(const LayerCase& lc) {
 
 // A conv of the given geometry: X [n, c, h, w], W [m, c / group, k, k], pads (top, left, bottom, right),
 // a bias, a residual and a ReLU when `fused`.
-LayerCase fixed_conv(uint64_t seed, Dims x, int64_t m, int64_t group, int64_t k, int64_t stride, int64_t dil,
-                     Dims pads, bool fused) {
+LayerCase fixed_conv(uint64_t seed, Dims x, int64_t m, int64_t group, int64_t k, int64_t stride, int64_t dil, Dims pads,
+                     bool fused) {
   LayerCase lc;
   lc.node = make_node(fused ? "kiln" : "", fused ? "FusedConv" : "Conv", fused ? 4 : 3);
   GB::set_int(lc.node, "group", group);
@@ -408,8 +408,7 @@ LayerCase fixed_conv(uint64_t seed, Dims x, int64_t m, int64_t group, int64_t k,
   GB::set_ints(lc.node, "dilations", {dil, dil});
   GB::set_ints(lc.node, "pads", pads);
   if (fused) set_string(lc.node, "activation", "Relu");
-  lc.inputs = {random_tensor(x, seed), random_tensor({m, x[1] / group, k, k}, seed + 1),
-               random_tensor({m}, seed + 2)};
+  lc.inputs = {random_tensor(x, seed), random_tensor({m, x[1] / group, k, k}, seed + 1), random_tensor({m}, seed + 2)};
   lc.constant = {false, true, true, false};
   if (fused) {
     LayerCase plain = lc;
@@ -443,7 +442,7 @@ TEST(CudaCnnTactics, CudnnNhwcConvolution) {
       int64_t c, m, group, k, stride, dil;
       Dims pads;
     };
-    const Geo geos[] = {{3, 64, 1, 7, 2, 1, {3, 3, 3, 3}}, {5, 17, 1, 3, 1, 1, {1, 0, 2, 1}},
+    const Geo geos[] = {{3, 64, 1, 7, 2, 1, {3, 3, 3, 3}},   {5, 17, 1, 3, 1, 1, {1, 0, 2, 1}},
                         {17, 17, 17, 3, 2, 1, {1, 1, 1, 1}}, {64, 64, 64, 3, 1, 2, {2, 2, 2, 2}},
                         {64, 32, 4, 3, 1, 1, {1, 1, 1, 1}},  {64, 17, 1, 1, 2, 1, {0, 0, 0, 0}},
                         {17, 64, 1, 1, 1, 1, {0, 0, 0, 0}},  {64, 64, 1, 3, 2, 1, {1, 1, 0, 0}}};

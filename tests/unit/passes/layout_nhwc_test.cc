@@ -80,7 +80,7 @@ TEST(LayoutNhwc, ResnetStaysChannelsLastBetweenLayers) {
   EXPECT_EQ(mm->attr_string("activation", ""), "Relu");
   ASSERT_EQ(mm->inputs.size(), 4u);
   EXPECT_EQ(mm->inputs[3], find_op(g, "NhwcPool")->outputs[0]);  // the residual read channels-last
-  EXPECT_EQ(mm->attr_string("kiln.plain_value", ""), "r2");  // the fused conv's output
+  EXPECT_EQ(mm->attr_string("kiln.plain_value", ""), "r2");      // the fused conv's output
   EXPECT_EQ(mm->attr_string("kiln.plain_layout", ""), "nhwc");
   auto y = g.value_types.find(mm->outputs[0]);
   ASSERT_NE(y, g.value_types.end());
@@ -106,7 +106,7 @@ TEST(LayoutNhwc, OneTransposePerBoundaryValueAndKeptNames) {
   int changed = 0;
   ir::Model after = apply_pass(before, nhwc, &changed);
   const ir::Graph& g = *after.graph;
-  EXPECT_EQ(changed, 5);  // 3 convs, Add, Relu
+  EXPECT_EQ(changed, 5);                     // 3 convs, Add, Relu
   EXPECT_EQ(count_onnx(g, "Transpose"), 3);  // x in; c1 and y out
   int readers_of_x = 0;
   for (const auto& n : g.nodes)
@@ -194,9 +194,9 @@ TEST(LayoutNhwc, ConvsThatCannotGoChannelsLastStayPlain) {
 TEST(LayoutNhwc, RunsOnlyForCudaReducedFloatTargets) {
   ir::Model before = small_resnet();
   Target t;
-  for (auto [kind, reduced, want] : {std::tuple{DeviceKind::kCPU, true, false},
-                                     std::tuple{DeviceKind::kCUDA, false, false},
-                                     std::tuple{DeviceKind::kCUDA, true, true}}) {
+  for (auto [kind, reduced, want] :
+       {std::tuple{DeviceKind::kCPU, true, false}, std::tuple{DeviceKind::kCUDA, false, false},
+        std::tuple{DeviceKind::kCUDA, true, true}}) {
     t.device.kind = kind;
     t.reduced_float = reduced;
     ir::Model m = clone(before);
