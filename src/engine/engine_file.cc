@@ -93,11 +93,8 @@ nlohmann::json built_for_json(const Target& t) {
     std::stringstream names(isa_names(t.isa));
     for (std::string n; names >> n;) isa.push_back(n);
   }
-  return {{"device", device_name(t.device)},
-          {"isa", isa},
-          {"layout_block", t.layout_block},
-          {"precision", dtype_name(t.precision)},
-          {"tf32", t.tf32}};
+  return {{"device", device_name(t.device)},      {"isa", isa},     {"layout_block", t.layout_block},
+          {"precision", dtype_name(t.precision)}, {"tf32", t.tf32}, {"reduced_float", t.reduced_float}};
 }
 Target built_for_from(const nlohmann::json& j) {
   Target t;
@@ -105,6 +102,7 @@ Target built_for_from(const nlohmann::json& j) {
   if (!parse_device(device, &t.device))
     throw std::runtime_error("build target device '" + device + "' is not one kiln knows");
   t.tf32 = j.value("tf32", false);
+  t.reduced_float = j.value("reduced_float", false);
   for (const auto& n : j.at("isa").get<std::vector<std::string>>()) {
     IsaSet feature;
     if (!parse_isa_feature(n, &feature)) throw std::runtime_error("unknown instruction set '" + n + "'");

@@ -52,6 +52,9 @@ Result<Target> target_for(const BuilderConfig& cfg) {
     return InvalidArgument("--tf32 applies to CUDA builds (TF32 is a tensor-core format): build with --device cuda");
   }
   t.tf32 = cfg.tf32;
+  for (Precision p : cfg.extra_precisions) t.reduced_float |= p == Precision::kFP16 || p == Precision::kBF16;
+  t.reduced_float |=
+      cfg.precision == Precision::kFP16 || cfg.precision == Precision::kBF16 || cfg.precision == Precision::kMixed;
   const IsaSet host = host_isa();
   t.isa = host;
   if (!cfg.isa.empty() && cfg.isa != "native") {

@@ -18,6 +18,11 @@
 //                                      FusedElementwise of (Concat of the blocked X1..Xk along the
 //                                      channel blocks, C1..Cm). DenseNet's Concat -> BN -> ReLU: the
 //                                      concatenation never exists as a tensor.
+//   NhwcConv(X, W, B?, Residual?)      kiln.FusedConv's attributes: X, Residual and the output
+//                                      channels-last [N, H, W, C] (kiln_layout.h); W, B as FusedConv's
+//                                      ([M, C/group, kH, kW]: the CUDA tactic reorders it at prepare)
+//   NhwcPool(X)                        attributes pool, pool_opset and the pool's own (as BlockedPool);
+//                                      X and the output channels-last
 //
 // Each reference kernel unblocks, runs the plain op's own reference kernel and blocks again, so
 // the blocked graph computes what the plain one did by construction. The padding lanes of every
@@ -74,6 +79,30 @@ Result<Tensor> from_channel_blocked(const Tensor& y, int64_t channels) {
                     src + static_cast<size_t>(((i * cb + ch / block) * hw + p) * block + ch % block) * es, es);
   return x;
 }
+
+// [N, A, B, C] -> [N, C, A, B] (to_last false) or [N, B, C, A] (to_last true) as byte copies.
+static Result<Tensor> rotate_channels(const Tensor& x, bool to_last) {
+  if (x.rank() != 4) return InvalidArgument("expected a 4-D tensor, got ", x.describe());
+  KILN_RETURN_IF_ERROR(check_layout_dtype(x));
+  // to_last: x is [N, C, H, W]; else x is [N, H, W, C].
+  const int64_t n = x.dim(0), c = to_last ? x.dim(1) : x.dim(3), h = to_last ? x.dim(2) : x.dim(1),
+                w = to_last ? x.dim(3) : x.dim(2), hw = h * w;
+  Tensor y(x.dtype(), to_last ? Dims{n, h, w, c} : Dims{n, c, h, w});
+  const size_t es = dtype_size(x.dtype());
+  const auto* src = static_cast<const uint8_t*>(x.raw());
+  auto* dst = static_cast<uint8_t*>(y.raw());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t p = 0; p < hw; ++p) {
+        const size_t planar = static_cast<size_t>((i * c + ch) * hw + p),
+                     last = static_cast<size_t>((i * hw + p) * c + ch);
+        std::memcpy(dst + (to_last ? last : planar) * es, src + (to_last ? planar : last) * es, es);
+      }
+  return y;
+}
+
+Result<Tensor> nchw_to_nhwc(const Tensor& x) { return rotate_channels(x, true); }
+Result<Tensor> nhwc_to_nchw(const Tensor& y) { return rotate_channels(y, false); }
 
 namespace {
 
@@ -422,8 +451,98 @@ Status blocked_concat_elementwise_kernel(KernelContext& ctx) {
   return Status::Ok();
 }
 
+// ---- NhwcConv / NhwcPool ----
+
+SymShape nhwc_of(const SymShape& s) {
+  if (!s.rank_known || s.rank() != 4) return SymShape();
+  return SymShape(std::vector<Dim>{s.dims[0], s.dims[2], s.dims[3], s.dims[1]});
+}
+SymShape nchw_of(const SymShape& s) {
+  if (!s.rank_known || s.rank() != 4) return SymShape();
+  return SymShape(std::vector<Dim>{s.dims[0], s.dims[3], s.dims[1], s.dims[2]});
+}
+
+Status check_nhwc_input(const InferContext& ctx, size_t i, const char* what) {
+  const SymShape& s = ctx.input_shape(i);
+  if (s.rank_known && s.rank() != 4)
+    return ctx.error(str_cat(what, " must be 4-D channels-last [N,H,W,C], got ", s.str()));
+  return Status::Ok();
+}
+
+Status infer_nhwc_conv(InferContext& ctx) {
+  KILN_RETURN_IF_ERROR(check_nhwc_input(ctx, 0, "X"));
+  ir::TypeInfo x = ctx.input(0);
+  x.shape = nchw_of(x.shape);
+  KILN_ASSIGN_OR_RETURN(const OpSchema* fc, schema_of(ctx.node, "kiln", "FusedConv", 1));
+  const ir::TypeInfo* bias = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  KILN_ASSIGN_OR_RETURN(ir::TypeInfo y,
+                        infer_op(ctx, *fc, 1, {&x, &ctx.input(1), bias}, {nullptr, ctx.constant(1), ctx.constant(2)},
+                                 attrs_without(ctx.node, {})));
+  y.shape = nhwc_of(y.shape);
+  if (ctx.has_input(3)) {
+    KILN_RETURN_IF_ERROR(check_nhwc_input(ctx, 3, "Residual"));
+    const SymShape& r = ctx.input_shape(3);
+    if (r.rank_known && y.shape.rank_known)
+      for (size_t d = 0; d < 4; ++d)
+        if (r.dims[d].known() && y.shape.dims[d].known() && r.dims[d].value != y.shape.dims[d].value)
+          return ctx.error(str_cat("Residual ", r.str(), " is not the output's channels-last shape ", y.shape.str()));
+  }
+  ctx.set_output(0, std::move(y));
+  return Status::Ok();
+}
+
+Status nhwc_conv_kernel(KernelContext& ctx) {
+  auto x = nhwc_to_nchw(ctx.input(0));
+  if (!x.ok()) return ctx.error(x.status().message());
+  Tensor residual;
+  if (ctx.has_input(3)) {
+    auto r = nhwc_to_nchw(ctx.input(3));
+    if (!r.ok()) return ctx.error(r.status().message());
+    residual = std::move(r).value();
+  }
+  KILN_ASSIGN_OR_RETURN(const OpSchema* fc, schema_of(ctx.node, "kiln", "FusedConv", 1));
+  KILN_ASSIGN_OR_RETURN(Tensor y, run_op(ctx, *fc, 1,
+                                         {&x.value(), &ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr,
+                                          residual.defined() ? &residual : nullptr},
+                                         attrs_without(ctx.node, {})));
+  auto yl = nchw_to_nhwc(y);
+  if (!yl.ok()) return ctx.error(yl.status().message());
+  ctx.set_output(0, std::move(yl).value());
+  return Status::Ok();
+}
+
+Status infer_nhwc_pool(InferContext& ctx) {
+  std::string op = ctx.node.attr_string("pool", "");
+  if (!known_pool(op)) return ctx.error(str_cat("unknown pool '", op, "'"));
+  KILN_RETURN_IF_ERROR(check_nhwc_input(ctx, 0, "X"));
+  ir::TypeInfo x = ctx.input(0);
+  x.shape = nchw_of(x.shape);
+  const int opset = static_cast<int>(ctx.node.attr_int("pool_opset", 12));
+  KILN_ASSIGN_OR_RETURN(const OpSchema* s, schema_of(ctx.node, "", op, opset));
+  KILN_ASSIGN_OR_RETURN(ir::TypeInfo y, infer_op(ctx, *s, opset, {&x}, {nullptr}, pool_attrs(ctx.node)));
+  y.shape = nhwc_of(y.shape);
+  ctx.set_output(0, std::move(y));
+  return Status::Ok();
+}
+
+Status nhwc_pool_kernel(KernelContext& ctx) {
+  std::string op = ctx.node.attr_string("pool", "");
+  if (!known_pool(op)) return ctx.error(str_cat("unknown pool '", op, "'"));
+  auto x = nhwc_to_nchw(ctx.input(0));
+  if (!x.ok()) return ctx.error(x.status().message());
+  const int opset = static_cast<int>(ctx.node.attr_int("pool_opset", 12));
+  KILN_ASSIGN_OR_RETURN(const OpSchema* s, schema_of(ctx.node, "", op, opset));
+  KILN_ASSIGN_OR_RETURN(Tensor y, run_op(ctx, *s, opset, {&x.value()}, pool_attrs(ctx.node)));
+  auto yl = nchw_to_nhwc(y);
+  if (!yl.ok()) return ctx.error(yl.status().message());
+  ctx.set_output(0, std::move(yl).value());
+  return Status::Ok();
+}
+
 }  // namespace
 
+KILN_REGISTER_OP_ARITY("kiln", NhwcConv, 1, infer_nhwc_conv, nhwc_conv_kernel, 2, 4);
+KILN_REGISTER_OP_ARITY("kiln", NhwcPool, 1, infer_nhwc_pool, nhwc_pool_kernel, 1, 1);
 KILN_REGISTER_OP_ARITY("kiln", BlockedConcatElementwise, 1, infer_blocked_concat_elementwise,
                        blocked_concat_elementwise_kernel, 1, -1);
 KILN_REGISTER_OP_ARITY("kiln", ReorderToBlocked, 1, infer_to_blocked, to_blocked_kernel, 1, 1);

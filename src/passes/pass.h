@@ -76,6 +76,10 @@ Result<int> fuse_elementwise_for(ir::Graph& g, const Target& target);
 Result<int> layout_blocked(ir::Graph& g, const Target& target);
 Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block, bool decide_by_cost = false);
 Result<int> layout_fuse_conv_dw(ir::Graph& g);
+// CUDA targets allowing float16/bfloat16: channels-last convs and pools (layout_nhwc.cc); the
+// _always form rewrites whatever the target (tests).
+Result<int> layout_nhwc(ir::Graph& g, const Target& target);
+Result<int> layout_nhwc_always(ir::Graph& g);
 Result<int> layout_fuse_concat_elementwise(ir::Graph& g);  // in layout_fuse_concat.cc
 Result<int> fold_qdq_matmul(ir::Graph& g);
 Result<int> fold_qdq_matmul_epilogue(ir::Graph& g);  // in fold_qdq_matmul.cc

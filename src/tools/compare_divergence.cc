@@ -22,9 +22,11 @@ struct LayerRecord {
 
 // Output i of engine layer n as the value the reference knows: a channel-blocked layer (layout
 // pass) as the plain value it stands for. Returns the name it goes by (empty: unchanged).
+// A channels-last layer (layout_nhwc, kiln.plain_layout "nhwc") likewise, transposed back to NCHW.
 std::string as_plain(const ir::Node& n, const Tensor*& got, Tensor& unblocked) {
-  if (!got || !n.attr("kiln.plain_value") || got->rank() != 5) return "";
-  auto u = ops::from_channel_blocked(*got, n.attr_int("kiln.plain_channels", -1));
+  const bool nhwc = n.attr_string("kiln.plain_layout", "") == "nhwc";
+  if (!got || !n.attr("kiln.plain_value") || got->rank() != (nhwc ? 4 : 5)) return "";
+  auto u = nhwc ? ops::nhwc_to_nchw(*got) : ops::from_channel_blocked(*got, n.attr_int("kiln.plain_channels", -1));
   if (!u.ok()) return "";
   unblocked = std::move(u).value();
   got = &unblocked;

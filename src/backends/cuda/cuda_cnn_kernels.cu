@@ -60,47 +60,71 @@ __device__ __forceinline__ void taps_in(int64_t start, int64_t d, int64_t k, int
   *lo = l, *hi = h;
 }
 
+// The pooled value of one output position o[3] (per dim as PoolWindow says) whose window's first
+// element would be at xp: consecutive elements of a row are `step` apart (1 for NCHW planes, C for
+// channels-last).
+template <typename T>
+__device__ float pool_window(const T* __restrict__ xp, int64_t step, const int64_t o[3], const PoolWindow& w) {
+  int64_t start[3], lo[3], hi[3];
+  float padded = 1.f;
+  for (int d = 0; d < 3; ++d) {
+    start[d] = o[d] * w.stride[d] - w.pad_begin[d];
+    taps_in(start[d], w.dilation[d], w.kernel[d], 0, w.in[d], &lo[d], &hi[d]);
+    int64_t pl, ph;
+    taps_in(start[d], w.dilation[d], w.kernel[d], -w.pad_begin[d], w.in[d] + w.pad_end[d], &pl, &ph);
+    padded *= static_cast<float>(ph - pl);
+  }
+  float acc = w.max ? -INFINITY : 0.f;
+  int64_t count = 0;
+  for (int64_t a = lo[0]; a < hi[0]; ++a) {
+    const int64_t r0 = (start[0] + a * w.dilation[0]) * w.in[1];
+    for (int64_t b = lo[1]; b < hi[1]; ++b) {
+      const int64_t r1 = (r0 + start[1] + b * w.dilation[1]) * w.in[2];
+      for (int64_t c = lo[2]; c < hi[2]; ++c) {
+        float v = load(xp, (r1 + start[2] + c * w.dilation[2]) * step);
+        if (w.max) {
+          if (v > acc) acc = v;  // NaN never compares greater: ignored, like the reference
+        } else {
+          acc += v;
+        }
+        ++count;
+      }
+    }
+  }
+  if (!w.max) {
+    float div = w.include_pad ? padded : static_cast<float>(count);
+    acc = div > 0.f ? acc / div : 0.f;
+  }
+  return acc;
+}
+
 template <typename T>
 __global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, PoolWindow w) {
   const int64_t out_plane = w.out[0] * w.out[1] * w.out[2], in_plane = w.in[0] * w.in[1] * w.in[2];
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t plane = i / out_plane;
-    int64_t rest = i % out_plane;
-    int64_t o[3], start[3], lo[3], hi[3];
+    int64_t rest = i % out_plane, o[3];
     o[2] = rest % w.out[2], rest /= w.out[2];
     o[1] = rest % w.out[1], o[0] = rest / w.out[1];
-    float padded = 1.f;
-    for (int d = 0; d < 3; ++d) {
-      start[d] = o[d] * w.stride[d] - w.pad_begin[d];
-      taps_in(start[d], w.dilation[d], w.kernel[d], 0, w.in[d], &lo[d], &hi[d]);
-      int64_t pl, ph;
-      taps_in(start[d], w.dilation[d], w.kernel[d], -w.pad_begin[d], w.in[d] + w.pad_end[d], &pl, &ph);
-      padded *= static_cast<float>(ph - pl);
-    }
-    const T* xp = x + plane * in_plane;
-    float acc = w.max ? -INFINITY : 0.f;
-    int64_t count = 0;
-    for (int64_t a = lo[0]; a < hi[0]; ++a) {
-      const int64_t r0 = (start[0] + a * w.dilation[0]) * w.in[1];
-      for (int64_t b = lo[1]; b < hi[1]; ++b) {
-        const int64_t r1 = (r0 + start[1] + b * w.dilation[1]) * w.in[2];
-        for (int64_t c = lo[2]; c < hi[2]; ++c) {
-          float v = load(xp, r1 + start[2] + c * w.dilation[2]);
-          if (w.max) {
-            if (v > acc) acc = v;  // NaN never compares greater: ignored, like the reference
-          } else {
-            acc += v;
-          }
-          ++count;
-        }
-      }
-    }
-    if (!w.max) {
-      float div = w.include_pad ? padded : static_cast<float>(count);
-      acc = div > 0.f ? acc / div : 0.f;
-    }
-    store(y, i, acc);
+    store(y, i, pool_window(x + plane * in_plane, 1, o, w));
+  }
+}
+
+// Channels-last: output i is [batch, o0, o1, o2, channel], channel fastest (coalesced).
+template <typename T>
+__global__ void pool_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, PoolWindow w,
+                                 int64_t channels) {
+  const int64_t in_plane = w.in[0] * w.in[1] * w.in[2];
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t ch = i % channels;
+    int64_t rest = i / channels, o[3];
+    o[2] = rest % w.out[2], rest /= w.out[2];
+    o[1] = rest % w.out[1], rest /= w.out[1];
+    o[0] = rest % w.out[0];
+    const int64_t batch = rest / w.out[0];
+    store(y, i, pool_window(x + batch * in_plane * channels + ch, channels, o, w));
   }
 }
 
@@ -158,6 +182,16 @@ cudaError_t launch_pool(const void* x, void* y, CnnDtype dtype, const PoolWindow
   return by_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     pool_kernel<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n, w);
+  });
+}
+
+cudaError_t launch_pool_nhwc(const void* x, void* y, CnnDtype dtype, const PoolWindow& w, int64_t channels,
+                             cudaStream_t s) {
+  const int64_t n = w.planes * w.out[0] * w.out[1] * w.out[2] * channels;
+  if (n == 0) return cudaSuccess;
+  return by_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    pool_nhwc_kernel<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n, w, channels);
   });
 }
 

@@ -47,6 +47,10 @@ struct PoolWindow {
   bool include_pad = false;  // AveragePool count_include_pad
 };
 cudaError_t launch_pool(const void* x, void* y, CnnDtype dtype, const PoolWindow& w, cudaStream_t s);
+// The same window over channels-last [N, in..., C] -> [N, out..., C] (kiln.NhwcPool), w.planes = N:
+// one thread per output, consecutive threads on consecutive channels (coalesced).
+cudaError_t launch_pool_nhwc(const void* x, void* y, CnnDtype dtype, const PoolWindow& w, int64_t channels,
+                             cudaStream_t s);
 
 // GlobalAveragePool / GlobalMaxPool (and ReduceMean/ReduceMax over trailing axes): y[p] = mean or max
 // of x[p, 0..inner).

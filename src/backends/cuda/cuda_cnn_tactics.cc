@@ -100,6 +100,64 @@ class PoolCuda : public Tactic {
   }
 };
 
+// ---------------------------------------------------------------- channels-last pooling (kiln.NhwcPool)
+
+class PreparedPoolNhwc : public PreparedPool {
+ public:
+  int64_t channels = 0;
+  Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
+             const std::vector<Tensor*>& out) const override {
+    return cuda_status(launch_pool_nhwc(in[0]->raw(), out[0]->raw(), cnn, w, channels, stream_of(ctx)),
+                       "pool_nhwc_cuda");
+  }
+};
+
+// kiln.NhwcPool of MaxPool / AveragePool (the window pool_cuda resolves, the pool's own options) or
+// GlobalAveragePool / GlobalMaxPool (a window of the whole plane) over [N, H, W, C].
+class PoolNhwcCuda : public Tactic {
+ public:
+  std::string name() const override { return "pool_nhwc_cuda"; }
+  TacticInfo info() const override { return cuda_float_data(); }
+  std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "NhwcPool"}}; }
+  std::string why_unsupported(const LayerSignature& sig) const override {
+    if (auto e = float_data(sig); !e.empty()) return e;
+    const std::string pool = sig.node->attr_string("pool", "");
+    if (pool != "MaxPool" && pool != "AveragePool" && pool != "GlobalAveragePool" && pool != "GlobalMaxPool")
+      return "pool '" + pool + "' has no kernel";
+    if (sig.inputs[0].shape.size() != 4) return "X is not 4-D channels-last";
+    return "";
+  }
+  Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
+    const Dims& xg = sig.inputs[0].shape;  // [N, H, W, C]
+    const Dims x = {xg[0], xg[3], xg[1], xg[2]};
+    const std::string pool = sig.node->attr_string("pool", "");
+    auto l = std::make_unique<PreparedPoolNhwc>();
+    l->dtype = sig.inputs[0].dtype;
+    cnn_dtype(l->dtype, &l->cnn);
+    l->channels = x[1];
+    PoolWindow& w = l->w;
+    w.planes = x[0];
+    w.max = pool == "MaxPool" || pool == "GlobalMaxPool";
+    if (pool == "GlobalAveragePool" || pool == "GlobalMaxPool") {
+      w.in[1] = w.kernel[1] = x[2], w.in[2] = w.kernel[2] = x[3];
+      l->shape = {x[0], 1, 1, x[1]};
+    } else {
+      const int opset = static_cast<int>(sig.node->attr_int("pool_opset", 12));
+      KILN_ASSIGN_OR_RETURN(ops::WindowGeometry g,
+                            ops::resolve_window(*sig.node, x, nullptr, ops::window_options(pool, opset)));
+      if (g.rank() != 2) return Unsupported("not 2 spatial dims");
+      w.include_pad = sig.node->attr_int("count_include_pad", 0) != 0;
+      for (size_t d = 0; d < 2; ++d) {
+        w.in[1 + d] = g.in[d], w.out[1 + d] = g.out[d], w.kernel[1 + d] = g.kernel[d];
+        w.stride[1 + d] = g.strides[d], w.dilation[1 + d] = g.dilations[d];
+        w.pad_begin[1 + d] = g.pad_begin[d], w.pad_end[1 + d] = g.pad_end[d];
+      }
+      l->shape = {x[0], g.out[0], g.out[1], x[1]};
+    }
+    return std::unique_ptr<PreparedLayer>(std::move(l));
+  }
+};
+
 // ---------------------------------------------------------------- global pooling, trailing reductions
 
 class PreparedGlobalPool : public PreparedLayer {
@@ -277,9 +335,10 @@ class SplitCuda : public Tactic {
 
 std::vector<const Tactic*> cnn_kernel_tactics() {
   static const PoolCuda pool;
+  static const PoolNhwcCuda pool_nhwc;
   static const GlobalPoolCuda global_pool;
   static const SplitCuda split;
-  return {&pool, &global_pool, &split};
+  return {&pool, &pool_nhwc, &global_pool, &split};
 }
 
 }  // namespace kiln::backends::cuda

@@ -3,6 +3,11 @@
 // The epilogue: float32 layers whose activation is ReLU (or none, with the implicit precomputed GEMM
 // algorithm, the one cuDNN fuses an identity with) run cudnnConvolutionBiasActivationForward, bias
 // and residual fused; the others run kiln's epilogue kernel after the convolution.
+// kiln.NhwcConv (passes/layout_nhwc.cc): the same tactics on channels-last X, residual and Y (cuDNN's
+// NHWC tensor descriptors, the filter reordered to KRSC at prepare): cuDNN's tensor-core kernels read
+// and write that layout directly, without the NCHW<->NHWC conversions around an NCHW call. Its
+// epilogue runs kiln's kernel over [N*H*W, M] (cuDNN's fused bias/activation is kept to float32 NCHW,
+// the configuration verified on the GPU).
 // Float32 computes in plain FMA unless the build allows TF32; float16/bfloat16 data use tensor
 // cores with float32 accumulation. Constant weights are converted to X's dtype (and the bias to
 // float32) at prepare time and copied to the device.
@@ -21,6 +26,7 @@
 #include "core/shape.h"
 #include "ops/common.h"
 #include "ops/conv_util.h"
+#include "ops/kiln_layout.h"
 
 namespace kiln::backends::cuda {
 
@@ -171,8 +177,10 @@ class PreparedConv : public PreparedLayer {
 
 class CudnnConv : public Tactic {
  public:
-  explicit CudnnConv(int rank) : rank_(rank) {}
-  std::string name() const override { return "conv_cudnn_h" + std::to_string(rank_); }
+  CudnnConv(int rank, bool nhwc) : rank_(rank), nhwc_(nhwc) {}
+  std::string name() const override {
+    return std::string(nhwc_ ? "conv_cudnn_nhwc_h" : "conv_cudnn_h") + std::to_string(rank_);
+  }
   // Float data of any of the three dtypes; the precision is checked in why_unsupported (float32
   // accumulation serves a float32, float16 or bfloat16 layer).
   TacticInfo info() const override {
@@ -184,6 +192,7 @@ class CudnnConv : public Tactic {
             /*any_float_compute=*/true};
   }
   std::vector<std::pair<std::string, std::string>> ops() const override {
+    if (nhwc_) return {{"kiln", "NhwcConv"}};
     return {{"", "Conv"}, {"kiln", "FusedConv"}};
   }
   std::string why_unsupported(const LayerSignature& sig) const override {
@@ -203,6 +212,7 @@ class CudnnConv : public Tactic {
     const size_t rank = sig.inputs[0].shape.size();
     if (rank < 3 || rank > 5) return "not 1 to 3 spatial dims";
     if (w.shape.size() != rank || !w.known()) return "W's shape is not known or not X's rank";
+    if (nhwc_ && (rank != 4 || !w.constant)) return "channels-last takes a 2-D conv with a constant W";
     Epilogue e;
     if (!epilogue_of(*sig.node, &e)) return "activation " + sig.node->attr_string("activation", "") + " has no kernel";
     return "";
@@ -210,8 +220,10 @@ class CudnnConv : public Tactic {
 
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
     const ir::Node& node = *sig.node;
-    const Dims& x = sig.inputs[0].shape;
+    const Dims& xg = sig.inputs[0].shape;  // as given: NHWC for NhwcConv
     const Dims& wd = sig.inputs[1].shape;
+    if (nhwc_ && xg.size() != 4) return Unsupported("channels-last X ", dims_str(xg), " is not 4-D");
+    const Dims x = nhwc_ ? Dims{xg[0], xg[3], xg[1], xg[2]} : xg;  // NCHW geometry
     KILN_ASSIGN_OR_RETURN(ops::WindowGeometry g, ops::resolve_window(node, x, &wd));
     const int64_t group = node.attr_int("group", 1);
     if (group <= 0 || x[1] != wd[1] * group || wd[0] % group != 0)
@@ -223,6 +235,10 @@ class CudnnConv : public Tactic {
     l->out_shape = {x[0], wd[0]};
     for (int64_t o : g.out) l->out_shape.push_back(o);
     l->batch = x[0], l->channels = wd[0], l->inner = dims_numel(g.out);
+    if (nhwc_) {
+      l->out_shape = {x[0], g.out[0], g.out[1], wd[0]};
+      l->batch = x[0] * dims_numel(g.out), l->inner = 1;  // the epilogue over [N*H*W, M]
+    }
     epilogue_of(node, &l->epilogue);
     l->has_bias = sig.has_input(2);
     l->has_residual = node.inputs.size() > 3 && sig.has_input(3);
@@ -239,11 +255,13 @@ class CudnnConv : public Tactic {
       for (size_t d = 0; d < g.rank(); ++d) padded[d] += g.pad_begin[d] + g.pad_end[d], pads[d] = 0;
       Dims full = {x[0], x[1]};
       full.insert(full.end(), padded.begin(), padded.end());
-      Dims src = ops::strides_of(x), dst = ops::strides_of(full);
+      // The copy in the stored layout (channels-last: spatial dim d is stored dim d + 1).
+      const Dims stored_full = nhwc_ ? Dims{full[0], full[2], full[3], full[1]} : full;
+      Dims src = ops::strides_of(xg), dst = ops::strides_of(stored_full);
       StridedCopy& c = l->pad_copy;
-      c.rank = static_cast<int>(x.size());
-      for (size_t k = 0; k < x.size(); ++k) c.dims[k] = x[k], c.in_strides[k] = src[k], c.out_strides[k] = dst[k];
-      for (size_t d = 0; d < g.rank(); ++d) c.out_offset += g.pad_begin[d] * dst[d + 2];
+      c.rank = static_cast<int>(xg.size());
+      for (size_t k = 0; k < xg.size(); ++k) c.dims[k] = xg[k], c.in_strides[k] = src[k], c.out_strides[k] = dst[k];
+      for (size_t d = 0; d < g.rank(); ++d) c.out_offset += g.pad_begin[d] * dst[d + (nhwc_ ? 1 : 2)];
       l->pad_bytes = static_cast<size_t>(dims_numel(full)) * dtype_size(l->dtype);
       in_sp = padded;
     }
@@ -269,9 +287,18 @@ class CudnnConv : public Tactic {
     KILN_CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&l->conv_desc));
     std::vector<int> xi = ints(xs), yi = ints(ys), wi = ints(ws), xst = ints(ops::strides_of(xs)),
                      yst = ints(ops::strides_of(ys));
-    KILN_CUDNN_RETURN_IF_ERROR(cudnnSetTensorNdDescriptor(l->x_desc, data_type, nd, xi.data(), xst.data()));
-    KILN_CUDNN_RETURN_IF_ERROR(cudnnSetTensorNdDescriptor(l->y_desc, data_type, nd, yi.data(), yst.data()));
-    KILN_CUDNN_RETURN_IF_ERROR(cudnnSetFilterNdDescriptor(l->w_desc, data_type, CUDNN_TENSOR_NCHW, nd, wi.data()));
+    if (nhwc_) {
+      KILN_CUDNN_RETURN_IF_ERROR(
+          cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NHWC, data_type, xi[0], xi[1], xi[2], xi[3]));
+      KILN_CUDNN_RETURN_IF_ERROR(
+          cudnnSetTensor4dDescriptor(l->y_desc, CUDNN_TENSOR_NHWC, data_type, yi[0], yi[1], yi[2], yi[3]));
+      KILN_CUDNN_RETURN_IF_ERROR(
+          cudnnSetFilter4dDescriptor(l->w_desc, data_type, CUDNN_TENSOR_NHWC, wi[0], wi[1], wi[2], wi[3]));
+    } else {
+      KILN_CUDNN_RETURN_IF_ERROR(cudnnSetTensorNdDescriptor(l->x_desc, data_type, nd, xi.data(), xst.data()));
+      KILN_CUDNN_RETURN_IF_ERROR(cudnnSetTensorNdDescriptor(l->y_desc, data_type, nd, yi.data(), yst.data()));
+      KILN_CUDNN_RETURN_IF_ERROR(cudnnSetFilterNdDescriptor(l->w_desc, data_type, CUDNN_TENSOR_NCHW, nd, wi.data()));
+    }
     std::vector<int> pi = ints(pads), si = ints(strides), di = ints(dil);
     KILN_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionNdDescriptor(l->conv_desc, nd - 2, pi.data(), si.data(), di.data(),
                                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
@@ -321,14 +348,17 @@ class CudnnConv : public Tactic {
       if (wt.dtype() != l->dtype) {
         KILN_ASSIGN_OR_RETURN(wt, w->cast(l->dtype));
       }
+      if (nhwc_) {
+        KILN_ASSIGN_OR_RETURN(wt, ops::nchw_to_nhwc(wt));  // [M, C/g, kH, kW] -> KRSC
+      }
       KILN_ASSIGN_OR_RETURN(l->weight, to_device(runtime(), dev, wt, nullptr));
     } else {
       KILN_RETURN_IF_ERROR(l->consts.upload(sig));
     }
-    l->fused =
-        l->dtype == DataType::kFloat32 && (l->epilogue.act == EpilogueAct::kRelu ||
-                                           (l->epilogue.act == EpilogueAct::kNone && (l->has_bias || l->has_residual) &&
-                                            l->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM));
+    l->fused = !nhwc_ && l->dtype == DataType::kFloat32 &&
+               (l->epilogue.act == EpilogueAct::kRelu ||
+                (l->epilogue.act == EpilogueAct::kNone && (l->has_bias || l->has_residual) &&
+                 l->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM));
     if (l->fused) {
       Dims bs(xs.size(), 1);
       bs[1] = wd[0];
@@ -359,13 +389,17 @@ class CudnnConv : public Tactic {
 
  private:
   int rank_;
+  bool nhwc_;
 };
 
 }  // namespace
 
 std::vector<const Tactic*> cudnn_conv_tactics() {
-  static const CudnnConv h0(0), h1(1), h2(2), h3(3), h4(4), h5(5), h6(6), h7(7);
-  return {&h0, &h1, &h2, &h3, &h4, &h5, &h6, &h7};
+  static const CudnnConv h0(0, false), h1(1, false), h2(2, false), h3(3, false), h4(4, false), h5(5, false),
+      h6(6, false), h7(7, false);
+  static const CudnnConv n0(0, true), n1(1, true), n2(2, true), n3(3, true), n4(4, true), n5(5, true), n6(6, true),
+      n7(7, true);
+  return {&h0, &h1, &h2, &h3, &h4, &h5, &h6, &h7, &n0, &n1, &n2, &n3, &n4, &n5, &n6, &n7};
 }
 
 }  // namespace kiln::backends::cuda

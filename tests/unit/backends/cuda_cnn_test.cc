@@ -18,6 +18,8 @@
 #include "kiln/kiln.h"
 #include "layer_case.h"
 #include "onnx/exporter.h"
+#include "ops/kiln_layout.h"
+#include "passes/pass.h"
 
 namespace kiln {
 namespace {
@@ -375,6 +377,133 @@ TEST(CudaCnnTactics, Split) {
   }
 }
 
+// ---------------------------------------------------------------- channels-last (layout_nhwc)
+
+// A 2-D conv case as kiln.NhwcConv (X and the residual channels-last; W, B as they are) or a 2-D
+// pool case as kiln.NhwcPool; the reference kernels transpose around the plain op.
+LayerCase as_nhwc(const LayerCase& lc) {
+  LayerCase c = lc;
+  const std::string op = lc.node.op_type;
+  c.node.domain = "kiln", c.node.opset = 1;
+  if (op == "Conv" || op == "FusedConv") {
+    c.node.op_type = "NhwcConv";
+    if (c.inputs.size() > 3 && c.inputs[3].defined()) c.inputs[3] = ops::nchw_to_nhwc(c.inputs[3]).value();
+  } else {
+    c.node.op_type = "NhwcPool";
+    set_string(c.node, "pool", op);
+    GB::set_int(c.node, "pool_opset", lc.node.opset);
+  }
+  c.inputs[0] = ops::nchw_to_nhwc(c.inputs[0]).value();
+  return c;
+}
+
+// A conv of the given geometry: X [n, c, h, w], W [m, c / group, k, k], pads (top, left, bottom, right),
+// a bias, a residual and a ReLU when `fused`.
+LayerCase fixed_conv(uint64_t seed, Dims x, int64_t m, int64_t group, int64_t k, int64_t stride, int64_t dil, Dims pads,
+                     bool fused) {
+  LayerCase lc;
+  lc.node = make_node(fused ? "kiln" : "", fused ? "FusedConv" : "Conv", fused ? 4 : 3);
+  GB::set_int(lc.node, "group", group);
+  GB::set_ints(lc.node, "strides", {stride, stride});
+  GB::set_ints(lc.node, "dilations", {dil, dil});
+  GB::set_ints(lc.node, "pads", pads);
+  if (fused) set_string(lc.node, "activation", "Relu");
+  lc.inputs = {random_tensor(x, seed), random_tensor({m, x[1] / group, k, k}, seed + 1), random_tensor({m}, seed + 2)};
+  lc.constant = {false, true, true, false};
+  if (fused) {
+    LayerCase plain = lc;
+    plain.node.op_type = "Conv", plain.node.domain = "", plain.node.opset = 17;
+    plain.node.attrs.erase("activation");
+    plain.node.inputs.resize(3);
+    Tensor y = testing::reference_output(plain);
+    lc.inputs.push_back(random_tensor(y.shape(), seed + 3));
+  }
+  return lc;
+}
+
+// conv_cudnn_nhwc_h<k> against the reference: random 2-D convs (every epilogue, groups, depthwise,
+// strides, dilations, asymmetric and SAME pads) and fixed ones with 3, 5, 17 and 64 channels, in
+// float32, float16 and bfloat16.
+TEST(CudaCnnTactics, CudnnNhwcConvolution) {
+  KILN_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(79);
+  for (DataType dt : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16}) {
+    std::map<std::string, int> ran;
+    double atol = 1e-4, rtol = 1e-4;
+    tolerance(dt, &atol, &rtol);
+    int cases = 0;
+    for (int i = 0; i < 30; ++i) {
+      LayerCase lc = conv_case(rng, 9600 + 10 * i, 2);
+      if (testing::reference_outputs(lc).empty()) continue;
+      ++cases;
+      check(*gpu, in_dtype(as_nhwc(lc), dt), atol, rtol, ran);
+    }
+    struct Geo {
+      int64_t c, m, group, k, stride, dil;
+      Dims pads;
+    };
+    const Geo geos[] = {{3, 64, 1, 7, 2, 1, {3, 3, 3, 3}},   {5, 17, 1, 3, 1, 1, {1, 0, 2, 1}},
+                        {17, 17, 17, 3, 2, 1, {1, 1, 1, 1}}, {64, 64, 64, 3, 1, 2, {2, 2, 2, 2}},
+                        {64, 32, 4, 3, 1, 1, {1, 1, 1, 1}},  {64, 17, 1, 1, 2, 1, {0, 0, 0, 0}},
+                        {17, 64, 1, 1, 1, 1, {0, 0, 0, 0}},  {64, 64, 1, 3, 2, 1, {1, 1, 0, 0}}};
+    for (size_t i = 0; i < std::size(geos); ++i) {
+      const Geo& q = geos[i];
+      LayerCase lc = fixed_conv(9900 + 10 * i, {2, q.c, 13, 11}, q.m, q.group, q.k, q.stride, q.dil, q.pads, i % 2);
+      ++cases;
+      check(*gpu, in_dtype(as_nhwc(lc), dt), atol, rtol, ran);
+    }
+    // float32 NHWC without TF32 may find no FMA algorithm for a case (declined, not wrong).
+    expect_ran(ran, "conv_cudnn_nhwc_h0", dt == DataType::kFloat32 ? cases / 2 : cases - 2);
+  }
+}
+
+// The channels-last cases are the plain ones transposed: the NhwcConv / NhwcPool reference equals the
+// plain reference's output transposed (no GPU needed; the GPU tests rest on it).
+TEST(CudaCnnTactics, NhwcCasesAreThePlainOnesTransposed) {
+  std::mt19937 rng(81);
+  int checked = 0;
+  for (int i = 0; i < 40; ++i) {
+    LayerCase lc = i % 2 ? conv_case(rng, 9800 + 10 * i, 2) : pool_case(rng, 9800 + 10 * i, 2);
+    std::vector<Tensor> want = testing::reference_outputs(lc);
+    if (want.empty()) continue;
+    std::vector<Tensor> got = testing::reference_outputs(as_nhwc(lc));
+    ASSERT_EQ(got.size(), 1u) << lc.node.op_type;
+    Tensor back = ops::nhwc_to_nchw(got[0]).value();
+    std::string where;
+    EXPECT_TRUE(testing::close_to(back, want[0], 0, 0, &where)) << lc.node.op_type << ": " << where;
+    ++checked;
+  }
+  EXPECT_GE(checked, 30);
+}
+
+// pool_nhwc_cuda against the reference: the windowed cases Pooling runs, in 2-D, and global pools.
+TEST(CudaCnnTactics, NhwcPooling) {
+  KILN_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(80);
+  std::map<std::string, int> ran;
+  int cases = 0;
+  for (int i = 0; i < 60; ++i) {
+    LayerCase lc;
+    if (i % 6 == 5) {
+      lc.node = make_node("", i % 12 == 5 ? "GlobalAveragePool" : "GlobalMaxPool", 1);
+      lc.node.opset = 13;
+      lc.inputs = {random_tensor({pick(rng, 1, 3), pick(rng, 1, 70), pick(rng, 1, 9), pick(rng, 1, 9)}, 9700 + i,
+                                 DataType::kFloat32, -2, 2)};
+      lc.constant = {false};
+    } else {
+      lc = pool_case(rng, 9700 + i, 2);
+    }
+    if (testing::reference_outputs(lc).empty()) continue;
+    ++cases;
+    DataType dt = i % 3 == 0 ? DataType::kFloat16 : i % 3 == 1 ? DataType::kBFloat16 : DataType::kFloat32;
+    double atol = 1e-5, rtol = 1e-5;
+    tolerance(dt, &atol, &rtol);
+    check(*gpu, in_dtype(as_nhwc(lc), dt), atol, rtol, ran);
+  }
+  expect_ran(ran, "pool_nhwc_cuda", cases);
+  EXPECT_GE(cases, 45);
+}
+
 // ---------------------------------------------------------------- whole engines
 
 struct Net {
@@ -416,7 +545,7 @@ struct Net {
 
 // Stem conv 7x7/2 + MaxPool 3x3/2 (pads 1), two bottleneck blocks (one downsampling with a projection
 // shortcut), an AveragePool with ceil_mode, the classifier head: x [2, 3, 37, 41].
-std::string resnet_like_onnx() {
+ir::Model resnet_like_model() {
   Net n;
   n.b.input("x", {2, 3, 37, 41}).output("logits");
   std::string y = n.conv_bn("x", 3, 16, 7, 2, 1, "Relu");
@@ -438,8 +567,9 @@ std::string resnet_like_onnx() {
   ir::Node& ap = n.b.node("AveragePool", {in}, {"avg"});
   GB::set_ints(ap, "kernel_shape", {2, 2}), GB::set_ints(ap, "strides", {2, 2}), GB::set_int(ap, "ceil_mode", 1);
   n.head("avg", c, 10);
-  return onnx_import::serialize_model(n.b.finish()).value();
+  return n.b.finish();
 }
+std::string resnet_like_onnx() { return onnx_import::serialize_model(resnet_like_model()).value(); }
 
 // MobileNetV2-like: stem 3x3/2, inverted residual blocks (1x1 expand + ReLU6, depthwise 3x3 + ReLU6,
 // 1x1 project; a residual Add where the shape allows), the classifier head: x [2, 3, 33, 35].
@@ -521,6 +651,34 @@ TEST(CudaCnnEngine, TheTestNetworksRunOnTheCpu) {
   }
 }
 
+// The pass pipeline for a CUDA float16 target on the ResNet-like network (no GPU needed): channels-last
+// from the first conv to the global pool, one Transpose in and a Reshape out, the 1x1 unit-stride convs
+// as matrix products; the optimized graph computes what the ONNX one does (reference interpreter).
+TEST(CudaCnnEngine, ResNetLikePipelineGoesChannelsLastForCudaFp16) {
+  ir::Model before = resnet_like_model();
+  ir::Model after = testing::clone(before);
+  Target t;
+  t.device = {DeviceKind::kCUDA, 0};
+  t.reduced_float = true;
+  auto stats = passes::optimize(after, {}, t);
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  const ir::Graph& g = *after.graph;
+  int nhwc_convs = 0, matmuls = 0, pools = 0, transposes = 0, plain_convs = 0;
+  for (const auto& n : g.nodes) {
+    nhwc_convs += n.op_type == "NhwcConv";
+    matmuls += n.op_type == "FusedMatMul";
+    pools += n.op_type == "NhwcPool";
+    transposes += n.op_type == "Transpose";
+    plain_convs += n.op_type == "Conv" || n.op_type == "FusedConv";
+  }
+  EXPECT_EQ(plain_convs, 0);
+  EXPECT_EQ(nhwc_convs, 4);  // the stem, two 3x3s, the strided projection
+  EXPECT_EQ(matmuls, 5);     // the unit-stride 1x1 convs
+  EXPECT_EQ(pools, 3);
+  EXPECT_EQ(transposes, 1);
+  EXPECT_LT(testing::max_abs_diff(before, after), 1e-5);  // softmax probabilities
+}
+
 TEST(CudaCnnEngine, ResNetLikeRunsEveryLayerOnTheGpu) {
   KILN_SKIP_WITHOUT_GPU();
   expect_all_on_gpu(resnet_like_onnx(), {2, 3, 37, 41});
@@ -529,6 +687,49 @@ TEST(CudaCnnEngine, ResNetLikeRunsEveryLayerOnTheGpu) {
 TEST(CudaCnnEngine, MobileNetLikeRunsEveryLayerOnTheGpu) {
   KILN_SKIP_WITHOUT_GPU();
   expect_all_on_gpu(mobilenet_like_onnx(), {2, 3, 33, 35});
+}
+
+// The ResNet-like network built --fp16 / --bf16 for cuda:0 with --strict-tactics: the layout pass
+// keeps it channels-last (cuDNN NHWC convs, 1x1 convs on cuBLASLt, NHWC pools, one Transpose in and
+// none out: the pooled [N, 1, 1, C] leaves as a Reshape), and the class probabilities match the
+// float32 CPU engine's within the reduced format's rounding.
+TEST(CudaCnnEngine, ResNetLikeRunsChannelsLastInReducedPrecision) {
+  KILN_SKIP_WITHOUT_GPU();
+  const std::string onnx = resnet_like_onnx();
+  BuilderConfig cpu_cfg;
+  cpu_cfg.warn = [](const std::string&) {};
+  Tensor x = random_tensor({2, 3, 37, 41}, 46);
+  auto want = testing::run_logits(*Builder(cpu_cfg).build_from_memory(onnx), x);
+  for (Precision prec : {Precision::kFP16, Precision::kBF16}) {
+    BuilderConfig cfg;
+    cfg.device = {DeviceKind::kCUDA, 0};
+    cfg.precision = prec;
+    cfg.strict_tactics = true;
+    cfg.warn = [](const std::string&) {};
+    auto engine = Builder(cfg).build_from_memory(onnx);
+    int nhwc_convs = 0, matmuls = 0, pools = 0, transposes = 0;
+    for (const auto& l : engine->impl().layers) {
+      nhwc_convs += l.kernel.rfind("conv_cudnn_nhwc", 0) == 0;
+      matmuls += l.kernel.rfind("matmul_cublaslt", 0) == 0;
+      pools += l.kernel == "pool_nhwc_cuda";
+      transposes += l.op_type == "Transpose";
+      EXPECT_NE(l.kernel.rfind("conv_cudnn_h", 0), 0u) << l.name << " runs NCHW";
+    }
+    EXPECT_GE(nhwc_convs, 4) << engine->inspect_json();  // the stem, the 3x3s, the strided projection
+    EXPECT_GE(matmuls, 5) << engine->inspect_json();     // the unit-stride 1x1 convs and the classifier
+    EXPECT_EQ(pools, 3) << engine->inspect_json();       // MaxPool, AveragePool, GlobalAveragePool
+    EXPECT_EQ(transposes, 1) << engine->inspect_json();
+    auto ctx = engine->create_context();
+    for (int run = 0; run < 2; ++run) {
+      ctx->set_input("x", HostTensor::f32(x.shape(), x.data<float>()));
+      ctx->run();
+      HostTensor y = ctx->output("logits");
+      ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
+      // Probabilities in [0, 1] after ~10 layers of rounding: a few percent for bfloat16.
+      const double tol = prec == Precision::kFP16 ? 1e-2 : 4e-2;
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(y.as<float>()[i], want[i], tol) << "element " << i;
+    }
+  }
 }
 
 }  // namespace
