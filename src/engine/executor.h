@@ -115,7 +115,8 @@ class LayerExecutor : public ops::Interpreter {
   std::function<void(const BodyLayerTime&)> body_timer;
   double last_body_ms() const { return last_body_ms_; }
 
-  Result<std::vector<ops::Value>> run_subgraph(const ir::Graph& g, const std::vector<ops::Value>& inputs) override;
+  Status run_subgraph_into(const ir::Graph& g, const std::vector<ops::Value>& inputs,
+                           std::vector<ops::Value>& results) override;
 
   // Where main-graph layers find their workspace on the interpreter path: the plan's slot in `arena`
   // when it has one big enough; else (bodies, unplanned layers) a buffer of the executor's own.
