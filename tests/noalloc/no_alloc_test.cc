@@ -548,9 +548,8 @@ ir::Model if_nms_detector() {
 // the context's cached buffers, so no page is touched for the first time — and, when `most_small` is
 // given, at most that many small allocations, the same number every run. The interpreter loop's own
 // bookkeeping (frames, per-layer output lists, shape and dtype lists, kernel names, signatures, views
-// of arena slots) allocates nothing; what remains is one shape vector per tensor created outside the
-// arena (data-dependent outputs, body outputs, the values a body returns) and what reference kernels
-// allocate inside (see executor.h).
+// of arena slots, the vectors bodies fill, tactic outputs renewed in place) allocates nothing; what
+// remains is what reference kernels allocate inside (see executor.h).
 void expect_no_buffers(const Engine& e, const std::string& what, long most_small = -1) {
   auto ctx = e.create_context();
   for (auto& [name, t] : inputs_for(e)) ctx->set_input(name, t);
@@ -606,21 +605,35 @@ TEST(NoAlloc, IfLoopNmsDetectorSteadyStateRunAllocatesNothing) {
 }
 
 // The suite's detectors (skipped when not exported): SSDlite's and RetinaNet's If around their
-// post-processing, Faster R-CNN's RPN and RoI heads with NMS and TopK.
-class SuiteDetector : public ::testing::TestWithParam<std::string> {};
+// post-processing, Faster R-CNN's RPN and RoI heads with NMS and TopK. Their small allocations are
+// bounded by the counts measured (2 threads, this export): what remains comes from reference kernels
+// of shape work inside bodies (int64 ReduceMax/Min, Unsqueeze, Squeeze: their scratch vectors and
+// fresh outputs; executor.h). Before tactic outputs were renewed in place and bodies filled kept
+// vectors: 2407 / 683 / 1136.
+struct SuiteDetectorCase {
+  const char* model;
+  long most_small;
+};
+class SuiteDetector : public ::testing::TestWithParam<SuiteDetectorCase> {};
 TEST_P(SuiteDetector, SteadyStateAllocatesNoBuffers) {
-  const std::string path = std::string(KILN_SUITE_MODELS) + "/" + GetParam() + ".onnx";
+  const std::string path = std::string(KILN_SUITE_MODELS) + "/" + GetParam().model + ".onnx";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not exported";
   BuilderConfig cfg;
   cfg.warn = [](const std::string&) {};
-  expect_no_buffers(*Builder(cfg).build_from_file(path), GetParam());
+  expect_no_buffers(*Builder(cfg).build_from_file(path), GetParam().model, GetParam().most_small);
 }
 INSTANTIATE_TEST_SUITE_P(Suite, SuiteDetector,
-                         ::testing::Values("ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn",
-                                           "retinanet_resnet50_fpn"));
+                         ::testing::Values(SuiteDetectorCase{"ssdlite320_mobilenet_v3_large", 1214},
+                                           SuiteDetectorCase{"fasterrcnn_mobilenet_v3_large_320_fpn", 518},
+                                           SuiteDetectorCase{"retinanet_resnet50_fpn", 878}),
+                         [](const auto& info) {
+                           std::string n = info.param.model;
+                           return n.substr(0, n.find('_'));
+                         });
 
 // Suite models (bench/out/suite/models, exported by bench/export_suite.py): skipped when absent.
-// KILN_NOALLOC_MODELS=a,b picks others.
+// By default three small classifiers of the suite (a few seconds each to build at batch 1); they
+// allocate nothing. KILN_NOALLOC_MODELS=a,b picks others (vit_b_32, resnext50_32x4d, ...).
 class SuiteModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SuiteModel, SteadyStateRun) {
@@ -645,7 +658,7 @@ TEST_P(SuiteModel, SteadyStateRun) {
 
 std::vector<std::string> suite_models() {
   const char* env = std::getenv("KILN_NOALLOC_MODELS");
-  std::stringstream ss(env && *env ? env : "resnet18,mobilenet_v2,bert");
+  std::stringstream ss(env && *env ? env : "squeezenet1_0,efficientnet_b0,regnet_x_400mf");
   std::vector<std::string> out;
   for (std::string m; std::getline(ss, m, ',');)
     if (!m.empty()) out.push_back(m);
