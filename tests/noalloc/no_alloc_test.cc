@@ -556,8 +556,10 @@ void expect_no_buffers(const Engine& e, const std::string& what, long most_small
   ctx->run();
   Counts second = count([&] { ctx->run(); });
   Counts third = count([&] { ctx->run(); });
-  std::printf("[noalloc] %s: steady-state run: %ld buffer allocation(s) of >= %zu bytes; %ld small ones (%zu bytes)\n",
-              what.c_str(), second.kiln_buffers, kBufferBytes, second.kiln, second.kiln_bytes);
+  std::printf(
+      "[noalloc] %s: steady-state run: %ld buffer allocation(s) of >= %zu bytes; %ld small ones (%zu bytes); "
+      "the run after: %ld buffer(s), %ld small\n",
+      what.c_str(), second.kiln_buffers, kBufferBytes, second.kiln, second.kiln_bytes, third.kiln_buffers, third.kiln);
   EXPECT_EQ(second.kiln_buffers, 0) << what << ": a buffer allocated in a steady-state run (largest "
                                     << second.largest_kiln << " bytes); rerun with KILN_NOALLOC_TRACE=1 to see where";
   EXPECT_EQ(third.kiln_buffers, 0) << what;
@@ -614,6 +616,7 @@ struct SuiteDetectorCase {
   const char* model;
   long most_small;
 };
+void PrintTo(const SuiteDetectorCase& c, std::ostream* os) { *os << c.model; }
 class SuiteDetector : public ::testing::TestWithParam<SuiteDetectorCase> {};
 TEST_P(SuiteDetector, SteadyStateAllocatesNoBuffers) {
   const std::string path = std::string(KILN_SUITE_MODELS) + "/" + GetParam().model + ".onnx";
