@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <type_traits>
 
 #include "core/buffer_cache.h"
 
@@ -101,6 +102,38 @@ Tensor::Tensor(DataType dtype, Dims shape, bool zero) : dtype_(dtype), shape_(st
   } else {
     buffer_ = alloc_aligned(nbytes(), zero);
   }
+}
+
+namespace {
+template <typename Shape>
+void renew_shape(DataType dtype, const Shape& shape, DataType& dtype_out, Dims& shape_out) {
+  for (int64_t d : shape) KILN_CHECK(d >= 0);
+  dtype_out = dtype;
+  if constexpr (std::is_same_v<Shape, Dims>)
+    if (&shape == &shape_out) return;  // renewed at its own shape
+  shape_out.assign(shape.begin(), shape.end());
+}
+}  // namespace
+
+void Tensor::renew(DataType dtype, const Dims& shape) {
+  renew_shape(dtype, shape, dtype_, shape_);
+  renew_storage();
+}
+void Tensor::renew(DataType dtype, std::initializer_list<int64_t> shape) {
+  renew_shape(dtype, shape, dtype_, shape_);
+  renew_storage();
+}
+
+void Tensor::renew_storage() {
+  checked_nbytes(dtype_, shape_);
+  buffer_.reset();
+  strings_.reset();
+  offset_ = 0;
+  location_ = {};
+  if (dtype_ == DataType::kString)
+    strings_ = std::make_shared<std::vector<std::string>>(static_cast<size_t>(numel()));
+  else
+    buffer_ = alloc_aligned(nbytes());
 }
 
 Tensor Tensor::uninitialized(DataType dtype, Dims shape) { return Tensor(dtype, std::move(shape), /*zero=*/false); }

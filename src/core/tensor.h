@@ -4,6 +4,7 @@
 
 #include <complex>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,6 +81,11 @@ class Tensor {
 
   // Same storage, new shape (numel must match).
   Tensor reshaped(Dims shape) const;
+  // Becomes a fresh zeroed tensor of this dtype and shape, like `*this = Tensor(dtype, shape)`, but
+  // the shape is copied into this tensor's own shape vector, reusing its capacity: a tensor renewed
+  // at the same rank every run allocates no shape vector (tests/noalloc). The old storage is released.
+  void renew(DataType dtype, const Dims& shape);
+  void renew(DataType dtype, std::initializer_list<int64_t> shape);
   Tensor clone() const;
 
   // Element access through a common type, for reference kernels that are type-generic.
@@ -96,6 +102,7 @@ class Tensor {
 
  private:
   Tensor(DataType dtype, Dims shape, bool zero);  // zero: false leaves the bytes as allocated
+  void renew_storage();                           // fresh zeroed bytes for dtype_ and shape_
 
   DataType dtype_ = DataType::kUndefined;
   Dims shape_;

@@ -72,7 +72,8 @@ std::shared_ptr<uint8_t[]> alloc_arena(size_t n) {
 }
 }  // namespace
 
-Result<std::vector<ops::Value>> LayerExecutor::run_subgraph(const ir::Graph& g, const std::vector<ops::Value>& inputs) {
+Status LayerExecutor::run_subgraph_into(const ir::Graph& g, const std::vector<ops::Value>& inputs,
+                                        std::vector<ops::Value>& results) {
   ++body_memory_.runs;
   BodyState* st = nullptr;
   const MemoryPlan* plan = nullptr;
@@ -91,7 +92,7 @@ Result<std::vector<ops::Value>> LayerExecutor::run_subgraph(const ir::Graph& g, 
       active.pop_back();
     }
   } pop{active_};
-  if (!body_timer || running_.empty()) return ops::Interpreter::run_subgraph(g, inputs);
+  if (!body_timer || running_.empty()) return ops::Interpreter::run_subgraph_into(g, inputs, results);
   // The body's path: the enclosing layer's, its name and the attribute holding this body.
   const ir::Node& n = *running_.back();
   std::string attr = g.name;
@@ -102,7 +103,7 @@ Result<std::vector<ops::Value>> LayerExecutor::run_subgraph(const ir::Graph& g, 
   }
   std::string prefix = paths_.empty() ? "" : paths_.back() + "/";
   paths_.push_back(prefix + (n.name.empty() ? n.op_type : n.name) + "/" + attr);
-  auto r = ops::Interpreter::run_subgraph(g, inputs);
+  Status r = ops::Interpreter::run_subgraph_into(g, inputs, results);
   paths_.pop_back();
   return r;
 }
@@ -318,7 +319,7 @@ Status LayerExecutor::run_prepared(const ir::Graph& g, size_t i, const ops::OpSc
     if (slot)
       t = *slot;  // assigned over the last run's tensor: its shape vector is reused
     else
-      t = Tensor(dtypes[o], shapes[o]);
+      t.renew(dtypes[o], shapes[o]);  // likewise
   }
   backends::RunContext rc;
   rc.threads = std::max(1, kiln::max_threads());

@@ -34,9 +34,10 @@
 // bookkeeping does not allocate in a steady state either (per-node output lists kept by the
 // interpreter's plan, values assigned over the last run's so their shape vectors are reused, output
 // shapes of prepared layers asked once, tensors over arena slots reused, body plans found by comparing
-// types, views without a slot reusing their last output: view_from_last); what still allocates is a
-// shape vector per tensor created outside an arena (a Dims is a std::vector), the vector a body run
-// returns (SubgraphRunner) and whatever a reference kernel allocates inside.
+// types, views without a slot reusing their last output: view_from_last, tensors made outside an
+// arena renewed in place over the last run's (Tensor::renew), bodies filling the If/Loop kernels' kept
+// vectors: SubgraphRunner::run_subgraph_into); what still allocates is whatever a reference kernel
+// allocates inside (its scratch, its fresh outputs).
 //
 // The steady-state path (bind / run_bound): when every value is planned at the context's shapes
 // (none data-dependent) and no layer has a body, the executor binds once per shape: per layer its
@@ -115,7 +116,8 @@ class LayerExecutor : public ops::Interpreter {
   std::function<void(const BodyLayerTime&)> body_timer;
   double last_body_ms() const { return last_body_ms_; }
 
-  Result<std::vector<ops::Value>> run_subgraph(const ir::Graph& g, const std::vector<ops::Value>& inputs) override;
+  Status run_subgraph_into(const ir::Graph& g, const std::vector<ops::Value>& inputs,
+                           std::vector<ops::Value>& results) override;
 
   // Where main-graph layers find their workspace on the interpreter path: the plan's slot in `arena`
   // when it has one big enough; else (bodies, unplanned layers) a buffer of the executor's own.

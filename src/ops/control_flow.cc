@@ -26,19 +26,25 @@ Tensor take_along(const Tensor& t, int64_t axis, int64_t idx) {
   return out;
 }
 
-// Stacks equally shaped tensors along a new axis `axis` of the result (0 <= axis <= rank).
-Tensor stack_along(const std::vector<Tensor>& items, int64_t axis) {
+// Stacks `n` equally shaped tensors along a new axis `axis` of `out` (0 <= axis <= rank), renewed in
+// place: its shape vector and the shape scratch keep their capacity from run to run.
+void stack_into(const Tensor* items, size_t count, int64_t axis, Tensor& out) {
+  thread_local Dims shape;
   const Tensor& first = items[0];
-  Dims shape = first.shape();
+  shape = first.shape();
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < axis; ++i) outer *= shape[static_cast<size_t>(i)];
   for (size_t i = static_cast<size_t>(axis); i < shape.size(); ++i) inner *= shape[i];
-  int64_t n = static_cast<int64_t>(items.size());
+  int64_t n = static_cast<int64_t>(count);
   shape.insert(shape.begin() + axis, n);
-  Tensor out(first.dtype(), shape);
+  out.renew(first.dtype(), shape);
   for (int64_t k = 0; k < n; ++k)
     for (int64_t o = 0; o < outer; ++o)
       copy_elements(items[static_cast<size_t>(k)], o * inner, out, (o * n + k) * inner, inner);
+}
+Tensor stack_along(const std::vector<Tensor>& items, int64_t axis) {
+  Tensor out;
+  stack_into(items.data(), items.size(), axis, out);
   return out;
 }
 
@@ -120,17 +126,77 @@ Status infer_if(InferContext& ctx) {
   return Status::Ok();
 }
 
+// Per-run vectors of the If and Loop kernels (a body's results; the Loop's feed and scan items), kept
+// on the running thread from run to run, one set per kernel and nesting depth (an If or Loop inside a
+// body takes the next): a steady-state run reuses their capacity and their tensors' shape vectors
+// instead of allocating them again (values are assigned over them, never moved out). Emptied when
+// the kernel returns (the tensors they held released, their shape vectors kept).
+struct BodyScratch {
+  std::vector<Value> results, feed;
+  std::vector<std::vector<Tensor>> scans;  // scans[j][0, scan_counts[j]) hold scan output j's items
+  std::vector<size_t> scan_counts;
+};
+template <typename Kernel>
+class BodyScratchScope {
+ public:
+  BodyScratchScope(size_t n_feed, size_t n_scans) {
+    if (t_pool.size() <= t_depth) t_pool.push_back(std::make_unique<BodyScratch>());
+    s_ = t_pool[t_depth++].get();
+    s_->feed.resize(n_feed);
+    if (s_->scans.size() < n_scans) s_->scans.resize(n_scans), s_->scan_counts.resize(n_scans);
+  }
+  ~BodyScratchScope() {
+    static const Tensor kEmpty;
+    for (Value& v : s_->results) clear_value(v);
+    for (Value& v : s_->feed) clear_value(v);
+    for (size_t j = 0; j < s_->scans.size(); ++j) {
+      for (size_t k = 0; k < s_->scan_counts[j]; ++k) s_->scans[j][k] = kEmpty;
+      s_->scan_counts[j] = 0;
+    }
+    --t_depth;
+  }
+  BodyScratchScope(const BodyScratchScope&) = delete;
+  BodyScratchScope& operator=(const BodyScratchScope&) = delete;
+  std::vector<Value>& results() { return s_->results; }
+  std::vector<Value>& feed() { return s_->feed; }
+  size_t scan_count(size_t j) const { return s_->scan_counts[j]; }
+  const Tensor* scan_items(size_t j) const { return s_->scans[j].data(); }
+  void add_scan_item(size_t j, const Tensor& t) {
+    std::vector<Tensor>& items = s_->scans[j];
+    size_t& n = s_->scan_counts[j];
+    if (n < items.size())
+      items[n] = t;
+    else
+      items.push_back(t);
+    ++n;
+  }
+
+ private:
+  static thread_local std::vector<std::unique_ptr<BodyScratch>> t_pool;
+  static thread_local size_t t_depth;
+  BodyScratch* s_;
+};
+template <typename Kernel>
+thread_local std::vector<std::unique_ptr<BodyScratch>> BodyScratchScope<Kernel>::t_pool;
+template <typename Kernel>
+thread_local size_t BodyScratchScope<Kernel>::t_depth = 0;
+struct IfTag {};
+struct LoopTag {};
+
 Status if_kernel(KernelContext& ctx) {
   const Tensor& cond = ctx.input(0);
   if (cond.numel() != 1) return ctx.error(str_cat("cond must hold one element, got ", cond.describe()));
   if (!ctx.subgraphs) return ctx.unsupported("If needs a subgraph runner");
   bool c = cond.dtype() == DataType::kBool ? cond.data<bool>()[0] : cond.get_f64(0) != 0.0;
   KILN_ASSIGN_OR_RETURN(const ir::Graph* g, cf::graph_attr(ctx.node, c ? "then_branch" : "else_branch"));
-  KILN_ASSIGN_OR_RETURN(std::vector<Value> outs, ctx.subgraphs->run_subgraph(*g, {}));
+  BodyScratchScope<IfTag> scratch(0, 0);
+  std::vector<Value>& outs = scratch.results();
+  static const std::vector<Value> kNoInputs;
+  KILN_RETURN_IF_ERROR(ctx.subgraphs->run_subgraph_into(*g, kNoInputs, outs));
   if (outs.size() != ctx.num_outputs())
     return ctx.error(str_cat(c ? "then_branch" : "else_branch", " produced ", outs.size(), " outputs, the node has ",
                              ctx.num_outputs()));
-  for (size_t i = 0; i < ctx.num_outputs(); ++i) ctx.set_output_value(i, std::move(outs[i]));
+  for (size_t i = 0; i < ctx.num_outputs(); ++i) ctx.outputs[i] = outs[i];  // assigned: shape vectors reused
   return Status::Ok();
 }
 
@@ -177,40 +243,6 @@ Status infer_loop(InferContext& ctx) {
   return Status::Ok();
 }
 
-// The Loop kernel's per-run vectors (the body's feed, the scan outputs' items), kept on the running
-// thread from run to run, one set per nesting depth (a Loop inside a Loop's body takes the next): a
-// steady-state run reuses their capacity instead of allocating them again. Emptied when the run ends
-// (the tensors they held released).
-struct LoopScratch {
-  std::vector<Value> feed;
-  std::vector<std::vector<Tensor>> scans;
-};
-class LoopScratchScope {
- public:
-  LoopScratchScope(size_t n_feed, size_t n_scans) {
-    if (t_pool.size() <= t_depth) t_pool.push_back(std::make_unique<LoopScratch>());
-    s_ = t_pool[t_depth++].get();
-    s_->feed.resize(n_feed);
-    if (s_->scans.size() < n_scans) s_->scans.resize(n_scans);
-  }
-  ~LoopScratchScope() {
-    for (Value& v : s_->feed) clear_value(v);
-    for (auto& items : s_->scans) items.clear();
-    --t_depth;
-  }
-  LoopScratchScope(const LoopScratchScope&) = delete;
-  LoopScratchScope& operator=(const LoopScratchScope&) = delete;
-  std::vector<Value>& feed() { return s_->feed; }
-  std::vector<Tensor>& scan(size_t j) { return s_->scans[j]; }
-
- private:
-  static thread_local std::vector<std::unique_ptr<LoopScratch>> t_pool;
-  static thread_local size_t t_depth;
-  LoopScratch* s_;
-};
-thread_local std::vector<std::unique_ptr<LoopScratch>> LoopScratchScope::t_pool;
-thread_local size_t LoopScratchScope::t_depth = 0;
-
 Status loop_kernel(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(const ir::Graph* body, cf::graph_attr(ctx.node, "body"));
   if (!ctx.subgraphs) return ctx.unsupported("Loop needs a subgraph runner");
@@ -236,17 +268,18 @@ Status loop_kernel(KernelContext& ctx) {
       return ctx.error(str_cat("cond must be a bool scalar, got ", c.describe()));
     cond = c.data<bool>()[0];
   }
-  LoopScratchScope scratch(2 + n, k);
+  BodyScratchScope<LoopTag> scratch(2 + n, k);
   std::vector<Value>& feed = scratch.feed();
-  for (size_t i = 0; i < n; ++i) feed[2 + i] = ctx.inputs[2 + i] ? *ctx.inputs[2 + i] : Value::none();
-  auto scans = [&](size_t j) -> std::vector<Tensor>& { return scratch.scan(j); };
+  std::vector<Value>& outs = scratch.results();
+  for (size_t i = 0; i < n; ++i)  // assigned (a conditional would copy into a temporary first)
+    if (ctx.inputs[2 + i]) feed[2 + i] = *ctx.inputs[2 + i];
   for (int64_t it = 0; cond && (!has_m || it < max_trips); ++it) {
     // Between iterations: a body with no nodes (or only cheap ones) never reaches the interpreter's
     // per-node check, and M may be 10^18.
     KILN_RETURN_IF_ERROR(check_deadline(ctx.node, it));
     feed[0] = Tensor::scalar<int64_t>(DataType::kInt64, it);
     feed[1] = Tensor::scalar<bool>(DataType::kBool, cond);
-    KILN_ASSIGN_OR_RETURN(std::vector<Value> outs, ctx.subgraphs->run_subgraph(*body, feed));
+    KILN_RETURN_IF_ERROR(ctx.subgraphs->run_subgraph_into(*body, feed, outs));
     if (outs.size() != 1 + n + k)
       return ctx.error(str_cat("body produced ", outs.size(), " outputs, expected ", 1 + n + k));
     const Value& c = outs[0];
@@ -254,23 +287,26 @@ Status loop_kernel(KernelContext& ctx) {
       return ctx.error(str_cat("the body's condition output must be a bool scalar",
                                c.is_tensor() ? ", got " + c.tensor.describe() : std::string()));
     cond = c.tensor.data<bool>()[0];
-    for (size_t i = 0; i < n; ++i) feed[2 + i] = std::move(outs[1 + i]);
+    // Assigned, not moved: the scratch keeps its values' shape vectors for the next iteration and run.
+    for (size_t i = 0; i < n; ++i) feed[2 + i] = outs[1 + i];
     for (size_t j = 0; j < k; ++j) {
-      Value& v = outs[1 + n + j];
+      const Value& v = outs[1 + n + j];
       if (!v.is_tensor()) return ctx.error(str_cat("scan output ", j, " of the body must be a tensor"));
-      if (!scans(j).empty())
-        KILN_RETURN_IF_ERROR(check_same_shape(ctx, scans(j)[0], v.tensor, str_cat("scan output ", j)));
-      scans(j).push_back(std::move(v.tensor));
+      if (scratch.scan_count(j) > 0)
+        KILN_RETURN_IF_ERROR(check_same_shape(ctx, scratch.scan_items(j)[0], v.tensor, str_cat("scan output ", j)));
+      scratch.add_scan_item(j, v.tensor);
     }
+    for (Value& v : outs) clear_value(v);  // held by feed and the scans alone, as when moved
   }
-  for (size_t i = 0; i < n && i < ctx.num_outputs(); ++i) ctx.set_output_value(i, std::move(feed[2 + i]));
+  for (size_t i = 0; i < n && i < ctx.num_outputs(); ++i) ctx.outputs[i] = feed[2 + i];
   for (size_t j = 0; j < k && n + j < ctx.num_outputs(); ++j) {
     if (!ctx.wants_output(n + j)) continue;
-    if (scans(j).empty()) {
+    if (scratch.scan_count(j) == 0) {
       KILN_ASSIGN_OR_RETURN(Tensor e, empty_scan_output(ctx.node, body->outputs[1 + n + j], 0));
       ctx.set_output(n + j, std::move(e));
     } else {
-      ctx.set_output(n + j, stack_along(scans(j), 0));
+      ctx.outputs[n + j].kind = Value::Kind::kTensor;
+      stack_into(scratch.scan_items(j), scratch.scan_count(j), 0, ctx.outputs[n + j].tensor);
     }
   }
   return Status::Ok();

@@ -358,7 +358,8 @@ Status Interpreter::run(const std::map<std::string, Value>& inputs, std::vector<
   return execute(*graph_, *frame, true, results);
 }
 
-Result<std::vector<Value>> Interpreter::run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs) {
+Status Interpreter::run_subgraph_into(const ir::Graph& g, const std::vector<Value>& inputs,
+                                      std::vector<Value>& results) {
   if (inputs.size() != g.inputs.size())
     return InvalidModel("subgraph '", g.name, "' takes ", g.inputs.size(), " inputs, given ", inputs.size());
   KILN_ASSIGN_OR_RETURN(const Plan* plan, plan_for(g));
@@ -372,9 +373,7 @@ Result<std::vector<Value>> Interpreter::run_subgraph(const ir::Graph& g, const s
     frame->values[plan->input_slots[i]] = inputs[i];
     frame->present[plan->input_slots[i]] = 1;
   }
-  std::vector<Value> results;
-  KILN_RETURN_IF_ERROR(execute(g, *frame, false, results));
-  return results;
+  return execute(g, *frame, false, results);
 }
 
 }  // namespace kiln::ops

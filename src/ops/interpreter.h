@@ -56,7 +56,7 @@ class Interpreter : public SubgraphRunner {
   // engine's context) applies too; the earlier one wins.
   void set_deadline(std::chrono::steady_clock::time_point t) { deadline_ = t; }
 
-  Result<std::vector<Value>> run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs) override;
+  Status run_subgraph_into(const ir::Graph& g, const std::vector<Value>& inputs, std::vector<Value>& results) override;
 
  protected:
   const ir::Graph& graph() const { return *graph_; }

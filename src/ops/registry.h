@@ -81,7 +81,17 @@ struct InferContext {
 class SubgraphRunner {
  public:
   virtual ~SubgraphRunner() = default;
-  virtual Result<std::vector<Value>> run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs) = 0;
+  // Fills `results` (resized to the body's outputs) by assignment over what it held: a caller that
+  // keeps the vector from run to run (control_flow.cc) gets them with no allocation of the vector or
+  // of the tensors' shape vectors (tests/noalloc).
+  virtual Status run_subgraph_into(const ir::Graph& g, const std::vector<Value>& inputs,
+                                   std::vector<Value>& results) = 0;
+  // The same, into a fresh vector.
+  Result<std::vector<Value>> run_subgraph(const ir::Graph& g, const std::vector<Value>& inputs) {
+    std::vector<Value> results;
+    KILN_RETURN_IF_ERROR(run_subgraph_into(g, inputs, results));
+    return results;
+  }
 };
 
 // Thrown by KernelContext::input() for a required input that is absent (or not a tensor); the

@@ -151,7 +151,12 @@ Status shape_infer(InferContext& ctx) {
 Status shape_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   auto [start, end] = shape_range(ctx.node, x.rank());
-  ctx.set_output(0, make_i64_1d(Dims(x.shape().begin() + start, x.shape().begin() + end)));
+  if (ctx.num_outputs() == 0) return Status::Ok();
+  // Renewed in place: the node's kept output keeps its shape vector from run to run.
+  ctx.outputs[0].kind = Value::Kind::kTensor;
+  Tensor& y = ctx.outputs[0].tensor;
+  y.renew(DataType::kInt64, {end - start});
+  for (int64_t i = start; i < end; ++i) y.data<int64_t>()[i - start] = x.shape()[static_cast<size_t>(i)];
   return Status::Ok();
 }
 

@@ -267,9 +267,11 @@ class PreparedNms : public PreparedLayer {
       }
     }
     kept.clear();  // zeroed for the next run
-    Tensor y(DataType::kInt64, {static_cast<int64_t>(n_selected / 3), 3});
+    // Renewed in place: an output tensor kept from the last run (an interpreter frame's) keeps its
+    // shape vector.
+    Tensor& y = *out[0];
+    y.renew(DataType::kInt64, {static_cast<int64_t>(n_selected / 3), 3});
     if (n_selected) std::memcpy(y.raw(), selected, n_selected * sizeof(int64_t));
-    *out[0] = std::move(y);
     return Status::Ok();
   }
 };

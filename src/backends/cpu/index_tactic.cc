@@ -86,8 +86,12 @@ class PreparedTopK : public PreparedLayer {
         return InvalidArgument("K must be a one-element integer tensor, got ", kt ? kt->describe() : "nothing");
       kk = kt->get_i64(0);
       if (kk < 0 || kk > len) return InvalidArgument("k = ", kk, " is out of range for axis ", axis, " of size ", len);
-      *out[0] = Tensor::uninitialized(DataType::kFloat32, shape_for(kk));
-      *out[1] = Tensor::uninitialized(DataType::kInt64, shape_for(kk));
+      // Renewed in place (a kept output's shape vector reused; the shape built in a kept scratch).
+      thread_local Dims shape;
+      shape = in_shape;
+      shape[static_cast<size_t>(axis)] = kk;
+      out[0]->renew(DataType::kFloat32, shape);
+      out[1]->renew(DataType::kInt64, shape);
     }
     const float* px = in[0]->data<float>();
     float* pv = out[0]->data<float>();
@@ -296,14 +300,14 @@ class PreparedNonZero : public PreparedLayer {
       *out[0] = Tensor(DataType::kInt64, {0, n});
       return Status::Ok();
     }
-    Tensor y = Tensor::uninitialized(DataType::kInt64, {r, n});
+    Tensor& y = *out[0];  // renewed in place: a kept output's shape vector is reused
+    y.renew(DataType::kInt64, {r, n});
     int64_t* po = y.data<int64_t>();
     for (int64_t k = 0; k < r; ++k) {
       const int64_t st = strides[static_cast<size_t>(k)], d = shape[static_cast<size_t>(k)];
       int64_t* row = po + k * n;
       for (int64_t j = 0; j < n; ++j) row[j] = hits[j] / st % d;
     }
-    *out[0] = std::move(y);
     return Status::Ok();
   }
 };
@@ -512,14 +516,20 @@ void fill_elements(uint8_t* d, int64_t n, const uint8_t* v, size_t es) {
   });
 }
 
-Result<Dims> shape_input(const Tensor& s, const char* what) {
+// The dims held by a 1-D integer tensor, into `d` (its capacity reused).
+Status shape_input_into(const Tensor& s, const char* what, Dims& d) {
   if (!dtype_is_integer(s.dtype()) || s.rank() > 1)
     return InvalidArgument(what, " must be a 1-D integer tensor, got ", s.describe());
-  Dims d;
+  d.clear();
   for (int64_t i = 0; i < s.numel(); ++i) {
     d.push_back(s.get_i64(i));
     if (d.back() < 0) return InvalidArgument(what, " has a negative dim ", d.back());
   }
+  return Status::Ok();
+}
+Result<Dims> shape_input(const Tensor& s, const char* what) {
+  Dims d;
+  KILN_RETURN_IF_ERROR(shape_input_into(s, what, d));
   return d;
 }
 
@@ -531,12 +541,13 @@ class PreparedFill : public PreparedLayer {
   std::vector<DataType> output_dtypes() const override { return {value.dtype()}; }
   Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    KILN_ASSIGN_OR_RETURN(Dims shape, shape_input(*in[0], "the shape"));
+    thread_local Dims shape;  // kept: its capacity reused from run to run
+    KILN_RETURN_IF_ERROR(shape_input_into(*in[0], "the shape", shape));
     if (auto n = checked_numel(shape, "ConstantOfShape's output"); !n.ok()) return n.status();
-    Tensor y = Tensor::uninitialized(value.dtype(), shape);
+    Tensor& y = *out[0];  // renewed in place: a kept output's shape vector is reused
+    y.renew(value.dtype(), shape);
     fill_elements(static_cast<uint8_t*>(y.raw()), y.numel(), static_cast<const uint8_t*>(value.raw()),
                   dtype_size(value.dtype()));
-    *out[0] = std::move(y);
     return Status::Ok();
   }
 };
