@@ -283,7 +283,15 @@ TEST(CudaTimingCache, KeysCarryTheGpuIdentity) {
   cfg.warn = [](const std::string&) {};
   cfg.timing_cache = ::testing::TempDir() + "/kiln_cuda_timing_cache.json";
   std::remove(cfg.timing_cache.c_str());
-  Builder(cfg).build_from_memory(mlp_onnx());
+  // A convolution: cuDNN's heuristic offers several algorithms (conv_cudnn_h<k>), so the tuner times
+  // candidates and the cache learns entries (the MLP's tiny products had one candidate each, nothing timed,
+  // and no cache was written).
+  GraphBuilder b(17);
+  b.input("x", {2, 8, 20, 20}).output("y");
+  b.init("w", random_tensor({16, 8, 3, 3}, 5));
+  b.conv({"x", "w"}, "y", 1);
+  ir::Model conv = b.finish();
+  Builder(cfg).build_from_memory(onnx_import::serialize_model(conv).value());
   std::FILE* f = std::fopen(cfg.timing_cache.c_str(), "rb");
   ASSERT_NE(f, nullptr) << "no timing cache written";
   std::string text;
