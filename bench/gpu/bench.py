@@ -218,6 +218,8 @@ def main():
                 if got is not None:
                     err = float(np.abs(got.astype(np.float64) - ref).max())
                     row["kiln_max_abs_err"], row["kiln_rel_err"] = err, err / scale
+                    if name == "resnet50":  # classifier logits: top-1 must be identical to PyTorch FP32's
+                        row["kiln_top1_agree"] = int((got.reshape(batch, -1).argmax(1) == ref.reshape(batch, -1).argmax(1)).sum())
                 terr = float(np.abs(torch_out.astype(np.float64) - ref).max())
                 row["torch_max_abs_err"], row["torch_rel_err"] = terr, terr / scale
                 for peer in ("torch_eager_ms", "torch_graph_ms", "torch_compile_ms"):
