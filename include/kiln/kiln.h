@@ -134,6 +134,10 @@ struct BuilderConfig {
   /// width of the instruction set (16 with AVX-512, 8 with AVX2; 0 without either or without oneDNN),
   /// or 0 (plain NCHW), 8, 16. Recorded in the engine.
   int layout_block = -1;
+  /// CUDA: keep convolution and pooling activations channels-last (NHWC) between layers (the layout_nhwc
+  /// pass): -1 (default) for builds that allow float16 / bfloat16 (tensor cores are NHWC-native), 0
+  /// never, 1 for every float build. Recorded in the engine.
+  int channels_last = -1;
   std::vector<Profile> profiles;  ///< one per optimization profile (dynamic inputs)
   /// Cap on one layer's workspace (its tactic's scratch, PreparedLayer::workspace_bytes) at every
   /// profile's max shapes, like TensorRT's workspace pool: a layer needing more fails the build with an

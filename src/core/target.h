@@ -52,6 +52,8 @@ struct Target {
   // The build allows float16 or bfloat16 layers (--fp16, --bf16, --best): the CUDA channels-last
   // layout pass (passes/layout_nhwc.cc) runs for those.
   bool reduced_float = false;
+  // CUDA: the channels-last layout pass runs (BuilderConfig::channels_last; by default reduced_float).
+  bool channels_last = false;
   bool operator==(const Target&) const = default;
 };
 // "cpu avx2 avx512, layout block 16, float32".

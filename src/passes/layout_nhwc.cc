@@ -374,7 +374,7 @@ Result<int> layout_nhwc_always(ir::Graph& g) { return Rewriter(g).run(); }
 
 Result<int> layout_nhwc(ir::Graph& g, const Target& target) {
   if (target.device.kind != DeviceKind::kCUDA) return 0;
-  if (!target.reduced_float) return 0;
+  if (!target.channels_last) return 0;
   return layout_nhwc_always(g);
 }
 

@@ -74,6 +74,9 @@ std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const ch
   opt("--layout-block", f.layout_block,
       "channels per block of the blocked conv layout: auto (default: 16 with AVX-512, 8 with AVX2, 0 without either "
       "or without oneDNN), 0 (plain NCHW), 8 or 16. Recorded in the engine");
+  opt("--channels-last", f.channels_last,
+      "CUDA: keep conv/pool activations channels-last (NHWC) between layers: auto (default: builds allowing fp16 or "
+      "bf16, whose tensor cores are NHWC-native), on (every float build), off. Recorded in the engine");
   opt("--workspace", f.workspace,
       "the most workspace (tactic scratch) one layer may use at any profile's max shapes, like trtexec's "
       "--memPoolSize=workspace: SIZE as 64M, 512K, 2G or MiB (default 1G). A layer whose kernel needs more fails the "
@@ -157,6 +160,10 @@ Result<BuilderConfig> builder_config(const BuildFlags& f) {
   } else {
     return InvalidArgument("--layout-block ", f.layout_block, ": one of auto, 0 (plain NCHW), 8, 16");
   }
+  if (f.channels_last == "auto" || f.channels_last == "on" || f.channels_last == "off")
+    cfg.channels_last = f.channels_last == "auto" ? -1 : f.channels_last == "on" ? 1 : 0;
+  else
+    return InvalidArgument("--channels-last ", f.channels_last, ": one of auto, on, off");
   cfg.strict_tactics = f.strict_tactics;
   cfg.verbose = f.verbose;
   if (!f.precision.empty() && f.precision != "auto")

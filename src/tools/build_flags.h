@@ -22,7 +22,7 @@ struct BuildFlags {
   std::vector<std::string> disabled_passes;
   std::vector<std::string> tactics;
   std::string timing_cache;
-  std::string isa = "native", layout_block = "auto";
+  std::string isa = "native", layout_block = "auto", channels_last = "auto";
   bool strict_tactics = false, verbose = false;
   bool best = false, strongly_typed = false;  // --best, --strongly-typed
   std::string layer_precisions;               // NAME_OR_GLOB:fp32|bf16|fp16|int8,...
@@ -39,7 +39,7 @@ struct BuildFlags {
 // As kiln compare's repro bundles record them (bundle.json "options"; flat, beside compare's own).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BuildFlags, min_shapes, opt_shapes, max_shapes, build_shapes, profiles,
                                                 fp32, fp16, bf16, int8, workspace, activation_memory, disabled_passes,
-                                                tactics, timing_cache, isa, layout_block, strict_tactics, verbose, best,
+                                                tactics, timing_cache, isa, layout_block, channels_last, strict_tactics, verbose, best,
                                                 strongly_typed, layer_precisions, precision_constraints, calib_data,
                                                 calibrator, calib_cache, calib_batches, calib_batch_size,
                                                 calib_percentile, device, tf32, precision, tolerances)

@@ -660,6 +660,7 @@ TEST(CudaCnnEngine, ResNetLikePipelineGoesChannelsLastForCudaFp16) {
   Target t;
   t.device = {DeviceKind::kCUDA, 0};
   t.reduced_float = true;
+  t.channels_last = true;  // what target_for resolves for a CUDA --fp16 build
   auto stats = passes::optimize(after, {}, t);
   ASSERT_TRUE(stats.ok()) << stats.status().to_string();
   const ir::Graph& g = *after.graph;

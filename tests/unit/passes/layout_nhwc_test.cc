@@ -161,19 +161,37 @@ TEST(LayoutNhwc, ConvsThatCannotGoChannelsLastStayPlain) {
   EXPECT_EQ(count_onnx(*after.graph, "Transpose"), 0);
 }
 
-TEST(LayoutNhwc, RunsOnlyForCudaReducedFloatTargets) {
+// Target::channels_last is what engine::target_for resolves from BuilderConfig::channels_last (by
+// default: CUDA builds allowing fp16/bf16; on: every CUDA float build; never for the CPU).
+TEST(LayoutNhwc, RunsOnlyForCudaChannelsLastTargets) {
   ir::Model before = small_resnet();
   Target t;
-  for (auto [kind, reduced, want] :
+  for (auto [kind, channels_last, want] :
        {std::tuple{DeviceKind::kCPU, true, false}, std::tuple{DeviceKind::kCUDA, false, false},
         std::tuple{DeviceKind::kCUDA, true, true}}) {
     t.device.kind = kind;
-    t.reduced_float = reduced;
+    t.channels_last = channels_last;
     ir::Model m = clone(before);
     auto r = passes::layout_nhwc(*m.graph, t);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(r.value() > 0, want);
   }
+}
+
+// The CPU: --channels-last on is refused (its layout is --layout-block), auto leaves the pass off.
+TEST(LayoutNhwc, ChannelsLastOnIsACudaOption) {
+  BuilderConfig cfg;
+  cfg.channels_last = 1;
+  auto t = engine::target_for(cfg);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("--channels-last on applies to CUDA builds"), std::string::npos)
+      << t.status().message();
+  cfg.channels_last = -1;
+  t = engine::target_for(cfg);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_FALSE(t.value().channels_last);
+  cfg.channels_last = 2;
+  EXPECT_FALSE(engine::target_for(cfg).ok());
 }
 
 // The reference kernels of the channels-last ops themselves: NhwcConv and NhwcPool equal the
