@@ -18,6 +18,20 @@ FloatType flash_type(DataType dt) { return dt == DataType::kFloat16 ? FloatType:
 
 FlashAttentionOperand flash_operand(const AttentionOperand& o) { return {o.base, o.sb, o.sh, o.ld, 1}; }
 
+std::string head_size_reason(int64_t d) {
+  return "head size " + std::to_string(d) + " (the fused kernel takes 32, 64 and 128; attention_cublaslt takes it)";
+}
+
+// Q's head size from its last dim (MultiHeadAttention: the width over num_heads, packed: a third of
+// it), or -1 while that dim is not known.
+int64_t head_size_of_width(const LayerSignature& sig) {
+  const Dims& q = sig.inputs[0].shape;
+  if (q.empty() || q.back() < 0) return -1;
+  if (sig.op() != "MultiHeadAttention") return q.back();
+  const int64_t h = sig.node->attr_int("num_heads", 0);
+  return h < 1 ? -1 : (attention_packed(sig) ? q.back() / 3 : q.back()) / h;
+}
+
 class PreparedFlashAttention : public PreparedLayer {
  public:
   Dims out;
@@ -54,11 +68,13 @@ class AttentionFused : public Tactic {
     return {{"kiln", "Attention"}, {"kiln", "MultiHeadAttention"}};
   }
   std::string why_unsupported(const LayerSignature& sig) const override {
-    if (std::string why = attention_why_unsupported(sig, dt_); !why.empty() || !sig.fully_known()) return why;
+    if (std::string why = attention_why_unsupported(sig, dt_); !why.empty()) return why;
+    if (!sig.fully_known()) {  // the head size where Q's width is known already
+      const int64_t d = head_size_of_width(sig);
+      return d > 0 && !flash_attention_supports(flash_type(dt_), d) ? head_size_reason(d) : "";
+    }
     const AttentionGeometry g = attention_geometry(sig);
-    if (!flash_attention_supports(flash_type(dt_), g.d))
-      return "head size " + std::to_string(g.d) +
-             " (the fused kernel takes 32, 64 and 128; attention_cublaslt takes it)";
+    if (!flash_attention_supports(flash_type(dt_), g.d)) return head_size_reason(g.d);
     if (g.dv != g.d)
       return "V's head size " + std::to_string(g.dv) + " is not Q's " + std::to_string(g.d) +
              " (the fused kernel needs them equal; attention_cublaslt takes it)";

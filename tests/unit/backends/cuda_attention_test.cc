@@ -286,6 +286,14 @@ TEST(CudaAttention, FusedDeclinesWhatItCannotRunWithTheReason) {
   EXPECT_NE(why.find("V's head size 64"), std::string::npos) << why;
   lc.inputs[2] = f16(random_tensor({1, 1, 7, 32}, 3));
   EXPECT_EQ(t->why_unsupported(testing::cuda_signature(lc)), "");
+  // At build time with a dynamic batch: the head size is known already and checked.
+  backends::LayerSignature dyn = testing::cuda_signature(lc);
+  for (auto& in : dyn.inputs) in.shape[0] = -1;
+  ASSERT_FALSE(dyn.fully_known());
+  EXPECT_EQ(t->why_unsupported(dyn), "");
+  dyn.inputs[0].shape.back() = 40;
+  why = t->why_unsupported(dyn);
+  EXPECT_NE(why.find("head size 40"), std::string::npos) << why;
   // The dtype: the bfloat16 tactic declines float16 inputs, and float32 ones are nobody's here.
   why = backends::find_tactic("attention_fused_bf16_cuda")->why_unsupported(testing::cuda_signature(lc));
   EXPECT_NE(why.find("float16"), std::string::npos) << why;
