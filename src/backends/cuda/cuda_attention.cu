@@ -10,15 +10,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 template <typename T>
 __global__ void attention_softmax_kernel(const float* __restrict__ scores, const T* __restrict__ mask,
                                          T* __restrict__ probs, int64_t rows, AttentionSoftmaxParams p) {
@@ -30,20 +21,16 @@ __global__ void attention_softmax_kernel(const float* __restrict__ scores, const
   T* pr = probs + row * p.ld;
   const T* mr = nullptr;
   if (mask) {
-    int64_t problem = row / p.rows_per_problem, off = (row % p.rows_per_problem) * p.mask_row_stride;
-    for (int k = p.batch_rank - 1; k >= 0; --k) {
-      off += (problem % p.batch_dims[k]) * p.mask_strides[k];
-      problem /= p.batch_dims[k];
-    }
-    mr = mask + off;
+    mr = mask + attention_mask_problem_offset(p, row / p.rows_per_problem) +
+         (row % p.rows_per_problem) * p.mask_row_stride;
   }
   const int64_t mcs = p.mask_col_stride;
   float m = -INFINITY;
   for (int64_t j = lane; j < n; j += 32) m = fmaxf(m, sr[j] + (mr ? to_f32(mr[j * mcs]) : 0.f));
-  m = warp_max(m);
+  m = attention_warp_max(m);
   float sum = 0.f;
   for (int64_t j = lane; j < n; j += 32) sum += expf(sr[j] + (mr ? to_f32(mr[j * mcs]) : 0.f) - m);
-  sum = warp_sum(sum);
+  sum = attention_warp_sum(sum);
   const float inv = 1.f / sum;
   for (int64_t j = lane; j < n; j += 32)
     pr[j] = to_storage<T>(expf(sr[j] + (mr ? to_f32(mr[j * mcs]) : 0.f) - m) * inv);

@@ -25,10 +25,55 @@ struct AttentionSoftmaxParams {
   int64_t mask_row_stride = 0, mask_col_stride = 0;
 };
 
+#ifdef __CUDACC__
+// Warp-wide reductions (every lane of the warp takes part and gets the result).
+__device__ __forceinline__ float attention_warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float attention_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The mask's offset for problem `problem` (row-major over batch_dims): sum_k index_k * mask_strides[k].
+__device__ __forceinline__ int64_t attention_mask_problem_offset(const AttentionSoftmaxParams& p, int64_t problem) {
+  int64_t off = 0;
+  for (int k = p.batch_rank - 1; k >= 0; --k) {
+    off += (problem % p.batch_dims[k]) * p.mask_strides[k];
+    problem /= p.batch_dims[k];
+  }
+  return off;
+}
+#endif
+
 // probs[r, j] = softmax_j(scores[r, j] + mask(r, j)) for `rows` rows (mask: null for none, in the
 // storage type `t` like probs). A row whose every entry is -inf gives NaN, as the reference's
 // Softmax does; NaN propagates to its row.
 cudaError_t launch_attention_softmax(const float* scores, const void* mask, void* probs, int64_t rows,
                                      const AttentionSoftmaxParams& p, FloatType t, cudaStream_t s);
+
+// The fused kernel (cuda_flash_attention.cu): one operand of problem (b, h) has element (r, c) at
+// base + b * sb + h * sh + r * row + c * col (K: r the key, c the head dim; the others: c contiguous).
+struct FlashAttentionOperand {
+  int64_t base = 0, sb = 0, sh = 0, row = 0, col = 1;
+};
+struct FlashAttentionParams {
+  int64_t sq = 0, sk = 0, d = 0;  // Q and K's head size d is V's (and Y's)
+  int64_t problems = 0, nh = 1;   // problem index b * nh + h
+  float scale = 1.f;
+  FlashAttentionOperand q, k, v, y;
+  AttentionSoftmaxParams mask;  // rows_per_problem sq, cols sk; batch dims and the mask's strides
+};
+
+// Whether the fused kernel takes head size d (32, 64, 128) in dtype t (float16, bfloat16).
+bool flash_attention_supports(FloatType t, int64_t d);
+// Sets the kernel's shared memory limit once (call before launching, outside stream capture).
+cudaError_t flash_attention_configure(FloatType t, int64_t d);
+// Y = softmax(scale * Q K' + mask) V per problem, float32 scores, softmax and accumulation (online
+// softmax over tiles of 64 keys), P rounded to the dtype for the product with V. mask: null for none.
+// A row whose every score is -inf gives NaN like the reference's Softmax.
+cudaError_t launch_flash_attention(const void* q, const void* k, const void* v, const void* mask, void* y,
+                                   const FlashAttentionParams& p, FloatType t, cudaStream_t s);
 
 }  // namespace kiln::backends::cuda

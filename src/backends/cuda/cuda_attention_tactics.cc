@@ -22,6 +22,7 @@
 #include <numeric>
 
 #include "backends/cuda/cuda_attention.h"
+#include "backends/cuda/cuda_attention_geometry.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cuda_tactics.h"
 #include "core/shape.h"
@@ -44,115 +45,6 @@ cudaDataType_t lt_type(DataType dt) {
 }
 FloatType kernel_type(DataType dt) {
   return dt == DataType::kFloat16 ? FloatType::kF16 : dt == DataType::kBFloat16 ? FloatType::kBF16 : FloatType::kF32;
-}
-
-// One matrix operand of a problem (b, h): element (r, c) at base + b * sb + h * sh + r * ld + c.
-struct Operand {
-  int64_t base = 0, sb = 0, sh = 0, ld = 0;
-};
-
-struct Geometry {
-  int64_t sq = 0, sk = 0, d = 0, dv = 0;
-  int64_t nb = 1, nh = 1;  // problems: nb batch indices x nh heads (nh 1 for Attention)
-  bool k_transposed = false;
-  Operand q, k, v, y;
-  Dims batch;  // the problems' dims, row-major (MultiHeadAttention: [lead..., heads])
-  Dims out;
-  std::string error;
-};
-
-// Right-aligned broadcast of batch dims (ops::broadcast_dims); false when they do not broadcast.
-bool broadcast(const Dims& a, const Dims& b, Dims* out) {
-  Result<Dims> r = ops::broadcast_dims(a, b);
-  if (!r.ok()) return false;
-  *out = r.value();
-  return true;
-}
-
-// The batch stride of an operand whose batch dims are `own` among the problems' `full`: its matrix
-// size when they are the same, 0 when they are all ones (shared); else -1 (partial broadcasting).
-int64_t batch_stride(const Dims& own, const Dims& full, int64_t matrix) {
-  if (dims_numel(own) == 1) return 0;
-  Dims padded(full.size() - std::min(full.size(), own.size()), 1);
-  padded.insert(padded.end(), own.begin(), own.end());
-  return padded == full ? matrix : -1;
-}
-
-Dims leading(const Dims& s) { return Dims(s.begin(), s.end() - 2); }
-
-Geometry geometry(const LayerSignature& sig) {
-  Geometry g;
-  const ir::Node& n = *sig.node;
-  const bool mha = sig.op() == "MultiHeadAttention";
-  Dims qb, kb, vb;  // the operands' batch dims
-  if (mha) {
-    const int64_t h = n.attr_int("num_heads", 0);
-    const bool packed = !sig.has_input(1) && !sig.has_input(2);
-    if (h < 1) return g.error = "num_heads < 1", g;
-    if (!packed && (!sig.has_input(1) || !sig.has_input(2))) return g.error = "K without V", g;
-    const Dims& q = sig.inputs[0].shape;
-    const Dims& k = packed ? q : sig.inputs[1].shape;
-    const Dims& v = packed ? q : sig.inputs[2].shape;
-    if (q.size() < 2 || k.size() < 2 || v.size() < 2) return g.error = "Q, K and V need rank >= 2", g;
-    const int64_t eq = packed ? q.back() / 3 : q.back(), ek = packed ? eq : k.back(), ev = packed ? eq : v.back();
-    if ((packed && q.back() % 3) || eq % h || ek % h || ev % h) return g.error = "widths are not num_heads heads", g;
-    g.sq = q[q.size() - 2], g.sk = k[k.size() - 2], g.d = eq / h, g.dv = ev / h;
-    if (ek / h != g.d) return g.error = "Q and K head sizes differ", g;
-    if (v[v.size() - 2] != g.sk) return g.error = "V's rows are not K's", g;
-    g.nh = h;
-    g.q = {0, g.sq * q.back(), g.d, q.back()};
-    g.k = {packed ? eq : 0, g.sk * k.back(), g.d, k.back()};
-    g.v = {packed ? 2 * eq : 0, g.sk * v.back(), g.dv, v.back()};
-    qb = leading(q), kb = leading(k), vb = leading(v);
-    for (Dims* b : {&qb, &kb, &vb}) b->push_back(h);
-  } else {
-    const Dims &q = sig.inputs[0].shape, &k = sig.inputs[1].shape, &v = sig.inputs[2].shape;
-    if (q.size() < 2 || k.size() < 2 || v.size() < 2) return g.error = "Q, K and V need rank >= 2", g;
-    g.k_transposed = n.attr_int("k_transposed", 0) != 0;
-    g.sq = q[q.size() - 2], g.d = q.back();
-    g.sk = g.k_transposed ? k.back() : k[k.size() - 2];
-    const int64_t kd = g.k_transposed ? k[k.size() - 2] : k.back();
-    g.dv = v.back();
-    if (kd != g.d) return g.error = "Q and K head sizes differ", g;
-    if (v[v.size() - 2] != g.sk) return g.error = "V's rows are not K's", g;
-    g.q = {0, g.sq * g.d, 0, g.d};
-    g.k = {0, g.sk * g.d, 0, k.back()};
-    g.v = {0, g.sk * g.dv, 0, g.dv};
-    qb = leading(q), kb = leading(k), vb = leading(v);
-  }
-  if (g.sq == 0 || g.sk == 0 || g.d == 0 || g.dv == 0) return g.error = "an empty problem", g;
-  Dims b;
-  if (!broadcast(qb, kb, &b) || !broadcast(b, vb, &b)) return g.error = "Q, K and V's batch dims do not broadcast", g;
-  if (dims_numel(b) == 0) return g.error = "an empty batch", g;
-  if (sig.has_input(3)) {
-    const Dims& m = sig.inputs[3].shape;
-    Dims scores = b;
-    scores.push_back(g.sq), scores.push_back(g.sk);
-    Dims s2;
-    if (m.size() > scores.size() || !broadcast(scores, m, &s2) || s2 != scores)
-      return g.error = "the mask does not broadcast to the scores", g;
-  }
-  if (b.size() > static_cast<size_t>(kAttentionMaxBatchRank))
-    return g.error = "more than " + std::to_string(kAttentionMaxBatchRank) + " batch dims", g;
-  g.batch = b;
-  // Problems: nb batch indices (the lead dims, flattened) x nh heads.
-  g.nb = dims_numel(b) / g.nh;
-  Dims lead = mha ? Dims(b.begin(), b.end() - 1) : b;
-  Dims ql = mha ? Dims(qb.begin(), qb.end() - 1) : qb, kl = mha ? Dims(kb.begin(), kb.end() - 1) : kb,
-       vl = mha ? Dims(vb.begin(), vb.end() - 1) : vb;
-  g.q.sb = batch_stride(ql, lead, g.q.sb), g.k.sb = batch_stride(kl, lead, g.k.sb);
-  g.v.sb = batch_stride(vl, lead, g.v.sb);
-  if (g.q.sb < 0 || g.k.sb < 0 || g.v.sb < 0) return g.error = "a batch dim broadcasts only partly (not on CUDA)", g;
-  if (mha) {
-    g.out = lead;
-    g.out.push_back(g.sq), g.out.push_back(g.nh * g.dv);
-    g.y = {0, g.sq * g.nh * g.dv, g.dv, g.nh * g.dv};
-  } else {
-    g.out = b;
-    g.out.push_back(g.sq), g.out.push_back(g.dv);
-    g.y = {0, g.sq * g.dv, 0, g.dv};
-  }
-  return g;
 }
 
 struct LtDelete {
@@ -255,7 +147,7 @@ Status run_product(const Product& p, const void* a, const void* b, void* d, void
 
 class PreparedCudaAttention : public PreparedLayer {
  public:
-  Geometry g;
+  AttentionGeometry g;
   DataType dtype = DataType::kFloat32;
   DeviceConstants consts;
   Product qk, pv;
@@ -309,30 +201,16 @@ class AttentionCublasLt : public Tactic {
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"kiln", "Attention"}, {"kiln", "MultiHeadAttention"}};
   }
-  std::string why_unsupported(const LayerSignature& sig) const override {
-    const bool mha = sig.op() == "MultiHeadAttention";
-    for (size_t i = 0; i < (mha ? 1u : 3u); ++i)
-      if (!sig.has_input(i)) return "Q, K and V are required";
-    for (size_t i = 0; i < sig.inputs.size() && i < 4; ++i)
-      if (sig.inputs[i].present && sig.inputs[i].dtype != dt_)
-        return "input " + std::to_string(i) + " is " + dtype_name(sig.inputs[i].dtype) + ", not " + dtype_name(dt_);
-    if (sig.inputs.size() > 4) return "more than 4 inputs";
-    if (!sig.fully_known()) {
-      for (size_t i = 0; i < 3; ++i)
-        if (sig.has_input(i) && sig.inputs[i].shape.size() < 2) return "Q, K and V need rank >= 2";
-      return "";
-    }
-    return geometry(sig).error;
-  }
+  std::string why_unsupported(const LayerSignature& sig) const override { return attention_why_unsupported(sig, dt_); }
 
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
     if (std::string why = why_unsupported(sig); !why.empty()) return Unsupported(name(), ": ", why);
     auto l = std::make_unique<PreparedCudaAttention>();
     l->name = name();
     l->dtype = dt_;
-    Geometry& g = l->g;
-    g = geometry(sig);
-    const bool packed = sig.op() == "MultiHeadAttention" && !sig.has_input(1);
+    AttentionGeometry& g = l->g;
+    g = attention_geometry(sig);
+    const bool packed = attention_packed(sig);
     l->sig_k_ = packed ? 0 : 1, l->sig_v_ = packed ? 0 : 2;
     l->has_mask_ = sig.has_input(3);
     KILN_RETURN_IF_ERROR(l->consts.upload(sig));
@@ -342,16 +220,16 @@ class AttentionCublasLt : public Tactic {
     const int64_t ld = (g.sk + 7) / 8 * 8;
     l->scores_bytes = static_cast<size_t>(problems * g.sq * ld) * sizeof(float);
     l->probs_bytes = static_cast<size_t>(problems * g.sq * ld) * dtype_size(dt_);
-    const Operand sc = {0, g.nh * g.sq * ld, g.sq * ld, ld};
+    const AttentionOperand sc = {0, g.nh * g.sq * ld, g.sq * ld, ld};
     // Batch the larger of the two problem axes, loop over the other.
     const bool batch_heads = g.nh > g.nb;
     const int64_t count = batch_heads ? g.nh : g.nb, loops = batch_heads ? g.nb : g.nh;
     if (count > 0x7fffffff) return Unsupported(name(), ": more than 2^31 problems in one product");
-    auto bstride = [&](const Operand& o) { return batch_heads ? o.sh : o.sb; };
-    auto lstride = [&](const Operand& o) { return batch_heads ? o.sb : o.sh; };
+    auto bstride = [&](const AttentionOperand& o) { return batch_heads ? o.sh : o.sb; };
+    auto lstride = [&](const AttentionOperand& o) { return batch_heads ? o.sb : o.sh; };
     const size_t e = dtype_size(dt_);
     const cudaDataType_t t = lt_type(dt_);
-    auto spec = [&](cudaDataType_t type, size_t elem, const Operand& o, int64_t rows, int64_t cols) {
+    auto spec = [&](cudaDataType_t type, size_t elem, const AttentionOperand& o, int64_t rows, int64_t cols) {
       return MatrixSpec{type, rows, cols, o.ld, bstride(o), alignment(elem, {o.base, o.ld, o.sb, o.sh})};
     };
     const auto n = static_cast<int32_t>(count);
@@ -369,22 +247,7 @@ class AttentionCublasLt : public Tactic {
                                       spec(t, e, g.y, g.dv, g.sq), n, tf32, "P V"));
     l->pv.loops = loops, l->pv.a_loop = lstride(g.v), l->pv.b_loop = lstride(sc), l->pv.d_loop = lstride(g.y);
     l->pv.a_size = e, l->pv.b_size = e, l->pv.d_size = e;
-    // The softmax: mask strides over the scores [batch..., sq, sk].
-    AttentionSoftmaxParams& sm = l->sm;
-    sm.rows_per_problem = g.sq, sm.cols = g.sk, sm.ld = ld;
-    sm.batch_rank = static_cast<int>(g.batch.size());
-    for (size_t i = 0; i < g.batch.size(); ++i) sm.batch_dims[i] = g.batch[i];
-    if (l->has_mask_) {
-      Dims scores = g.batch;
-      scores.push_back(g.sq), scores.push_back(g.sk);
-      const Dims& m = sig.inputs[3].shape;
-      const Dims ms = ops::strides_of(m);
-      const size_t off = scores.size() - m.size();
-      std::vector<int64_t> st(scores.size(), 0);
-      for (size_t i = off; i < scores.size(); ++i) st[i] = m[i - off] == 1 ? 0 : ms[i - off];
-      for (size_t i = 0; i < g.batch.size(); ++i) sm.mask_strides[i] = st[i];
-      sm.mask_row_stride = st[scores.size() - 2], sm.mask_col_stride = st[scores.size() - 1];
-    }
+    l->sm = attention_softmax_params(g, sig, ld);
     return std::unique_ptr<PreparedLayer>(std::move(l));
   }
 

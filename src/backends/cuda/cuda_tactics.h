@@ -17,5 +17,7 @@ std::vector<const Tactic*> more_kernel_tactics();
 // kiln.Attention / kiln.MultiHeadAttention: cuBLASLt products around a fused mask + softmax kernel
 // (cuda_attention_tactics.cc).
 std::vector<const Tactic*> attention_tactics();
+// The same ops as one fused kernel, float16/bfloat16, head sizes 32/64/128 (cuda_flash_attention_tactics.cc).
+std::vector<const Tactic*> flash_attention_tactics();
 
 }  // namespace kiln::backends::cuda

@@ -1,0 +1,256 @@
+// kiln.Attention's fused kernel (cuda_attention.h: launch_flash_attention), FlashAttention-2 style
+// in its plainest form. One block of 4 warps per (problem, tile of 64 queries); warp w owns query
+// rows 16w..16w+15 of the tile. The K and V tiles of 64 keys are staged in shared memory (zero past
+// the sequence ends), then each warp, on its own rows only:
+//   1. S = Q K' with wmma (16x16x16, half/bf16 inputs, float accumulators), stored as float to shared
+//      memory (its 16 x 64 slice);
+//   2. per row, with ordinary lanes: s = scale * S + mask (float32; -inf past the last key), the new
+//      running max m' = max(m, max_j s), p_j = exp(s_j - m') rounded once to the dtype into P, the
+//      running sum l = l * exp(m - m') + sum_j p_j, and the output row (float, shared memory) scaled
+//      by exp(m - m');
+//   3. O += P V with wmma, the accumulators loaded from and stored back to the shared float rows.
+// Y = O / l, rounded once. A row whose scores are all -inf keeps l = 0 (its exponents use 0 for the
+// max, so no NaN arises midway) and gives 0 / 0 = NaN, as the reference's Softmax does. No fragment
+// layout is assumed: fragments only move through load_matrix_sync / store_matrix_sync.
+#include <mma.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "backends/cuda/cuda_attention.h"
+#include "backends/cuda/cuda_float_types.cuh"
+
+namespace kiln::backends::cuda {
+
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kTile = 64;  // queries per block and keys per K/V tile
+constexpr int kWarps = kTile / 16;
+constexpr int kThreads = kWarps * 32;
+constexpr int kPadH = 8;  // row padding (elements) of the 16-bit tiles: rows stay 16-byte aligned
+constexpr int kPadF = 4;  // and of the float ones
+
+template <int D>
+struct Layout {
+  static constexpr int ldh = D + kPadH;      // Q, K, V tiles [64][ldh]
+  static constexpr int lds = kTile + kPadF;  // scores [64][lds] float
+  static constexpr int ldp = kTile + kPadH;  // P [64][ldp]
+  static constexpr int ldo = D + kPadF;      // O [64][ldo] float
+  static constexpr size_t tile_bytes = size_t{kTile} * ldh * 2;
+  static constexpr size_t q_off = 0, k_off = tile_bytes, v_off = 2 * tile_bytes, s_off = 3 * tile_bytes;
+  static constexpr size_t p_off = s_off + size_t{kTile} * lds * 4;
+  static constexpr size_t o_off = p_off + size_t{kTile} * ldp * 2;
+  static constexpr size_t m_off = o_off + size_t{kTile} * ldo * 4;
+  static constexpr size_t l_off = m_off + kTile * 4;
+  static constexpr size_t bytes = l_off + kTile * 4;
+  // wmma pointers must be 32-byte aligned: every section starts at a multiple of 128 bytes, and the
+  // fragment origins (16-row and 16-column steps) keep 32-byte multiples within each.
+  static_assert(q_off % 128 == 0 && k_off % 128 == 0 && s_off % 128 == 0 && p_off % 128 == 0 && o_off % 128 == 0 &&
+                m_off % 128 == 0);
+  static_assert(ldh % 8 == 0 && ldp % 8 == 0 && lds % 4 == 0 && ldo % 4 == 0, "wmma ldm");
+};
+
+// Rows [row0, row0 + 64) x columns [0, D) of an operand into a shared tile (row stride ldt); rows at
+// or past `rows` are zero. vec: 16-byte loads (the caller checked col 1, and 8-element alignment of
+// the pointer and the row stride).
+template <typename T, int D>
+__device__ void load_tile(T* tile, int ldt, const T* __restrict__ src, int64_t row0, int64_t rows, int64_t row_stride,
+                          int64_t col_stride, bool vec) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (vec) {
+    constexpr int kChunks = D / 8;
+    for (int i = tid; i < kTile * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = (i % kChunks) * 8;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (row0 + r < rows) val = *reinterpret_cast<const uint4*>(src + (row0 + r) * row_stride + c);
+      *reinterpret_cast<uint4*>(tile + r * ldt + c) = val;
+    }
+  } else {
+    for (int i = tid; i < kTile * D; i += kThreads) {
+      const int r = i / D, c = i % D;
+      tile[r * ldt + c] = row0 + r < rows ? src[(row0 + r) * row_stride + c * col_stride] : to_storage<T>(0.f);
+    }
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_attention_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                           const T* __restrict__ mask, T* __restrict__ y, FlashAttentionParams p, bool vec) {
+  using L = Layout<D>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* qs = reinterpret_cast<T*>(smem + L::q_off);
+  T* ks = reinterpret_cast<T*>(smem + L::k_off);
+  T* vs = reinterpret_cast<T*>(smem + L::v_off);
+  float* ss = reinterpret_cast<float*>(smem + L::s_off);
+  T* ps = reinterpret_cast<T*>(smem + L::p_off);
+  float* os = reinterpret_cast<float*>(smem + L::o_off);
+  float* row_m = reinterpret_cast<float*>(smem + L::m_off);
+  float* row_l = reinterpret_cast<float*>(smem + L::l_off);
+
+  const int64_t qtiles = (p.sq + kTile - 1) / kTile;
+  const int64_t problem = static_cast<int64_t>(blockIdx.x) / qtiles;
+  const int64_t q0 = (static_cast<int64_t>(blockIdx.x) % qtiles) * kTile;
+  if (problem >= p.problems) return;  // the whole block
+  const int64_t b = problem / p.nh, h = problem % p.nh;
+  const T* qp = q + p.q.base + b * p.q.sb + h * p.q.sh;
+  const T* kp = k + p.k.base + b * p.k.sb + h * p.k.sh;
+  const T* vp = v + p.v.base + b * p.v.sb + h * p.v.sh;
+  T* yp = y + p.y.base + b * p.y.sb + h * p.y.sh;
+  const T* mp = mask ? mask + attention_mask_problem_offset(p.mask, problem) : nullptr;
+  const int64_t mrow = p.mask.mask_row_stride, mcol = p.mask.mask_col_stride;
+
+  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
+  load_tile<T, D>(qs, L::ldh, qp, q0, p.sq, p.q.row, 1, vec);
+  for (int i = tid; i < kTile * L::ldo; i += kThreads) os[i] = 0.f;
+  for (int i = tid; i < kTile; i += kThreads) row_m[i] = -INFINITY, row_l[i] = 0.f;
+  __syncthreads();
+
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qf[D / 16];
+  for (int kk = 0; kk < D / 16; ++kk) wmma::load_matrix_sync(qf[kk], qs + warp * 16 * L::ldh + kk * 16, L::ldh);
+
+  float* my_s = ss + warp * 16 * L::lds;
+  T* my_p = ps + warp * 16 * L::ldp;
+  float* my_o = os + warp * 16 * L::ldo;
+  for (int64_t k0 = 0; k0 < p.sk; k0 += kTile) {
+    __syncthreads();  // every warp is done with the previous K and V tiles
+    load_tile<T, D>(ks, L::ldh, kp, k0, p.sk, p.k.row, p.k.col, vec);
+    load_tile<T, D>(vs, L::ldh, vp, k0, p.sk, p.v.row, 1, vec);
+    __syncthreads();
+
+    // 1. S [16 x 64] = Q [16 x D] K' [D x 64]: K' is K's tile read column-major.
+    for (int j = 0; j < kTile / 16; ++j) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.f);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kf;
+        wmma::load_matrix_sync(kf, ks + j * 16 * L::ldh + kk * 16, L::ldh);
+        wmma::mma_sync(acc, qf[kk], kf, acc);
+      }
+      wmma::store_matrix_sync(my_s + j * 16, acc, L::lds, wmma::mem_row_major);
+    }
+    __syncwarp();
+
+    // 2. The online softmax update of the warp's 16 rows; lane handles columns lane and lane + 32.
+    for (int rr = 0; rr < 16; ++rr) {
+      const int r = warp * 16 + rr;
+      const int64_t gq = q0 + r;
+      float s[2];
+      for (int t = 0; t < 2; ++t) {
+        const int c = lane + 32 * t;
+        const int64_t gk = k0 + c;
+        float x = -INFINITY;
+        if (gk < p.sk) {
+          x = ss[r * L::lds + c] * p.scale;
+          if (mp && gq < p.sq) x += to_f32(mp[gq * mrow + gk * mcol]);
+        }
+        s[t] = x;
+      }
+      const float m_old = row_m[r], l_old = row_l[r];
+      const float m_new = fmaxf(m_old, attention_warp_max(fmaxf(s[0], s[1])));
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // all -inf so far: p = 0, no inf - inf
+      float sum = 0.f;
+      for (int t = 0; t < 2; ++t) {
+        const T pt = to_storage<T>(expf(s[t] - m_use));
+        ps[r * L::ldp + lane + 32 * t] = pt;
+        sum += to_f32(pt);  // l sums the rounded p that multiply V
+      }
+      sum = attention_warp_sum(sum);
+      const float alpha = expf(m_old - m_use);  // m_old -inf: 0 (the row's O and l are 0 still)
+      for (int c = lane; c < D; c += 32) os[r * L::ldo + c] *= alpha;
+      __syncwarp();  // every lane has read row_m[r] and row_l[r]
+      if (lane == 0) row_m[r] = m_new, row_l[r] = l_old * alpha + sum;
+    }
+    __syncwarp();
+
+    // 3. O [16 x D] += P [16 x 64] V [64 x D].
+    for (int n = 0; n < D / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, my_o + n * 16, L::ldo, wmma::mem_row_major);
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pf;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
+        wmma::load_matrix_sync(pf, my_p + kk * 16, L::ldp);
+        wmma::load_matrix_sync(vf, vs + kk * 16 * L::ldh + n * 16, L::ldh);
+        wmma::mma_sync(acc, pf, vf, acc);
+      }
+      wmma::store_matrix_sync(my_o + n * 16, acc, L::ldo, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = warp * 16 + rr;
+    const int64_t gq = q0 + r;
+    if (gq >= p.sq) break;
+    const float l = row_l[r];
+    for (int c = lane; c < D; c += 32) yp[gq * p.y.row + c] = to_storage<T>(os[r * L::ldo + c] / l);
+  }
+}
+
+template <typename T, int D>
+cudaError_t configure_once() {
+  static const cudaError_t e = cudaFuncSetAttribute(
+      flash_attention_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout<D>::bytes));
+  return e;
+}
+
+// Calls f(T{}, integral_constant<D>) for a supported (t, d); cudaErrorInvalidValue otherwise.
+template <typename F>
+cudaError_t dispatch_flash(FloatType t, int64_t d, F&& f) {
+  auto by_d = [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    switch (d) {
+      case 32: return f(T{}, std::integral_constant<int, 32>{});
+      case 64: return f(T{}, std::integral_constant<int, 64>{});
+      case 128: return f(T{}, std::integral_constant<int, 128>{});
+      default: return cudaErrorInvalidValue;
+    }
+  };
+  if (t == FloatType::kF16) return by_d(__half{});
+  if (t == FloatType::kBF16) return by_d(__nv_bfloat16{});
+  return cudaErrorInvalidValue;
+}
+
+bool multiple8(int64_t v) { return v % 8 == 0; }
+
+}  // namespace
+
+bool flash_attention_supports(FloatType t, int64_t d) {
+  return (t == FloatType::kF16 || t == FloatType::kBF16) && (d == 32 || d == 64 || d == 128);
+}
+
+cudaError_t flash_attention_configure(FloatType t, int64_t d) {
+  return dispatch_flash(t, d, [](auto tag, auto dc) { return configure_once<decltype(tag), decltype(dc)::value>(); });
+}
+
+cudaError_t launch_flash_attention(const void* q, const void* k, const void* v, const void* mask, void* y,
+                                   const FlashAttentionParams& p, FloatType t, cudaStream_t s) {
+  if (!flash_attention_supports(t, p.d) || p.sq <= 0 || p.sk <= 0 || p.problems <= 0 || p.nh <= 0)
+    return cudaErrorInvalidValue;
+  if (p.q.col != 1 || p.v.col != 1 || p.y.col != 1) return cudaErrorInvalidValue;
+  if (p.mask.batch_rank < 0 || p.mask.batch_rank > kAttentionMaxBatchRank) return cudaErrorInvalidValue;
+  for (int i = 0; i < p.mask.batch_rank; ++i)
+    if (p.mask.batch_dims[i] <= 0) return cudaErrorInvalidValue;
+  const int64_t blocks = p.problems * ((p.sq + kTile - 1) / kTile);
+  if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  const size_t e = 2;  // float16 and bfloat16
+  auto ok8 = [&](const void* base, const FlashAttentionOperand& o) {
+    return aligned16(static_cast<const char*>(base) + o.base * e) && multiple8(o.base) && multiple8(o.sb) &&
+           multiple8(o.sh) && multiple8(o.row);
+  };
+  const bool vec = p.k.col == 1 && ok8(q, p.q) && ok8(k, p.k) && ok8(v, p.v);
+  return dispatch_flash(t, p.d, [&](auto tag, auto dc) -> cudaError_t {
+    using T = decltype(tag);
+    constexpr int D = decltype(dc)::value;
+    if (cudaError_t c = configure_once<T, D>(); c != cudaSuccess) return c;
+    flash_attention_kernel<T, D><<<static_cast<unsigned>(blocks), kThreads, Layout<D>::bytes, s>>>(
+        static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(mask),
+        static_cast<T*>(y), p, vec);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace kiln::backends::cuda
