@@ -59,8 +59,8 @@ Result<Target> target_for(const BuilderConfig& cfg) {
     return InvalidArgument("channels_last ", cfg.channels_last, ": -1 (auto), 0 or 1");
   if (cfg.channels_last == 1 && cfg.device.kind == DeviceKind::kCPU)
     return InvalidArgument("--channels-last on applies to CUDA builds (the CPU's layout is --layout-block)");
-  t.channels_last = cfg.device.kind == DeviceKind::kCUDA &&
-                    (cfg.channels_last == 1 || (cfg.channels_last == -1 && t.reduced_float));
+  t.channels_last =
+      cfg.device.kind == DeviceKind::kCUDA && (cfg.channels_last == 1 || (cfg.channels_last == -1 && t.reduced_float));
   const IsaSet host = host_isa();
   t.isa = host;
   if (!cfg.isa.empty() && cfg.isa != "native") {

@@ -39,9 +39,9 @@ struct BuildFlags {
 // As kiln compare's repro bundles record them (bundle.json "options"; flat, beside compare's own).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BuildFlags, min_shapes, opt_shapes, max_shapes, build_shapes, profiles,
                                                 fp32, fp16, bf16, int8, workspace, activation_memory, disabled_passes,
-                                                tactics, timing_cache, isa, layout_block, channels_last, strict_tactics, verbose, best,
-                                                strongly_typed, layer_precisions, precision_constraints, calib_data,
-                                                calibrator, calib_cache, calib_batches, calib_batch_size,
+                                                tactics, timing_cache, isa, layout_block, channels_last, strict_tactics,
+                                                verbose, best, strongly_typed, layer_precisions, precision_constraints,
+                                                calib_data, calibrator, calib_cache, calib_batches, calib_batch_size,
                                                 calib_percentile, device, tf32, precision, tolerances)
 
 // Registers the build flags on `cmd` in the option group "Engine build": --min-shapes, --opt-shapes,
