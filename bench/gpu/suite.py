@@ -89,7 +89,7 @@ def gpu_row(a, spec, path):
     cmd = [a.kiln, "build", path, "--device", "cuda", "--shapes", row["shapes"], "-o", engine]
     if a.precision == "fp16":
         cmd.append("--fp16")
-    rc, out, secs = run(cmd, 600)
+    rc, out, secs = run(cmd, a.build_timeout)
     row["build_s"] = round(secs, 1)
     with open(os.path.join(a.out, "logs", spec.name + ".build.txt"), "w") as f:
         f.write(out)
@@ -129,7 +129,7 @@ def background(a, spec, path, engine, row):
             pass
     cpu = os.path.join(a.out, "engines", spec.name + ".cpu.kiln")
     th = str(a.cpu_threads)
-    rc, out, _ = run([a.kiln, "build", path, "--shapes", row["shapes"], "--threads", th, "-o", cpu], 600)
+    rc, out, _ = run([a.kiln, "build", path, "--shapes", row["shapes"], "--threads", th, "-o", cpu], a.cpu_timeout)
     if rc == 0:
         j, err = bench_json(a.kiln, cpu, ["--threads", th])
         if j:
@@ -153,6 +153,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=8, help="exports at once")
     ap.add_argument("--cpu-threads", type=int, default=4)
     ap.add_argument("--compare-timeout", type=int, default=120)
+    ap.add_argument("--build-timeout", type=int, default=600, help="seconds for the GPU engine's build")
+    ap.add_argument("--cpu-timeout", type=int, default=300, help="seconds for the CPU engine's build")
     ap.add_argument("--budget", type=int, default=0, help="seconds; models not started by then are skipped")
     a = ap.parse_args()
     t0 = time.time()
