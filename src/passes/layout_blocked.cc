@@ -48,6 +48,7 @@
 #include "ops/interpreter.h"
 #include "ops/op_traits.h"
 #include "passes/fusion_util.h"
+#include "passes/layout_islands.h"
 
 namespace kiln::passes {
 
@@ -181,7 +182,7 @@ class Rewriter {
     std::set<size_t> plain_convs;  // blockable convs the cost model keeps plain
     int changed = decide(plain_convs);
     if (decide_by_cost_ && changed) {
-      for (const Island& is : islands(uses))
+      for (const layout::Island& is : islands(uses))
         if (is.goes_plain()) plain_convs.insert(is.convs.begin(), is.convs.end());
       if (!plain_convs.empty()) changed = decide(plain_convs);
     }
@@ -317,55 +318,12 @@ class Rewriter {
     return compute + 2 * bytes;
   }
 
-  struct Island {
-    std::vector<size_t> convs;
-    double gain = 0, cost = 0;  // bytes moved
-    bool unknown = false;       // a map of unknown size: kept blocked
-    bool goes_plain() const { return !unknown && gain < cost; }
-  };
-
   // The islands of the decided blocked nodes, with their gain and the cost of their boundary reorders.
-  std::vector<Island> islands(const ir::UseIndex& uses) const {
-    const size_t count = g_.nodes.size();
-    std::vector<size_t> parent(count);
-    for (size_t i = 0; i < count; ++i) parent[i] = i;
-    auto find = [&](size_t i) {
-      while (parent[i] != i) i = parent[i] = parent[parent[i]];
-      return i;
-    };
-    std::map<std::string, size_t> producer, first_plain_reader;
-    for (size_t i = 0; i < count; ++i)
-      if (kind_[i] != Kind::kPlain) producer[g_.nodes[i].outputs[0]] = i;
-    for (size_t i = 0; i < count; ++i) {
-      if (kind_[i] == Kind::kPlain) continue;
-      const ir::Node& n = g_.nodes[i];
-      for (size_t j = 0; j < n.inputs.size(); ++j) {
-        if (!reads_blocked(i, j)) continue;
-        if (auto p = producer.find(n.inputs[j]); p != producer.end()) {
-          parent[find(i)] = find(p->second);
-        } else {
-          auto [it, fresh_value] = first_plain_reader.emplace(n.inputs[j], i);
-          if (!fresh_value) parent[find(i)] = find(it->second);  // one shared ReorderToBlocked
-        }
-      }
-    }
-    std::map<size_t, Island> by_root;
-    for (size_t i = 0; i < count; ++i) {
-      if (kind_[i] == Kind::kPlain) continue;
-      Island& is = by_root[find(i)];
-      const double y = value_bytes(g_.nodes[i].outputs[0]);
-      is.unknown |= y < 0;
-      if (kind_[i] == Kind::kConv) is.convs.push_back(i), is.gain += conv_gain(i);
-      if (needs_plain_form(g_.nodes[i].outputs[0], uses)) is.cost += 2 * y;
-    }
-    for (const auto& [v, reader] : first_plain_reader) {
-      Island& is = by_root[find(reader)];
-      is.unknown |= value_bytes(v) < 0;
-      is.cost += 2 * value_bytes(v);
-    }
-    std::vector<Island> out;
-    for (auto& [root, is] : by_root) out.push_back(std::move(is));
-    return out;
+  std::vector<layout::Island> islands(const ir::UseIndex& uses) const {
+    return layout::islands(
+        g_, [&](size_t i) { return kind_[i] != Kind::kPlain; }, [&](size_t i) { return kind_[i] == Kind::kConv; },
+        [&](size_t i, size_t j) { return reads_blocked(i, j); }, [&](const std::string& v) { return value_bytes(v); },
+        [&](size_t i) { return conv_gain(i); }, [&](const std::string& v) { return needs_plain_form(v, uses); });
   }
 
   // Whether node i (decided blocked) reads input j in the blocked layout: a conv its X (unless a

@@ -32,6 +32,7 @@
 #include "ir/rewrite.h"
 #include "ops/op_traits.h"
 #include "passes/fusion_util.h"
+#include "passes/layout_islands.h"
 
 namespace kiln::passes {
 
@@ -106,7 +107,7 @@ class Rewriter {
     int changed = decide(plain);
     if (changed) {
       for (const auto& is : islands(uses))
-        if (!is.unknown && is.gain < is.cost) plain.insert(is.convs.begin(), is.convs.end());
+        if (is.goes_plain()) plain.insert(is.convs.begin(), is.convs.end());
       if (!plain.empty()) changed = decide(plain);
     }
     if (!changed) return 0;
@@ -242,57 +243,17 @@ class Rewriter {
     return n;
   }
 
-  struct Island {
-    std::vector<size_t> convs;
-    double gain = 0, cost = 0;
-    bool unknown = false;
-  };
-
-  std::vector<Island> islands(const ir::UseIndex& uses) const {
-    const size_t count = g_.nodes.size();
-    std::vector<size_t> parent(count);
-    for (size_t i = 0; i < count; ++i) parent[i] = i;
-    auto find = [&](size_t i) {
-      while (parent[i] != i) i = parent[i] = parent[parent[i]];
-      return i;
-    };
-    std::map<std::string, size_t> producer, first_plain_reader;
-    for (size_t i = 0; i < count; ++i)
-      if (kind_[i] != Kind::kPlain) producer[g_.nodes[i].outputs[0]] = i;
-    for (size_t i = 0; i < count; ++i) {
-      if (kind_[i] == Kind::kPlain) continue;
-      const ir::Node& n = g_.nodes[i];
-      for (size_t j = 0; j < n.inputs.size(); ++j) {
-        if (!reads_nhwc(i, j)) continue;
-        if (auto p = producer.find(n.inputs[j]); p != producer.end()) {
-          parent[find(i)] = find(p->second);
-        } else {
-          auto [it, fresh_value] = first_plain_reader.emplace(n.inputs[j], i);
-          if (!fresh_value) parent[find(i)] = find(it->second);
-        }
-      }
-    }
-    std::map<size_t, Island> by_root;
-    for (size_t i = 0; i < count; ++i) {
-      if (kind_[i] == Kind::kPlain) continue;
-      Island& is = by_root[find(i)];
-      const ir::Node& n = g_.nodes[i];
-      const double y = value_bytes(n.outputs[0]);
-      is.unknown |= y < 0;
-      if (kind_[i] == Kind::kConv) {
-        is.convs.push_back(i);
-        is.gain += 2 * (y + value_bytes(n.inputs[0]) + (n.has_input(3) ? value_bytes(n.inputs[3]) : 0));
-      }
-      if (needs_plain_form(n.outputs[0], uses)) is.cost += 2 * y;
-    }
-    for (const auto& [v, reader] : first_plain_reader) {
-      Island& is = by_root[find(reader)];
-      is.unknown |= value_bytes(v) < 0;
-      is.cost += 2 * value_bytes(v);
-    }
-    std::vector<Island> out;
-    for (auto& [root, is] : by_root) out.push_back(std::move(is));
-    return out;
+  // A conv gains the conversions cuDNN would do inside an NCHW call (see the comment on top).
+  std::vector<layout::Island> islands(const ir::UseIndex& uses) const {
+    return layout::islands(
+        g_, [&](size_t i) { return kind_[i] != Kind::kPlain; }, [&](size_t i) { return kind_[i] == Kind::kConv; },
+        [&](size_t i, size_t j) { return reads_nhwc(i, j); }, [&](const std::string& v) { return value_bytes(v); },
+        [&](size_t i) {
+          const ir::Node& n = g_.nodes[i];
+          return 2 * (value_bytes(n.outputs[0]) + value_bytes(n.inputs[0]) +
+                      (n.has_input(3) ? value_bytes(n.inputs[3]) : 0));
+        },
+        [&](const std::string& v) { return needs_plain_form(v, uses); });
   }
 
   // [M, C, 1, 1] -> [C, M] (a new float32 initializer, one per weight).
