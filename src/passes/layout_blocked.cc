@@ -280,28 +280,11 @@ class Rewriter {
   // A blocked value needs its plain form when a graph output or read by a plain node (or by a
   // blocked one in a position it reads plain: W, B, a subgraph).
   bool needs_plain_form(const std::string& v, const ir::UseIndex& uses) const {
-    bool plain = uses.is_graph_output(v);
-    for (int k : uses.consumers(v)) {
-      const ir::Node& r = g_.nodes[static_cast<size_t>(k)];
-      int reads = 0, blocked_reads = 0;
-      for (size_t j = 0; j < r.inputs.size(); ++j)
-        if (r.inputs[j] == v) ++reads, blocked_reads += reads_blocked(static_cast<size_t>(k), j);
-      plain |= reads == 0 || blocked_reads != reads;
-    }
-    return plain;
+    return layout::needs_plain_form(g_, uses, v, [&](size_t k, size_t j) { return reads_blocked(k, j); });
   }
 
   // Bytes of a float32 value; -1 when a dim is not known.
-  double value_bytes(const std::string& v) const {
-    const ir::TypeInfo* t = fusion::type_of(g_, v);
-    if (!t || !t->shape.rank_known) return -1;
-    double n = 4;
-    for (const auto& d : t->shape.dims) {
-      if (!d.known()) return -1;
-      n *= static_cast<double>(d.value);
-    }
-    return n;
-  }
+  double value_bytes(const std::string& v) const { return layout::value_bytes(g_, v, 4); }
 
   // What conv i gains blocked, in bytes a reorder moves (see the comment on top): its compute share,
   // and the reorders its plain form would make on its own.

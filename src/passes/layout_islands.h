@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ir/rewrite.h"
+#include "passes/fusion_util.h"
 
 namespace kiln::passes::layout {
 
@@ -20,6 +22,33 @@ struct Island {
   bool unknown = false;       // a map of unknown size: kept in the layout
   bool goes_plain() const { return !unknown && gain < cost; }
 };
+
+// Bytes of value v with `element_bytes` per element (the layout's storage); -1 when a dim is not known.
+inline double value_bytes(const ir::Graph& g, const std::string& v, double element_bytes) {
+  const ir::TypeInfo* t = fusion::type_of(g, v);
+  if (!t || !t->shape.rank_known) return -1;
+  double n = element_bytes;
+  for (const auto& d : t->shape.dims) {
+    if (!d.known()) return -1;
+    n *= static_cast<double>(d.value);
+  }
+  return n;
+}
+
+// Whether value v, made in the layout, also needs its plain form: a graph output, or read by a node
+// that does not read it in the layout (`reads_layout(k, j)` false) in some position.
+template <class ReadsLayout>
+bool needs_plain_form(const ir::Graph& g, const ir::UseIndex& uses, const std::string& v, ReadsLayout reads_layout) {
+  bool plain = uses.is_graph_output(v);
+  for (int k : uses.consumers(v)) {
+    const ir::Node& r = g.nodes[static_cast<size_t>(k)];
+    int reads = 0, layout_reads = 0;
+    for (size_t j = 0; j < r.inputs.size(); ++j)
+      if (r.inputs[j] == v) ++reads, layout_reads += reads_layout(static_cast<size_t>(k), j);
+    plain |= reads == 0 || layout_reads != reads;
+  }
+  return plain;
+}
 
 // `in_layout(i)`: node i is one the pass rewrites; `is_conv(i)`: it is a conv (its gain counts);
 // `reads_layout(i, j)`: node i reads its input j in the layout; `value_bytes(v)`: the bytes of value v in

@@ -221,27 +221,10 @@ class Rewriter {
   }
 
   bool needs_plain_form(const std::string& v, const ir::UseIndex& uses) const {
-    bool plain = uses.is_graph_output(v);
-    for (int k : uses.consumers(v)) {
-      const ir::Node& r = g_.nodes[static_cast<size_t>(k)];
-      int reads = 0, nhwc_reads = 0;
-      for (size_t j = 0; j < r.inputs.size(); ++j)
-        if (r.inputs[j] == v) ++reads, nhwc_reads += reads_nhwc(static_cast<size_t>(k), j);
-      plain |= reads == 0 || nhwc_reads != reads;
-    }
-    return plain;
+    return layout::needs_plain_form(g_, uses, v, [&](size_t k, size_t j) { return reads_nhwc(k, j); });
   }
 
-  double value_bytes(const std::string& v) const {
-    const ir::TypeInfo* t = fusion::type_of(g_, v);
-    if (!t || !t->shape.rank_known) return -1;
-    double n = 2;  // float16 / bfloat16
-    for (const auto& d : t->shape.dims) {
-      if (!d.known()) return -1;
-      n *= static_cast<double>(d.value);
-    }
-    return n;
-  }
+  double value_bytes(const std::string& v) const { return layout::value_bytes(g_, v, 2); }  // float16 / bfloat16
 
   // A conv gains the conversions cuDNN would do inside an NCHW call (see the comment on top).
   std::vector<layout::Island> islands(const ir::UseIndex& uses) const {
