@@ -125,6 +125,11 @@ struct BuilderConfig {
   Device device;
   /// CUDA: float32 matrix products may use TF32 tensor cores (10-bit mantissa inputs; `kiln build --tf32`).
   bool tf32 = false;
+  /// CUDA, float16/bfloat16 layers: GELU (erf) keeps its erf form, computed by a pass of its own after a
+  /// matrix product (`kiln build --exact-gelu`). By default such a layer uses cuBLASLt's fused GELU
+  /// epilogue, which computes GELU's tanh form: at most 4.7e-4 from erf's absolute, below float16's own
+  /// rounding for |y| >= 1 (the build counts these layers and records them).
+  bool exact_gelu = false;
   /// The CPU instruction set kiln's own kernels may use: "" or "native" (this machine's), or a level
   /// that caps it: "portable", "avx2", "avx512", "avx512_vnni", "avx512_bf16", "amx" (each includes the
   /// ones before it; asking for more than this machine has is an error). oneDNN's kernels pick their

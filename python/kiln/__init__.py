@@ -86,7 +86,7 @@ def _build_flags(precision="fp32", shapes=None, profiles=None, calib_data=None, 
                  timing_cache=None, tactics=None, strict_tactics=False, disabled_passes=None,
                  workspace=None, activation_memory=None, isa=None, layout_block=None,
                  layer_precisions=None, precision_constraints=None, strongly_typed=False, device=None,
-                 tf32=False, verbose=False, min_shapes=None, opt_shapes=None, max_shapes=None):
+                 tf32=False, exact_gelu=False, verbose=False, min_shapes=None, opt_shapes=None, max_shapes=None):
     """The keyword arguments of build() as kiln build's flags (tools/build_flags.h's BuildFlags)."""
     f = {}
     precs = [precision] if isinstance(precision, str) else list(precision or ["fp32"])
@@ -127,6 +127,7 @@ def _build_flags(precision="fp32", shapes=None, profiles=None, calib_data=None, 
     f["strict_tactics"] = bool(strict_tactics)
     f["strongly_typed"] = bool(strongly_typed)
     f["tf32"] = bool(tf32)
+    f["exact_gelu"] = bool(exact_gelu)
     f["verbose"] = bool(verbose)
     return f
 
@@ -144,7 +145,7 @@ def build(model, *, precision="fp32", shapes=None, profiles=None, calib_data=Non
     Other keywords, as kiln build's flags: calib_cache, calibrator, calib_batches, calib_batch_size,
     calib_percentile, tactics, strict_tactics, disabled_passes, workspace, activation_memory, isa,
     layout_block, layer_precisions ({glob: precision} or the flag's string), precision_constraints,
-    strongly_typed, device ("cpu", "cuda:0"), tf32, verbose, min_shapes/opt_shapes/max_shapes.
+    strongly_typed, device ("cpu", "cuda:0"), tf32, exact_gelu, verbose, min_shapes/opt_shapes/max_shapes.
     """
     flags = _build_flags(precision=precision, shapes=shapes, profiles=profiles, calib_data=calib_data,
                          timing_cache=timing_cache, **options)
@@ -303,7 +304,7 @@ def _cli_build_args(f):
     for d in f.get("disabled_passes", []):
         args += ["--disable-pass", d]
     for key, flag in (("strict_tactics", "--strict-tactics"), ("strongly_typed", "--strongly-typed"),
-                      ("tf32", "--tf32"), ("verbose", "--verbose")):
+                      ("tf32", "--tf32"), ("exact_gelu", "--exact-gelu"), ("verbose", "--verbose")):
         if f.get(key):
             args.append(flag)
     return args

@@ -53,6 +53,8 @@ struct LayerSignature {
   IsaSet isa = host_isa();
   // Float32 matrix products may use TF32 tensor cores (CUDA; kiln build --tf32, Target::tf32).
   bool tf32 = false;
+  // CUDA float16/bfloat16 products keep GELU (erf) exact, unfused (kiln build --exact-gelu, Target::exact_gelu).
+  bool exact_gelu = false;
 
   const std::string& op() const { return node->op_type; }
   const std::string& domain() const { return node->domain; }

@@ -49,6 +49,9 @@ struct Target {
   int64_t layout_block = 0;
   DataType precision = DataType::kFloat32;  // what the layers compute in
   bool tf32 = false;  // float32 matrix products may use TF32 tensor cores (CUDA only: BuilderConfig::tf32)
+  // CUDA float16/bfloat16 matrix products keep GELU (erf) exact instead of cuBLASLt's tanh-form
+  // epilogue (BuilderConfig::exact_gelu).
+  bool exact_gelu = false;
   // The build allows float16 or bfloat16 layers (--fp16, --bf16, --best): the CUDA channels-last
   // layout pass (passes/layout_nhwc.cc) runs for those.
   bool reduced_float = false;

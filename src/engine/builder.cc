@@ -428,6 +428,26 @@ Status record_workspaces(EngineImpl& e, const BuilderConfig& cfg, const std::fun
   return Status::Ok();
 }
 
+// CUDA float16/bfloat16 matrix products compute a fused GELU (erf) as cuBLASLt's tanh-form epilogue
+// unless the build keeps it exact (BuilderConfig::exact_gelu): not silent, counted and recorded.
+void report_gelu_as_tanh(EngineImpl* e, const Target& target, const std::function<void(const std::string&)>& log) {
+  if (target.device.kind != DeviceKind::kCUDA || target.exact_gelu) return;
+  int n = 0;
+  for (size_t i = 0; i < e->layers.size() && i < e->model.graph->nodes.size(); ++i) {
+    const ir::Node& node = e->model.graph->nodes[i];
+    const std::string& k = e->layers[i].kernel;
+    if (node.domain == "kiln" && (node.op_type == "FusedMatMul" || node.op_type == "FusedGemm") &&
+        node.attr_string("activation", "") == "Gelu" && node.attr_string("activation_approximate", "none") != "tanh" &&
+        (k.rfind("matmul_cublaslt_f16_", 0) == 0 || k.rfind("matmul_cublaslt_bf16_", 0) == 0))
+      ++n;
+  }
+  if (n == 0) return;
+  e->build["gelu_as_tanh_layers"] = n;
+  log("[kiln build] " + std::to_string(n) +
+      " GELU (erf) layers fused into a reduced-precision cuBLASLt product compute GELU's tanh form (at most 4.7e-4 "
+      "from erf; --exact-gelu keeps erf in a pass of its own)");
+}
+
 Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderConfig& cfg) {
   auto log = [&](const std::string& line) {
     if (cfg.log)
@@ -608,6 +628,7 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
     std::stringstream names(isa_names(needed));
     for (std::string n; names >> n;) e->required_isa.push_back(n);
   }
+  report_gelu_as_tanh(e.get(), target, log);
   KILN_RETURN_IF_ERROR(record_workspaces(*e, cfg, log));
   KILN_RETURN_IF_ERROR(report_reference_layers(e, cfg, engine::tactic_filter(cfg.tactics).none, log));
   KILN_RETURN_IF_ERROR(report_unfolded_qdq(e, cfg, log));

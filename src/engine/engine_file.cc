@@ -93,8 +93,13 @@ nlohmann::json built_for_json(const Target& t) {
     std::stringstream names(isa_names(t.isa));
     for (std::string n; names >> n;) isa.push_back(n);
   }
-  return {{"device", device_name(t.device)},      {"isa", isa},     {"layout_block", t.layout_block},
-          {"precision", dtype_name(t.precision)}, {"tf32", t.tf32}, {"reduced_float", t.reduced_float},
+  return {{"device", device_name(t.device)},
+          {"isa", isa},
+          {"layout_block", t.layout_block},
+          {"precision", dtype_name(t.precision)},
+          {"tf32", t.tf32},
+          {"exact_gelu", t.exact_gelu},
+          {"reduced_float", t.reduced_float},
           {"channels_last", t.channels_last}};
 }
 Target built_for_from(const nlohmann::json& j) {
@@ -103,6 +108,7 @@ Target built_for_from(const nlohmann::json& j) {
   if (!parse_device(device, &t.device))
     throw std::runtime_error("build target device '" + device + "' is not one kiln knows");
   t.tf32 = j.value("tf32", false);
+  t.exact_gelu = j.value("exact_gelu", false);
   t.reduced_float = j.value("reduced_float", false);
   // Engines written before the option: the pass ran for CUDA builds allowing fp16/bf16.
   t.channels_last = j.value("channels_last", t.device.kind == DeviceKind::kCUDA && t.reduced_float);

@@ -53,6 +53,7 @@ backends::LayerSignature signature_of(const ir::Graph& g, const ir::Node& n, con
   sig.compute = target.precision;
   if (ops::computes_in_int8(n)) sig.compute = DataType::kInt8;  // quantized by the graph
   sig.tf32 = target.tf32;
+  sig.exact_gelu = target.exact_gelu;
   for (const auto& name : n.inputs) {
     backends::TensorSig t;
     // A body node may read values of enclosing graphs: the innermost graph that defines the name.

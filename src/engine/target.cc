@@ -52,6 +52,7 @@ Result<Target> target_for(const BuilderConfig& cfg) {
     return InvalidArgument("--tf32 applies to CUDA builds (TF32 is a tensor-core format): build with --device cuda");
   }
   t.tf32 = cfg.tf32;
+  t.exact_gelu = cfg.exact_gelu;
   for (Precision p : cfg.extra_precisions) t.reduced_float |= p == Precision::kFP16 || p == Precision::kBF16;
   t.reduced_float |=
       cfg.precision == Precision::kFP16 || cfg.precision == Precision::kBF16 || cfg.precision == Precision::kMixed;

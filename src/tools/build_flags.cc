@@ -100,6 +100,9 @@ std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const ch
       "where the engine runs: cpu (default), cuda (device 0) or cuda:N. A CUDA engine is built on the machine with "
       "that GPU (its kernels are timed there); layers without a CUDA kernel run on the host, reported");
   flag("--tf32", f.tf32, "CUDA: float32 matrix products may use TF32 tensor cores (default: exact float32)");
+  flag("--exact-gelu", f.exact_gelu,
+       "CUDA, float16/bfloat16: keep GELU (erf) after a matrix product exact, in a pass of its own (default: "
+       "cuBLASLt's fused epilogue, GELU's tanh form, at most 4.7e-4 from erf; the build counts such layers)");
   opt("--precision", f.precision,
       "auto: automatic mixed precision, each layer's precision chosen by measured sensitivity and timing, the "
       "fastest assignment meeting every --tolerance on held-back inputs (the --calib-data batches after "
@@ -189,6 +192,7 @@ Result<BuilderConfig> builder_config(const BuildFlags& f) {
   if (!parse_device(f.device, &cfg.device))
     return InvalidArgument("--device '", f.device, "': one of cpu, cuda, cuda:N");
   cfg.tf32 = f.tf32;
+  cfg.exact_gelu = f.exact_gelu;
   return cfg;
 }
 

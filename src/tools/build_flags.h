@@ -33,6 +33,7 @@ struct BuildFlags {
   double calib_percentile = 99.99;
   std::string device = "cpu";  // --device: cpu, cuda, cuda:N
   bool tf32 = false;
+  bool exact_gelu = false;
   std::string precision;                // --precision auto (automatic mixed precision)
   std::vector<std::string> tolerances;  // --tolerance, repeatable
 };
@@ -42,7 +43,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BuildFlags, min_shapes, opt_shap
                                                 tactics, timing_cache, isa, layout_block, channels_last, strict_tactics,
                                                 verbose, best, strongly_typed, layer_precisions, precision_constraints,
                                                 calib_data, calibrator, calib_cache, calib_batches, calib_batch_size,
-                                                calib_percentile, device, tf32, precision, tolerances)
+                                                calib_percentile, device, tf32, exact_gelu, precision, tolerances)
 
 // Registers the build flags on `cmd` in the option group "Engine build": --min-shapes, --opt-shapes,
 // --max-shapes, --profile, --fp32/--fp16/--bf16/--int8, --isa, --layout-block, --workspace, --activation-memory,

@@ -36,10 +36,11 @@ inline const backends::DeviceRuntime* cuda_device(std::string* why) {
 // The case's signature on cuda:0.
 // The case's signature on cuda:0, computing in `compute` (a reduced-precision tactic's).
 inline backends::LayerSignature cuda_signature(const LayerCase& lc, bool tf32 = false,
-                                               DataType compute = DataType::kFloat32) {
+                                               DataType compute = DataType::kFloat32, bool exact_gelu = false) {
   backends::LayerSignature sig = layer_signature(lc);
   sig.device = {DeviceKind::kCUDA, 0};
   sig.tf32 = tf32;
+  sig.exact_gelu = exact_gelu;
   sig.compute = compute;
   return sig;
 }
@@ -47,8 +48,8 @@ inline backends::LayerSignature cuda_signature(const LayerCase& lc, bool tf32 = 
 // Runs tactic `t` on the case on cuda:0: its outputs on the host, or the error (a decline says so).
 inline Result<std::vector<Tensor>> run_on_gpu(const backends::DeviceRuntime& rt, const backends::Tactic& t,
                                               const LayerCase& lc, bool tf32 = false,
-                                              DataType compute = DataType::kFloat32) {
-  backends::LayerSignature sig = cuda_signature(lc, tf32, compute);
+                                              DataType compute = DataType::kFloat32, bool exact_gelu = false) {
+  backends::LayerSignature sig = cuda_signature(lc, tf32, compute, exact_gelu);
   if (std::string why = backends::why_declined(t, sig); !why.empty()) return Unsupported("declined: ", why);
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<backends::PreparedLayer> p, t.prepare(sig));
   std::vector<Tensor> dev_in(lc.inputs.size());
