@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cuda_timing.h"
 #include "backends/cuda/cudnn_tactics.h"
 
 namespace kiln::backends::cuda {
@@ -137,6 +138,10 @@ class CudaRuntime final : public DeviceRuntime {
       }
     } owner{begin, end};
     KILN_CUDA_RETURN_IF_ERROR(cudaEventCreate(&end));
+    // The GPU waits 50 us first: the layer's launches (cuDNN's and cuBLASLt's host work included) are
+    // queued by the time it reaches `begin`, so the events time the GPU's work, what a CUDA graph replays,
+    // not the host's launch latency (which made the picks of small layers drift from build to build).
+    KILN_CUDA_RETURN_IF_ERROR(launch_delay(50000, s));
     KILN_CUDA_RETURN_IF_ERROR(cudaEventRecord(begin, s));
     KILN_RETURN_IF_ERROR(run());
     KILN_CUDA_RETURN_IF_ERROR(cudaEventRecord(end, s));
