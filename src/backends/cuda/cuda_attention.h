@@ -73,7 +73,9 @@ cudaError_t flash_attention_configure(FloatType t, int64_t d);
 // Y = softmax(scale * Q K' + mask) V per problem, float32 scores, softmax and accumulation (online
 // softmax over tiles of 64 keys), P rounded to the dtype for the product with V. mask: null for none.
 // A row whose every score is -inf gives NaN like the reference's Softmax.
+// mma: the register-resident form on mma.sync (attention_flash2_*), else the wmma form with the scores in
+// shared memory (attention_fused_*).
 cudaError_t launch_flash_attention(const void* q, const void* k, const void* v, const void* mask, void* y,
-                                   const FlashAttentionParams& p, FloatType t, cudaStream_t s);
+                                   const FlashAttentionParams& p, FloatType t, cudaStream_t s, bool mma = false);
 
 }  // namespace kiln::backends::cuda

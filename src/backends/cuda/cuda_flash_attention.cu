@@ -15,6 +15,7 @@
 #include <mma.h>
 
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "backends/cuda/cuda_attention.h"
@@ -190,10 +191,178 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The second form (attention_flash2_*): FlashAttention-2's register-resident loop on mma.sync.m16n8k16
+// (whose fragment layouts PTX documents), the same tiles and arithmetic as above. Per warp, with
+// g = lane / 4 and t = lane % 4: S's accumulators for 8 keys hold rows g and g + 8 at keys 2t, 2t + 1;
+// the row max and sum reduce over the 4 lanes of a quad; P goes from S's accumulator layout straight
+// into the A operand of P V (keys 16c .. 16c + 15 are S's tiles 2c and 2c + 1); O stays in registers.
+// Scores, softmax and O in float32, P rounded once to the dtype (l sums the rounded values), Y = O / l.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two 16-bit values as one register, `lo` in the low half (the element of the lower index).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(T lo, T hi) {
+  const uint16_t l = *reinterpret_cast<const uint16_t*>(&lo), h = *reinterpret_cast<const uint16_t*>(&hi);
+  return static_cast<uint32_t>(l) | (static_cast<uint32_t>(h) << 16);
+}
+template <typename T>
+__device__ __forceinline__ uint32_t load2(const T* p) {  // p 4-byte aligned
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+template <int D>
+struct Layout2 {
+  static constexpr int ldh = D + kPadH;  // Q, K, V tiles [64][ldh]: rows 16-byte aligned
+  static constexpr size_t tile_bytes = size_t{kTile} * ldh * 2;
+  static constexpr size_t q_off = 0, k_off = tile_bytes, v_off = 2 * tile_bytes;
+  static constexpr size_t bytes = 3 * tile_bytes;
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_attention_mma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                               const T* __restrict__ mask, T* __restrict__ y, FlashAttentionParams p, bool vec) {
+  using L = Layout2<D>;
+  constexpr int kN = kTile / 8;  // S tiles of 8 keys
+  constexpr int kO = D / 8;      // O tiles of 8 columns
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* qs = reinterpret_cast<T*>(smem + L::q_off);
+  T* ks = reinterpret_cast<T*>(smem + L::k_off);
+  T* vs = reinterpret_cast<T*>(smem + L::v_off);
+
+  const int64_t qtiles = (p.sq + kTile - 1) / kTile;
+  const int64_t problem = static_cast<int64_t>(blockIdx.x) / qtiles;
+  const int64_t q0 = (static_cast<int64_t>(blockIdx.x) % qtiles) * kTile;
+  if (problem >= p.problems) return;
+  const int64_t b = problem / p.nh, h = problem % p.nh;
+  const T* qp = q + p.q.base + b * p.q.sb + h * p.q.sh;
+  const T* kp = k + p.k.base + b * p.k.sb + h * p.k.sh;
+  const T* vp = v + p.v.base + b * p.v.sb + h * p.v.sh;
+  T* yp = y + p.y.base + b * p.y.sb + h * p.y.sh;
+  const T* mp = mask ? mask + attention_mask_problem_offset(p.mask, problem) : nullptr;
+  const int64_t mrow = p.mask.mask_row_stride, mcol = p.mask.mask_col_stride;
+
+  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int r0 = warp * 16 + g;  // the tile's rows of this thread: r0 and r0 + 8
+  const int64_t gq[2] = {q0 + r0, q0 + r0 + 8};
+  load_tile<T, D>(qs, L::ldh, qp, q0, p.sq, p.q.row, 1, vec);
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int c = kk * 16 + 2 * t;
+    qf[kk][0] = load2(qs + r0 * L::ldh + c);
+    qf[kk][1] = load2(qs + (r0 + 8) * L::ldh + c);
+    qf[kk][2] = load2(qs + r0 * L::ldh + c + 8);
+    qf[kk][3] = load2(qs + (r0 + 8) * L::ldh + c + 8);
+  }
+  float o[kO][4];
+  for (int n = 0; n < kO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};
+
+  for (int64_t k0 = 0; k0 < p.sk; k0 += kTile) {
+    __syncthreads();  // every warp is done with the previous K and V tiles
+    load_tile<T, D>(ks, L::ldh, kp, k0, p.sk, p.k.row, p.k.col, vec);
+    load_tile<T, D>(vs, L::ldh, vp, k0, p.sk, p.v.row, 1, vec);
+    __syncthreads();
+
+    // S [16 x 64] = Q K': B's column n is key n, B's rows are the head dims: K's row, read in pairs.
+    float s[kN][4];
+    for (int j = 0; j < kN; ++j) {
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+      const T* kr = ks + (j * 8 + g) * L::ldh + 2 * t;
+      for (int kk = 0; kk < D / 16; ++kk) mma_16816<T>(s[j], qf[kk], load2(kr + kk * 16), load2(kr + kk * 16 + 8));
+    }
+    // Scale, mask, -inf past the last key; the online softmax of rows r0 (e = 0, 1) and r0 + 8 (e = 2, 3).
+    float mx[2] = {-INFINITY, -INFINITY};
+    for (int j = 0; j < kN; ++j)
+      for (int e = 0; e < 4; ++e) {
+        const int half = e >> 1;
+        const int64_t gk = k0 + j * 8 + 2 * t + (e & 1);
+        float x = -INFINITY;
+        if (gk < p.sk) {
+          x = s[j][e] * p.scale;
+          if (mp && gq[half] < p.sq) x += to_f32(mp[gq[half] * mrow + gk * mcol]);
+        }
+        s[j][e] = x;
+        mx[half] = fmaxf(mx[half], x);
+      }
+    float alpha[2], use[2];
+    for (int hh = 0; hh < 2; ++hh) {
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+      const float m_new = fmaxf(row_m[hh], mx[hh]);
+      use[hh] = m_new == -INFINITY ? 0.f : m_new;  // all -inf so far: p = 0, no inf - inf
+      alpha[hh] = expf(row_m[hh] - use[hh]);       // row_m -inf: 0 (O and l are 0 still)
+      row_m[hh] = m_new;
+    }
+    uint32_t pf[kN / 2][4];  // P as the A operand of P V, 16 keys per chunk
+    float sum[2] = {0.f, 0.f};
+    for (int j = 0; j < kN; ++j) {
+      T pt[4];
+      for (int e = 0; e < 4; ++e) {
+        pt[e] = to_storage<T>(expf(s[j][e] - use[e >> 1]));
+        sum[e >> 1] += to_f32(pt[e]);
+      }
+      pf[j / 2][(j & 1) * 2 + 0] = pack2(pt[0], pt[1]);  // row r0
+      pf[j / 2][(j & 1) * 2 + 1] = pack2(pt[2], pt[3]);  // row r0 + 8
+    }
+    for (int hh = 0; hh < 2; ++hh) {
+      sum[hh] += __shfl_xor_sync(0xffffffffu, sum[hh], 1);
+      sum[hh] += __shfl_xor_sync(0xffffffffu, sum[hh], 2);
+      row_l[hh] = row_l[hh] * alpha[hh] + sum[hh];
+    }
+    for (int n = 0; n < kO; ++n) o[n][0] *= alpha[0], o[n][1] *= alpha[0], o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+    // O [16 x D] += P [16 x 64] V [64 x D]: B's rows are keys, its column n is head dim n; the pair of
+    // keys 2t, 2t + 1 of one column comes from two rows of V's tile.
+    for (int c = 0; c < kN / 2; ++c) {
+      // The A operand's register order: (r0, keys 2t..), (r0 + 8, keys 2t..), (r0, keys 8 + 2t..), (r0 + 8, 8 + 2t..).
+      const uint32_t a[4] = {pf[c][0], pf[c][1], pf[c][2], pf[c][3]};
+      const T* v0 = vs + (c * 16 + 2 * t) * L::ldh + g;
+      for (int n = 0; n < kO; ++n) {
+        const T* vc = v0 + n * 8;
+        const uint32_t b0 = pack2(vc[0], vc[L::ldh]), b1 = pack2(vc[8 * L::ldh], vc[9 * L::ldh]);
+        mma_16816<T>(o[n], a, b0, b1);
+      }
+    }
+  }
+
+  for (int hh = 0; hh < 2; ++hh) {
+    if (gq[hh] >= p.sq) continue;
+    const float inv_l = row_l[hh];
+    T* yr = yp + gq[hh] * p.y.row;
+    for (int n = 0; n < kO; ++n) {
+      const int col = n * 8 + 2 * t;
+      yr[col] = to_storage<T>(o[n][2 * hh] / inv_l);
+      yr[col + 1] = to_storage<T>(o[n][2 * hh + 1] / inv_l);
+    }
+  }
+}
+
 template <typename T, int D>
 cudaError_t configure_once() {
-  static const cudaError_t e = cudaFuncSetAttribute(
-      flash_attention_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout<D>::bytes));
+  static const cudaError_t e = [] {
+    cudaError_t a = cudaFuncSetAttribute(flash_attention_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(Layout<D>::bytes));
+    if (a != cudaSuccess) return a;
+    return cudaFuncSetAttribute(flash_attention_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(Layout2<D>::bytes));
+  }();
   return e;
 }
 
@@ -227,7 +396,7 @@ cudaError_t flash_attention_configure(FloatType t, int64_t d) {
 }
 
 cudaError_t launch_flash_attention(const void* q, const void* k, const void* v, const void* mask, void* y,
-                                   const FlashAttentionParams& p, FloatType t, cudaStream_t s) {
+                                   const FlashAttentionParams& p, FloatType t, cudaStream_t s, bool mma) {
   if (!flash_attention_supports(t, p.d) || p.sq <= 0 || p.sk <= 0 || p.problems <= 0 || p.nh <= 0)
     return cudaErrorInvalidValue;
   if (p.q.col != 1 || p.v.col != 1 || p.y.col != 1) return cudaErrorInvalidValue;
@@ -246,9 +415,15 @@ cudaError_t launch_flash_attention(const void* q, const void* k, const void* v, 
     using T = decltype(tag);
     constexpr int D = decltype(dc)::value;
     if (cudaError_t c = configure_once<T, D>(); c != cudaSuccess) return c;
-    flash_attention_kernel<T, D><<<static_cast<unsigned>(blocks), kThreads, Layout<D>::bytes, s>>>(
-        static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(mask),
-        static_cast<T*>(y), p, vec);
+    if (mma) {
+      flash_attention_mma_kernel<T, D><<<static_cast<unsigned>(blocks), kThreads, Layout2<D>::bytes, s>>>(
+          static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(mask),
+          static_cast<T*>(y), p, vec);
+    } else {
+      flash_attention_kernel<T, D><<<static_cast<unsigned>(blocks), kThreads, Layout<D>::bytes, s>>>(
+          static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(mask),
+          static_cast<T*>(y), p, vec);
+    }
     return cudaGetLastError();
   });
 }

@@ -1,5 +1,6 @@
 // kiln.Attention and kiln.MultiHeadAttention on CUDA as one fused kernel (cuda_flash_attention.cu):
-// attention_fused_f16_cuda and attention_fused_bf16_cuda, for head sizes 32, 64 and 128 with V's head
+// attention_fused_{f16,bf16}_cuda (wmma, the scores in shared memory) and attention_flash2_{f16,bf16}_cuda
+// (mma.sync, scores, P and O in registers: FlashAttention-2's loop), for head sizes 32, 64 and 128 with V's head
 // size Q's. The signature analysis is the cuBLASLt tactic's (cuda_attention_geometry.h): the heads
 // read in place, packed QKV, shared K/V, K transposed, the mask broadcast along any dims. No
 // workspace: the scores never leave shared memory. Other head sizes, float32 and V head sizes that
@@ -40,6 +41,7 @@ class PreparedFlashAttention : public PreparedLayer {
   FlashAttentionParams params;
   size_t sig_k = 1, sig_v = 2;
   bool has_mask = false;
+  bool mma = false;
   std::string name;
 
   std::vector<Dims> output_shapes() const override { return {out}; }
@@ -52,16 +54,18 @@ class PreparedFlashAttention : public PreparedLayer {
     const void* mask = has_mask ? consts.data(3, in) : nullptr;
     if (!q || !k || !v || (has_mask && !mask) || outs.empty() || !outs[0])
       return Internal(name, ": an input is missing");
-    return cuda_status(launch_flash_attention(q, k, v, mask, outs[0]->raw(), params, flash_type(dtype), stream_of(ctx)),
-                       "flash_attention_kernel");
+    return cuda_status(
+        launch_flash_attention(q, k, v, mask, outs[0]->raw(), params, flash_type(dtype), stream_of(ctx), mma),
+        mma ? "flash_attention_mma_kernel" : "flash_attention_kernel");
   }
 };
 
 class AttentionFused : public Tactic {
  public:
-  explicit AttentionFused(DataType dt) : dt_(dt) {}
+  AttentionFused(DataType dt, bool mma) : dt_(dt), mma_(mma) {}
   std::string name() const override {
-    return dt_ == DataType::kFloat16 ? "attention_fused_f16_cuda" : "attention_fused_bf16_cuda";
+    const char* suffix = dt_ == DataType::kFloat16 ? "_f16_cuda" : "_bf16_cuda";
+    return std::string(mma_ ? "attention_flash2" : "attention_fused") + suffix;
   }
   TacticInfo info() const override { return {DeviceKind::kCUDA, kIsaPortable, dt_, {dt_}, {dt_}}; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
@@ -91,6 +95,7 @@ class AttentionFused : public Tactic {
     const bool packed = attention_packed(sig);
     l->sig_k = packed ? 0 : 1, l->sig_v = packed ? 0 : 2;
     l->has_mask = sig.has_input(3);
+    l->mma = mma_;
     KILN_RETURN_IF_ERROR(l->consts.upload(sig));
     FlashAttentionParams& p = l->params;
     p.sq = g.sq, p.sk = g.sk, p.d = g.d;
@@ -106,13 +111,15 @@ class AttentionFused : public Tactic {
 
  private:
   DataType dt_;
+  bool mma_;
 };
 
 }  // namespace
 
 std::vector<const Tactic*> flash_attention_tactics() {
-  static const AttentionFused f16(DataType::kFloat16), bf16(DataType::kBFloat16);
-  return {&f16, &bf16};
+  static const AttentionFused f16(DataType::kFloat16, false), bf16(DataType::kBFloat16, false),
+      f16_mma(DataType::kFloat16, true), bf16_mma(DataType::kBFloat16, true);
+  return {&f16, &bf16, &f16_mma, &bf16_mma};
 }
 
 }  // namespace kiln::backends::cuda

@@ -63,6 +63,10 @@ std::string fused_name(DataType dt) {
 }
 const Under kCublasLt = {cublaslt_name, {std::begin(kDtypes), std::end(kDtypes)}, {8, 40, 64}, true};
 const Under kFused = {fused_name, {DataType::kFloat16, DataType::kBFloat16}, {32, 64, 128}, false};
+std::string flash2_name(DataType dt) {
+  return dt == DataType::kFloat16 ? "attention_flash2_f16_cuda" : "attention_flash2_bf16_cuda";
+}
+const Under kFlash2 = {flash2_name, {DataType::kFloat16, DataType::kBFloat16}, {32, 64, 128}, false};
 double tolerance(DataType dt) {
   if (dt == DataType::kFloat32) return 1e-4;
   return 3 * (dt == DataType::kFloat16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8)) + 1e-4;
@@ -202,6 +206,7 @@ TEST(CudaAttention, AttentionMatchesTheReference) {
 TEST(CudaAttention, FusedAttentionMatchesTheReference) {
   KILN_SKIP_WITHOUT_GPU();
   attention_cases(*gpu, kFused);
+  attention_cases(*gpu, kFlash2);
 }
 
 void multi_head_cases(const backends::DeviceRuntime& rt, const Under& u) {
@@ -241,6 +246,7 @@ TEST(CudaAttention, MultiHeadAttentionMatchesTheReference) {
 TEST(CudaAttention, FusedMultiHeadAttentionMatchesTheReference) {
   KILN_SKIP_WITHOUT_GPU();
   multi_head_cases(*gpu, kFused);
+  multi_head_cases(*gpu, kFlash2);
 }
 
 TEST(CudaAttention, DeclinesWhatItCannotRunWithTheReason) {
@@ -396,7 +402,7 @@ void check_bert_layer(int64_t kD) {
       if (l.op_type != "MultiHeadAttention") continue;
       // Either tactic (the tuner picks the faster); the fused one only where it applies.
       const bool cublaslt = l.kernel.rfind("attention_cublaslt", 0) == 0;
-      const bool fused = l.kernel.rfind("attention_fused", 0) == 0;
+      const bool fused = l.kernel.rfind("attention_fused", 0) == 0 || l.kernel.rfind("attention_flash2", 0) == 0;
       EXPECT_TRUE(cublaslt || fused) << l.kernel;
       EXPECT_FALSE(fused && (kD != 32 || prec != Precision::kFP16)) << l.kernel << " at head size " << kD;
       mha += cublaslt || fused;
