@@ -45,10 +45,19 @@ inline backends::LayerSignature cuda_signature(const LayerCase& lc, bool tf32 = 
 }
 
 // Runs tactic `t` on the case on cuda:0: its outputs on the host, or the error (a decline says so).
+// Runs tactic `t` on the case on cuda:0 with signature `sig` (the case's, with its compute precision
+// and output dtypes set by the caller).
+inline Result<std::vector<Tensor>> run_signature_on_gpu(const backends::DeviceRuntime& rt, const backends::Tactic& t,
+                                                        const LayerCase& lc, const backends::LayerSignature& sig);
+
 inline Result<std::vector<Tensor>> run_on_gpu(const backends::DeviceRuntime& rt, const backends::Tactic& t,
                                               const LayerCase& lc, bool tf32 = false,
                                               DataType compute = DataType::kFloat32) {
-  backends::LayerSignature sig = cuda_signature(lc, tf32, compute);
+  return run_signature_on_gpu(rt, t, lc, cuda_signature(lc, tf32, compute));
+}
+
+inline Result<std::vector<Tensor>> run_signature_on_gpu(const backends::DeviceRuntime& rt, const backends::Tactic& t,
+                                                        const LayerCase& lc, const backends::LayerSignature& sig) {
   if (std::string why = backends::why_declined(t, sig); !why.empty()) return Unsupported("declined: ", why);
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<backends::PreparedLayer> p, t.prepare(sig));
   std::vector<Tensor> dev_in(lc.inputs.size());
