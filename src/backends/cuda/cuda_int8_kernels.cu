@@ -106,8 +106,8 @@ __global__ void qconv_direct_kernel(const void* __restrict__ x, bool x_signed, i
         }
       }
     }
-    const int64_t total_acc = static_cast<int64_t>(acc) - static_cast<int64_t>(x_zp) * wsum +
-                              (e.comp ? static_cast<int64_t>(e.comp[m]) : 0);
+    const int64_t total_acc =
+        static_cast<int64_t>(acc) - static_cast<int64_t>(x_zp) * wsum + (e.comp ? static_cast<int64_t>(e.comp[m]) : 0);
     store8(y, i, requantize_acc(total_acc, m, residual, i, e), e.y_signed);
   }
 }
@@ -125,18 +125,42 @@ __global__ void qepilogue_kernel(const void* __restrict__ acc, bool acc_int, con
   }
 }
 
-__global__ void int8_pad_shift_kernel(const void* __restrict__ x, int8_t* __restrict__ out, int32_t shift,
-                                      int8_t fill, int64_t n, int64_t h, int64_t w, int64_t c, int64_t ph,
-                                      int64_t pw, int64_t out_h, int64_t out_w) {
-  const int64_t total = n * out_h * out_w * c;
+// Four channels per thread (M a multiple of 4, 16-byte aligned float acc, 4-byte aligned y and
+// residual): one float4 load and one 4-byte store.
+__global__ void qepilogue4_kernel(const float4* __restrict__ acc, const void* __restrict__ residual,
+                                  uint32_t* __restrict__ y, int64_t rows, int64_t m_count, QEpilogue e) {
+  const int64_t m4 = m_count / 4, total = rows * m4;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = (i % m4) * 4, at = i * 4;
+    const float4 a = acc[i];
+    const float v[4] = {a.x, a.y, a.z, a.w};
+    uint32_t out = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      int64_t q = __float2ll_rn(v[k]);
+      if (e.comp) q += e.comp[m + k];
+      const int32_t b = static_cast<int32_t>(requantize_acc(q, m + k, residual, at + k, e));
+      out |= (static_cast<uint32_t>(b) & 0xFFu) << (8 * k);
+    }
+    y[i] = out;
+  }
+}
+
+__global__ void int8_pad_shift_kernel(const void* __restrict__ x, int8_t* __restrict__ out, int32_t shift, int8_t fill,
+                                      int64_t n, int64_t h, int64_t w, int64_t c, int64_t ph, int64_t pw, int64_t out_h,
+                                      int64_t out_w, int64_t out_c) {
+  const int64_t total = n * out_h * out_w * out_c;
   const bool is_signed = shift == 0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t ch = i % c, pix = i / c;
+    const int64_t ch = i % out_c, pix = i / out_c;
     const int64_t ox = pix % out_w, oy = (pix / out_w) % out_h, b = pix / (out_w * out_h);
     const int64_t iy = oy - ph, ix = ox - pw;
     int8_t v = fill;
-    if (iy >= 0 && iy < h && ix >= 0 && ix < w)
+    if (ch >= c)
+      v = 0;  // a padding channel (its weights are 0)
+    else if (iy >= 0 && iy < h && ix >= 0 && ix < w)
       v = static_cast<int8_t>(load8(x, ((b * h + iy) * w + ix) * c + ch, is_signed) - shift);
     out[i] = v;
   }
@@ -169,8 +193,8 @@ __global__ void qpool_kernel(const void* __restrict__ x, void* __restrict__ y, Q
   }
 }
 
-__global__ void quantize_kernel(const float* __restrict__ x, void* __restrict__ y, bool y_signed, float scale,
-                                float zp, int64_t n, int64_t c, int64_t inner, bool channels_last) {
+__global__ void quantize_kernel(const float* __restrict__ x, void* __restrict__ y, bool y_signed, float scale, float zp,
+                                int64_t n, int64_t c, int64_t inner, bool channels_last) {
   const int64_t total = n * c * inner;
   const float lo = y_signed ? -128.f : 0.f, hi = y_signed ? 127.f : 255.f;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -197,10 +221,9 @@ __global__ void dequantize_kernel(const void* __restrict__ x, bool x_signed, flo
 }
 
 // One thread per output; consecutive threads on consecutive columns j (B's rows read coalesced).
-__global__ void qmatmul_kernel(const void* __restrict__ x, const void* __restrict__ b,
-                               const int32_t* __restrict__ b_zp, const float* __restrict__ scale,
-                               const float* __restrict__ bias, const float* __restrict__ residual,
-                               float* __restrict__ y, QMatMulParams p) {
+__global__ void qmatmul_kernel(const void* __restrict__ x, const void* __restrict__ b, const int32_t* __restrict__ b_zp,
+                               const float* __restrict__ scale, const float* __restrict__ bias,
+                               const float* __restrict__ residual, float* __restrict__ y, QMatMulParams p) {
   const int64_t total = p.rows * p.n;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -242,15 +265,21 @@ cudaError_t launch_qconv_direct(const void* x, bool x_signed, int32_t x_zp, cons
 
 cudaError_t launch_qepilogue(const void* acc, bool acc_int, const void* residual, void* y, int64_t rows, int64_t m,
                              const QEpilogue& e, cudaStream_t s) {
+  const bool aligned = reinterpret_cast<uintptr_t>(acc) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 4 == 0;
+  if (!acc_int && m % 4 == 0 && aligned) {
+    qepilogue4_kernel<<<blocks_for(rows * m / 4), kThreads, 0, s>>>(static_cast<const float4*>(acc), residual,
+                                                                    static_cast<uint32_t*>(y), rows, m, e);
+    return cudaGetLastError();
+  }
   qepilogue_kernel<<<blocks_for(rows * m), kThreads, 0, s>>>(acc, acc_int, residual, y, rows, m, e);
   return cudaGetLastError();
 }
 
 cudaError_t launch_int8_pad_shift(const void* x, int8_t* out, int32_t shift, int8_t fill, int64_t n, int64_t h,
                                   int64_t w, int64_t c, int64_t ph, int64_t pw, int64_t out_h, int64_t out_w,
-                                  cudaStream_t s) {
-  int8_pad_shift_kernel<<<blocks_for(n * out_h * out_w * c), kThreads, 0, s>>>(x, out, shift, fill, n, h, w, c, ph,
-                                                                                pw, out_h, out_w);
+                                  int64_t out_c, cudaStream_t s) {
+  int8_pad_shift_kernel<<<blocks_for(n * out_h * out_w * out_c), kThreads, 0, s>>>(x, out, shift, fill, n, h, w, c, ph,
+                                                                                   pw, out_h, out_w, out_c);
   return cudaGetLastError();
 }
 
@@ -261,8 +290,7 @@ cudaError_t launch_qpool(const void* x, void* y, const QPoolParams& p, cudaStrea
 
 cudaError_t launch_quantize(const float* x, void* y, bool y_signed, float scale, float zp, int64_t n, int64_t c,
                             int64_t inner, bool channels_last, cudaStream_t s) {
-  quantize_kernel<<<blocks_for(n * c * inner), kThreads, 0, s>>>(x, y, y_signed, scale, zp, n, c, inner,
-                                                                 channels_last);
+  quantize_kernel<<<blocks_for(n * c * inner), kThreads, 0, s>>>(x, y, y_signed, scale, zp, n, c, inner, channels_last);
   return cudaGetLastError();
 }
 

@@ -20,8 +20,8 @@ namespace kiln::backends::cuda {
 //   v = act(v); y = sat(rint(v / y_scale) + y_zp)
 enum class QAct : int { kNone, kRelu, kClip };
 struct QEpilogue {
-  const double* scale = nullptr;   // [M] on the device
-  const int32_t* comp = nullptr;   // [M] on the device: bias (+ the cuDNN path's zero point compensation); may be null
+  const double* scale = nullptr;  // [M] on the device
+  const int32_t* comp = nullptr;  // [M] on the device: bias (+ the cuDNN path's zero point compensation); may be null
   double inner_scale = 0, inner_zp = 0, inner_lo = 0, inner_hi = 0;  // inner_scale > 0: has_inner
   double residual_scale = 1, residual_zp = 0;
   QAct act = QAct::kNone;
@@ -48,10 +48,11 @@ cudaError_t launch_qepilogue(const void* acc, bool acc_int, const void* residual
                              const QEpilogue& e, cudaStream_t s);
 
 // cuDNN's INT8 input: out[n, h + ph, w + pw, c] = x - shift (x int8 or uint8 NHWC, shift 128 for uint8,
-// 0 for int8) inside, `fill` in the padding border, into [N, H + ph + pe_h, W + pw + pe_w, C].
+// 0 for int8) inside, `fill` in the padding border, into [N, out_h, out_w, out_c] (out_c >= c: the
+// channels from c on are 0, for weights padded with zeros to a multiple of 4 channels).
 cudaError_t launch_int8_pad_shift(const void* x, int8_t* out, int32_t shift, int8_t fill, int64_t n, int64_t h,
                                   int64_t w, int64_t c, int64_t ph, int64_t pw, int64_t out_h, int64_t out_w,
-                                  cudaStream_t s);
+                                  int64_t out_c, cudaStream_t s);
 
 // kiln.QPool on channels-last [N, H, W, C] -> [N, OH, OW, C] (max: of the centered integers; avg: their
 // sum over the taps inside / count), then y = sat(rint(v / y_scale) + y_zp).

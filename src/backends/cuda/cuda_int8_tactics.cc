@@ -6,10 +6,11 @@
 //    uint8 activations and zero points are exact without widening: x - 128 (uint8) or x (int8) is
 //    int8, the padding border is written explicitly with the zero point's value (so a pad tap
 //    contributes (zp - shift) * w like every other tap's shift), and the per-channel constant
-//    (zp - shift) * sum(w[m]) is subtracted in the epilogue together with the bias. With int8 x and
-//    zero point 0 (kiln's CUDA-calibrated builds' case, when the calibrator writes symmetric int8)
-//    x is read in place. Channel counts must be multiples of 4 (cuDNN's INT8 rule), group 1; the
-//    configuration is run once at prepare time, so one cuDNN declines is declined there, not at run.
+//    (zp - shift) * sum(w[m]) is subtracted in the epilogue together with the bias. That copy is
+//    skipped (x read in place, cuDNN's own zero pads) for int8 x with zero point 0, symmetric pads
+//    and C a multiple of 4. cuDNN's INT8 channel rule (multiples of 4): C is padded with zero
+//    weights in the same copy, M must be one; group 1. The configuration is run once at prepare
+//    time, so a configuration cuDNN cannot run is declined there, never at run time.
 //  - qconv_cuda_direct: kiln's direct kernel (one thread per output, dp4a over 4 channels when C/g is
 //    a multiple of 4), any group, stride, dilation, pads, uint8/int8, channels-last or not, and the
 //    Gemm form [N, C]: the complete fallback, slower.
@@ -64,7 +65,8 @@ std::string qconv_common_reason(const LayerSignature& sig) {
   const TensorSig& x = sig.inputs[0];
   const TensorSig& w = sig.inputs[1];
   if (!is_8bit(x.dtype)) return std::string("x is ") + dtype_name(x.dtype);
-  if (!w.constant || w.dtype != DataType::kInt8 || w.shape.size() != 4) return "w is not a constant int8 [M, C/g, kh, kw]";
+  if (!w.constant || w.dtype != DataType::kInt8 || w.shape.size() != 4)
+    return "w is not a constant int8 [M, C/g, kh, kw]";
   if (!x.known()) return "x's shape is not known";
   if (x.shape.size() != 2 && x.shape.size() != 4) return "not a 2-D convolution or a Gemm";
   if (sig.has_input(2) && (!sig.inputs[2].constant || sig.inputs[2].dtype != DataType::kInt32))
@@ -179,10 +181,10 @@ class PreparedQConvDirect : public PreparedLayer {
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
     const void* r = p.has_residual ? in[3]->raw() : nullptr;
-    return cuda_status(launch_qconv_direct(in[0]->raw(), p.x_type == DataType::kInt8,
-                                           static_cast<int32_t>(p.q.x_zero_point), weight.data<int8_t>(), r,
-                                           out[0]->raw(), p.g, e, stream_of(ctx)),
-                       "qconv_cuda_direct");
+    return cuda_status(
+        launch_qconv_direct(in[0]->raw(), p.x_type == DataType::kInt8, static_cast<int32_t>(p.q.x_zero_point),
+                            weight.data<int8_t>(), r, out[0]->raw(), p.g, e, stream_of(ctx)),
+        "qconv_cuda_direct");
   }
 };
 
@@ -240,7 +242,7 @@ class PreparedQConvCudnn : public PreparedLayer {
   bool copy = false;
   int32_t shift = 0;
   int8_t fill = 0;
-  int64_t padded_h = 0, padded_w = 0;
+  int64_t padded_h = 0, padded_w = 0, padded_c = 0;
   size_t copy_bytes = 0, acc_bytes = 0;
 
   std::vector<Dims> output_shapes() const override { return {p.out_shape}; }
@@ -262,8 +264,8 @@ class PreparedQConvCudnn : public PreparedLayer {
     const QConvGeometry& g = p.g;
     if (copy) {
       int8_t* padded = static_cast<int8_t*>(ws.take(copy_bytes));
-      KILN_CUDA_RETURN_IF_ERROR(
-          launch_int8_pad_shift(x, padded, shift, fill, g.n, g.h, g.w, g.c, g.ph, g.pw, padded_h, padded_w, s));
+      KILN_CUDA_RETURN_IF_ERROR(launch_int8_pad_shift(x, padded, shift, fill, g.n, g.h, g.w, g.c, g.ph, g.pw, padded_h,
+                                                      padded_w, padded_c, s));
       x = padded;
     }
     float* acc = static_cast<float*>(ws.take(acc_bytes));
@@ -290,8 +292,7 @@ class QConvCudnnCuda : public Tactic {
     if (x.size() != 4 || !q.channels_last) return "not a channels-last 2-D convolution (the Gemm form goes direct)";
     if (sig.node->attr_int("group", 1) != 1) return "grouped (cuDNN's INT8 convolution takes group 1)";
     const Dims& w = sig.inputs[1].shape;
-    if (x[3] % 4 != 0 || w[0] % 4 != 0)
-      return "C " + std::to_string(x[3]) + " or M " + std::to_string(w[0]) + " is not a multiple of 4 (cuDNN INT8)";
+    if (w[0] % 4 != 0) return "M " + std::to_string(w[0]) + " is not a multiple of 4 (cuDNN INT8)";
     return "";
   }
   Result<std::unique_ptr<PreparedLayer>> prepare(const LayerSignature& sig) const override {
@@ -302,33 +303,37 @@ class QConvCudnnCuda : public Tactic {
     const int dev = sig.device.index;
     l->shift = l->p.x_type == DataType::kUInt8 ? 128 : 0;
     const int64_t fill = l->p.q.x_zero_point - l->shift;
-    if (fill < -128 || fill > 127) return Unsupported(name(), ": the zero point ", l->p.q.x_zero_point, " is out of range");
+    if (fill < -128 || fill > 127)
+      return Unsupported(name(), ": the zero point ", l->p.q.x_zero_point, " is out of range");
     l->fill = static_cast<int8_t>(fill);
     const bool pads = g.ph || g.pw || l->p.pad_end_h || l->p.pad_end_w;
     const bool symmetric = g.ph == l->p.pad_end_h && g.pw == l->p.pad_end_w;
-    l->copy = l->shift != 0 || (pads && (fill != 0 || !symmetric));
+    const int64_t c4 = (g.c + 3) / 4 * 4;  // cuDNN's INT8 channels: a multiple of 4 (zero weights pad C)
+    l->copy = l->shift != 0 || c4 != g.c || (pads && (fill != 0 || !symmetric));
+    l->padded_c = c4;
     if (l->copy) {
       l->padded_h = g.h + g.ph + l->p.pad_end_h, l->padded_w = g.w + g.pw + l->p.pad_end_w;
-      l->copy_bytes = static_cast<size_t>(g.n * l->padded_h * l->padded_w * g.c);
+      l->copy_bytes = static_cast<size_t>(g.n * l->padded_h * l->padded_w * c4);
     }
     l->acc_bytes = static_cast<size_t>(g.n * g.oh * g.ow * g.m) * sizeof(float);
     const int64_t xh = l->copy ? l->padded_h : g.h, xw = l->copy ? l->padded_w : g.w;
-    for (int64_t v : {g.n, g.c, xh, xw, g.m, g.oh, g.ow})
+    for (int64_t v : {g.n, c4, xh, xw, g.m, g.oh, g.ow})
       if (v > INT32_MAX) return Unsupported(name(), ": a dim above 2^31 (cuDNN takes int)");
-    if (g.n * xh * xw * g.c > INT32_MAX || g.n * g.oh * g.ow * g.m > INT32_MAX)
+    if (g.n * xh * xw * c4 > INT32_MAX || g.n * g.oh * g.ow * g.m > INT32_MAX)
       return Unsupported(name(), ": a tensor of 2^31 elements or more");
 
     // The weight KRSC and its per-channel sums (the zero point term).
     const Tensor& w = *sig.inputs[1].constant;
     const int64_t taps = g.kh * g.kw;
-    Tensor wt(DataType::kInt8, {g.m, g.kh, g.kw, g.c});
+    Tensor wt(DataType::kInt8, {g.m, g.kh, g.kw, c4});
+    std::fill(wt.data<int8_t>(), wt.data<int8_t>() + wt.numel(), int8_t{0});
     std::vector<int64_t> comp = bias_of(sig, g.m);
     for (int64_t m = 0; m < g.m; ++m) {
       int64_t sum = 0;
       for (int64_t c = 0; c < g.c; ++c)
         for (int64_t t = 0; t < taps; ++t) {
           const int64_t v = w.get_i64((m * g.c + c) * taps + t);
-          wt.data<int8_t>()[(m * taps + t) * g.c + c] = static_cast<int8_t>(v);
+          wt.data<int8_t>()[(m * taps + t) * c4 + c] = static_cast<int8_t>(v);
           sum += v;
         }
       comp[static_cast<size_t>(m)] -= fill * sum;
@@ -336,7 +341,7 @@ class QConvCudnnCuda : public Tactic {
     KILN_ASSIGN_OR_RETURN(l->weight, to_device(runtime(), dev, wt, nullptr));
     KILN_ASSIGN_OR_RETURN(l->e, make_epilogue(l->p, comp, dev, &l->scale, &l->comp));
 
-    const int ci = static_cast<int>(g.c), mi = static_cast<int>(g.m);
+    const int ci = static_cast<int>(c4), mi = static_cast<int>(g.m);
     KILN_CUDNN_INT8_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&l->x_desc));
     KILN_CUDNN_INT8_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&l->y_desc));
     KILN_CUDNN_INT8_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&l->w_desc));
@@ -371,8 +376,7 @@ class QConvCudnnCuda : public Tactic {
         h, l->x_desc, l->w_desc, l->conv_desc, l->y_desc, CUDNN_CONVOLUTION_FWD_ALGO_COUNT * 2, &returned, perf));
     std::vector<cudnnConvolutionFwdAlgo_t> algos;
     for (int i = 0; i < returned; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS &&
-          std::find(algos.begin(), algos.end(), perf[i].algo) == algos.end())
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && std::find(algos.begin(), algos.end(), perf[i].algo) == algos.end())
         algos.push_back(perf[i].algo);
     if (std::find(algos.begin(), algos.end(), CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) == algos.end())
       algos.push_back(CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM);
@@ -578,11 +582,11 @@ class PreparedQMatMulCuda : public PreparedLayer {
   std::vector<DataType> output_dtypes() const override { return {DataType::kFloat32}; }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    return cuda_status(launch_qmatmul(in[0]->raw(), b.raw(), b_zp.defined() ? b_zp.data<int32_t>() : nullptr,
-                                      scale.data<float>(), bias.defined() ? bias.data<float>() : nullptr,
-                                      has_residual ? in[5]->data<float>() : nullptr, out[0]->data<float>(), p,
-                                      stream_of(ctx)),
-                       "q_matmul_cuda");
+    return cuda_status(
+        launch_qmatmul(in[0]->raw(), b.raw(), b_zp.defined() ? b_zp.data<int32_t>() : nullptr, scale.data<float>(),
+                       bias.defined() ? bias.data<float>() : nullptr, has_residual ? in[5]->data<float>() : nullptr,
+                       out[0]->data<float>(), p, stream_of(ctx)),
+        "q_matmul_cuda");
   }
 };
 
@@ -590,11 +594,8 @@ class QMatMulCuda : public Tactic {
  public:
   std::string name() const override { return "q_matmul_cuda"; }
   TacticInfo info() const override {
-    return {DeviceKind::kCUDA,
-            kIsaPortable,
-            DataType::kInt8,
-            {DataType::kFloat32, DataType::kUInt8},
-            {DataType::kFloat32}};
+    return {
+        DeviceKind::kCUDA, kIsaPortable, DataType::kInt8, {DataType::kFloat32, DataType::kUInt8}, {DataType::kFloat32}};
   }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "QMatMul"}}; }
   std::string why_unsupported(const LayerSignature& sig) const override {
@@ -606,7 +607,8 @@ class QMatMulCuda : public Tactic {
     if (!b.constant || b.shape.size() != 2 || !is_8bit(b.dtype)) return "B is not a 2-D 8-bit constant";
     if (a.shape.back() != b.shape[0]) return "X's last dim is not B's rows";
     const int64_t n = b.shape[1];
-    if (sig.has_input(2) && !scalar_or_columns(sig.inputs[2], n)) return "B's zero point is not a constant scalar or [N]";
+    if (sig.has_input(2) && !scalar_or_columns(sig.inputs[2], n))
+      return "B's zero point is not a constant scalar or [N]";
     if (!sig.has_input(3) || !scalar_or_columns(sig.inputs[3], n) || sig.inputs[3].dtype != DataType::kFloat32)
       return "BScale is not a float32 constant scalar or [N]";
     if (b.shape[0] > 33000) return "K over 33000 (the int32 accumulator could overflow)";
