@@ -358,6 +358,8 @@ class QConvCudnnCuda : public Tactic {
     KILN_CUDNN_INT8_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(
         l->conv_desc, pad_h, pad_w, static_cast<int>(g.sh), static_cast<int>(g.sw), static_cast<int>(g.dh),
         static_cast<int>(g.dw), CUDNN_CROSS_CORRELATION, CUDNN_DATA_INT32));
+    // INT8 tensor cores (IMMA); int32 accumulation is exact either way.
+    KILN_CUDNN_INT8_RETURN_IF_ERROR(cudnnSetConvolutionMathType(l->conv_desc, CUDNN_TENSOR_OP_MATH));
     int on = 0, oc = 0, ohh = 0, oww = 0;
     KILN_CUDNN_INT8_RETURN_IF_ERROR(
         cudnnGetConvolution2dForwardOutputDim(l->conv_desc, l->x_desc, l->w_desc, &on, &oc, &ohh, &oww));

@@ -20,11 +20,14 @@
 #include "core/npy.h"
 #include "cuda_test_util.h"
 #include "engine/engine_impl.h"
+#include "engine/tactics.h"
 #include "kiln/kiln.h"
 #include "layer_case.h"
 #include "onnx/exporter.h"
+#include "onnx/importer.h"
 #include "ops/kiln_quantized.h"
 #include "ops/quantized_layers.h"
+#include "passes/pass.h"
 
 namespace kiln {
 namespace {
@@ -486,6 +489,160 @@ TEST(CudaInt8Engine, CalibratedCnnRunsEveryLayerOnTheGpuAsTheReference) {
     for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "logit " << i << " run " << rep;
   }
   fs::remove_all(dir);
+}
+
+// ONNX Runtime's quantize_static format (QdqCnn of fold_qdq_conv_test.cc): uint8 activations with zero
+// points (128 at the input), per-channel int8 weights, int32 biases, a residual Add, MaxPool,
+// GlobalAveragePool, Flatten and the Gemm in Q/DQ, the output dequantized.
+struct QdqCnn {
+  testing::GraphBuilder b;
+  std::mt19937 rng{7};
+  int counter = 0;
+  static Tensor u8(int64_t v) { return Tensor::from_vector<uint8_t>(DataType::kUInt8, {}, {static_cast<uint8_t>(v)}); }
+  static Tensor floats(Dims d, std::vector<float> v) {
+    return Tensor::from_vector<float>(DataType::kFloat32, std::move(d), v);
+  }
+  std::string qdq(const std::string& v, float scale, int64_t zp) {
+    const std::string k = std::to_string(counter++);
+    b.init("s" + k, Tensor::scalar<float>(DataType::kFloat32, scale)).init("z" + k, u8(zp));
+    b.node("QuantizeLinear", {v, "s" + k, "z" + k}, {"q" + k});
+    b.node("DequantizeLinear", {"q" + k, "s" + k, "z" + k}, {"dq" + k});
+    return "dq" + k;
+  }
+  std::string weights(const std::string& name, Dims d, std::vector<float>* scales) {
+    const int64_t m = d[0];
+    scales->clear();
+    for (int64_t k = 0; k < m; ++k) scales->push_back(0.004f + 0.001f * static_cast<float>(k % 5));
+    b.init(name + "_q", random_int(DataType::kInt8, d, rng, -100, 100));
+    b.init(name + "_s", floats({m}, *scales));
+    b.init(name + "_z", Tensor::from_vector<int8_t>(DataType::kInt8, {m}, std::vector<int8_t>(m, 0)));
+    ir::Node& n = b.node("DequantizeLinear", {name + "_q", name + "_s", name + "_z"}, {name});
+    testing::GraphBuilder::set_int(n, "axis", 0);
+    return name;
+  }
+  std::string bias(const std::string& name, float xs, const std::vector<float>& ws) {
+    std::vector<float> s;
+    for (float w : ws) s.push_back(xs * w);
+    const int64_t m = static_cast<int64_t>(ws.size());
+    b.init(name + "_q", random_int(DataType::kInt32, {m}, rng, -500, 500));
+    b.init(name + "_s", floats({m}, s));
+    b.init(name + "_z", Tensor::from_vector<int32_t>(DataType::kInt32, {m}, std::vector<int32_t>(m, 0)));
+    ir::Node& n = b.node("DequantizeLinear", {name + "_q", name + "_s", name + "_z"}, {name});
+    testing::GraphBuilder::set_int(n, "axis", 0);
+    return name;
+  }
+  // x [2, 3, 19, 21] -> conv 3x3 (8) + Relu -> conv 1x1 (16) -> + conv 1x1 shortcut -> MaxPool 2x2
+  // -> conv 3x3/2 (10, direct: M not a multiple of 4) -> GlobalAveragePool -> Flatten -> Gemm (5) -> y.
+  std::string build() {
+    b.input("x", {2, 3, 19, 21});
+    const float xs = 1.f / 128;
+    std::vector<float> w1s, w2s, w3s, w4s, w5s;
+    std::string x = qdq("x", xs, 128);
+    b.conv({x, weights("w1", {8, 3, 3, 3}, &w1s), bias("b1", xs, w1s)}, "c1", 1);
+    b.node("Relu", {"c1"}, {"r1"});
+    const float s1 = 4.f / 255;
+    std::string a1 = qdq("r1", s1, 0);
+    b.conv({a1, weights("w2", {16, 8, 1, 1}, &w2s), bias("b2", s1, w2s)}, "c2");
+    std::string a2 = qdq("c2", 0.05f, 128);
+    b.conv({a1, weights("w3", {16, 8, 1, 1}, &w3s), bias("b3", s1, w3s)}, "c3");
+    std::string a3 = qdq("c3", 0.05f, 120);
+    b.node("Add", {a2, a3}, {"sum"});
+    b.node("Relu", {"sum"}, {"rs"});
+    std::string a4 = qdq("rs", 0.06f, 0);
+    ir::Node& mp = b.node("MaxPool", {a4}, {"mp"});
+    testing::GraphBuilder::set_ints(mp, "kernel_shape", {2, 2});
+    testing::GraphBuilder::set_ints(mp, "strides", {2, 2});
+    std::string a5 = qdq("mp", 0.06f, 0);
+    b.conv({a5, weights("w4", {10, 16, 3, 3}, &w4s), bias("b4", 0.06f, w4s)}, "c4", 1, 2);
+    std::string a6 = qdq("c4", 0.04f, 110);
+    b.node("GlobalAveragePool", {a6}, {"gap"});
+    std::string a7 = qdq("gap", 0.03f, 100);
+    b.node("Flatten", {a7}, {"flat"});
+    std::string a8 = qdq("flat", 0.03f, 100);
+    b.gemm_t({a8, weights("w5", {5, 10}, &w5s), bias("b5", 0.03f, w5s)}, "logits_f");
+    std::string y = qdq("logits_f", 0.02f, 128);
+    b.node("Identity", {y}, {"y"});
+    b.output("y");
+    return onnx_import::serialize_model(b.finish()).value();
+  }
+};
+
+// Without a GPU: after the pipeline for a CUDA target, every layer of the Q/DQ network has a CUDA
+// tactic that does not decline it (shape work aside), so a GPU build places none on the host.
+TEST(CudaInt8Engine, QdqCnnLayersAllHaveACudaTactic) {
+  if (!backends::find_tactic("qconv_cuda_direct")) GTEST_SKIP() << "built without the CUDA backend";
+  QdqCnn net;
+  auto model = onnx_import::parse_model(net.build(), "");
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  Target t;
+  t.device = {DeviceKind::kCUDA, 0};
+  auto stats = passes::optimize(model.value(), {}, t);
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  const ir::Graph& g = *model.value().graph;
+  std::map<std::string, int> ops;
+  for (const auto& n : g.nodes) {
+    ++ops[n.op_type];
+    if (n.op_type == "Flatten" || n.op_type == "Reshape" || n.op_type == "Identity") continue;
+    const backends::LayerSignature sig = engine::signature_of(g, n, t);
+    std::string reasons;
+    bool taken = false;
+    for (const backends::Tactic* tac : backends::all_tactics()) {
+      if (tac->info().device != DeviceKind::kCUDA || !backends::implements(*tac, sig)) continue;
+      const std::string why = backends::why_declined(*tac, sig);
+      taken |= why.empty();
+      reasons += " " + tac->name() + ": " + why + ";";
+    }
+    EXPECT_TRUE(taken) << n.name << " (" << n.domain << "." << n.op_type << ") has no CUDA tactic:" << reasons;
+  }
+  EXPECT_EQ(ops["QConv"], 5);
+  EXPECT_EQ(ops["QPool"], 2);
+}
+
+// The Q/DQ network built for cuda:0 runs no layer on the host and gives the reference interpreter's
+// result on the same (folded) graph exactly.
+TEST(CudaInt8Engine, QdqCnnRunsEveryLayerOnTheGpuAsTheReference) {
+  KILN_SKIP_WITHOUT_GPU();
+  QdqCnn net;
+  const std::string model = net.build();
+  std::vector<std::string> warnings;
+  BuilderConfig cfg;
+  cfg.device = {DeviceKind::kCUDA, 0};
+  cfg.strict_tactics = true;
+  cfg.deterministic_tactics = true;
+  cfg.warn = [&warnings](const std::string& w) { warnings.push_back(w); };
+  auto gpu_engine = Builder(cfg).build_from_memory(model);
+  for (const auto& w : warnings) EXPECT_EQ(w.find("on the host"), std::string::npos) << w;
+  std::map<std::string, int> kernels;
+  for (const auto& l : gpu_engine->impl().layers) {
+    ++kernels[l.kernel];
+    if (l.kernel == "reference") {
+      EXPECT_TRUE(l.op_type == "Flatten" || l.op_type == "Reshape" || l.op_type == "Identity")
+          << l.name << " (" << l.op_type << ") on the host";
+      continue;
+    }
+    EXPECT_TRUE(l.kernel.find("cuda") != std::string::npos || l.kernel.find("cudnn") != std::string::npos)
+        << l.name << " (" << l.op_type << "): " << l.kernel;
+  }
+  EXPECT_GE(kernels["qconv_cudnn_int8_nhwc"], 3) << gpu_engine->inspect_json();
+  EXPECT_GE(kernels["qconv_cuda_direct"], 2) << gpu_engine->inspect_json();  // the 10-channel conv, the Gemm
+  BuilderConfig ref_cfg;
+  ref_cfg.tactics = {"reference"};
+  ref_cfg.warn = [](const std::string&) {};
+  auto ref_engine = Builder(ref_cfg).build_from_memory(model);
+  Tensor x = testing::random_tensor({2, 3, 19, 21}, 8, DataType::kFloat32, -1, 1);
+  auto run = [&](const Engine& e) {
+    auto ctx = e.create_context();
+    ctx->set_input("x", HostTensor::f32(x.shape(), x.data<float>()));
+    ctx->run();
+    HostTensor y = ctx->output("y");
+    return std::vector<float>(y.as<float>(), y.as<float>() + y.numel());
+  };
+  const std::vector<float> want = run(*ref_engine);
+  for (int rep = 0; rep < 2; ++rep) {
+    const std::vector<float> got = run(*gpu_engine);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "output " << i << " run " << rep;
+  }
 }
 
 }  // namespace
