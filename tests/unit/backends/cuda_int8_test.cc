@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <random>
 
@@ -27,6 +28,7 @@
 #include "onnx/importer.h"
 #include "ops/kiln_quantized.h"
 #include "ops/quantized_layers.h"
+#include "ops/shape_inference.h"
 #include "passes/pass.h"
 
 namespace kiln {
@@ -567,19 +569,22 @@ struct QdqCnn {
   }
 };
 
-// Without a GPU: after the pipeline for a CUDA target, every layer of the Q/DQ network has a CUDA
-// tactic that does not decline it (shape work aside), so a GPU build places none on the host.
-TEST(CudaInt8Engine, QdqCnnLayersAllHaveACudaTactic) {
-  if (!backends::find_tactic("qconv_cuda_direct")) GTEST_SKIP() << "built without the CUDA backend";
-  QdqCnn net;
-  auto model = onnx_import::parse_model(net.build(), "");
-  ASSERT_TRUE(model.ok()) << model.status().to_string();
+// After the pipeline for a CUDA target, every layer of `model` (its first input's batch set to `batch`)
+// has a CUDA tactic that does not decline it (shape work aside): a GPU build places none on the host.
+// Returns the count of each op.
+std::map<std::string, int> expect_cuda_tactics_for_every_layer(ir::Model& model, int64_t batch) {
+  std::map<std::string, int> ops;
+  ir::TypeInfo& in = model.graph->inputs[0].type;
+  if (in.shape.rank_known && in.shape.rank() > 0) in.shape.dims[0] = Dim(batch);
+  model.graph->value_types.clear();
+  Status st = ops::infer_shapes(*model.graph);
+  EXPECT_TRUE(st.ok()) << st.to_string();
   Target t;
   t.device = {DeviceKind::kCUDA, 0};
-  auto stats = passes::optimize(model.value(), {}, t);
-  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
-  const ir::Graph& g = *model.value().graph;
-  std::map<std::string, int> ops;
+  auto stats = passes::optimize(model, {}, t);
+  EXPECT_TRUE(stats.ok()) << stats.status().to_string();
+  if (!stats.ok()) return ops;
+  const ir::Graph& g = *model.graph;
   for (const auto& n : g.nodes) {
     ++ops[n.op_type];
     if (n.op_type == "Flatten" || n.op_type == "Reshape" || n.op_type == "Identity") continue;
@@ -589,13 +594,50 @@ TEST(CudaInt8Engine, QdqCnnLayersAllHaveACudaTactic) {
     for (const backends::Tactic* tac : backends::all_tactics()) {
       if (tac->info().device != DeviceKind::kCUDA || !backends::implements(*tac, sig)) continue;
       const std::string why = backends::why_declined(*tac, sig);
+      if (why.empty() && !taken) ++ops["first:" + tac->name()];  // the registry's first choice
       taken |= why.empty();
       reasons += " " + tac->name() + ": " + why + ";";
     }
     EXPECT_TRUE(taken) << n.name << " (" << n.domain << "." << n.op_type << ") has no CUDA tactic:" << reasons;
   }
+  return ops;
+}
+
+// Without a GPU: the Q/DQ network's layers all have CUDA tactics.
+TEST(CudaInt8Engine, QdqCnnLayersAllHaveACudaTactic) {
+  if (!backends::find_tactic("qconv_cuda_direct")) GTEST_SKIP() << "built without the CUDA backend";
+  QdqCnn net;
+  auto model = onnx_import::parse_model(net.build(), "");
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto ops = expect_cuda_tactics_for_every_layer(model.value(), 2);
   EXPECT_EQ(ops["QConv"], 5);
   EXPECT_EQ(ops["QPool"], 2);
+}
+
+// Without a GPU: ONNX Runtime's own INT8 resnet50 (../shared/data/qdq, when present) at batch 32: every
+// layer has a CUDA tactic, its 53 convolutions and the classifier kiln.QConv.
+TEST(CudaInt8Engine, OnnxRuntimeResnet50LayersAllHaveACudaTactic) {
+  if (!backends::find_tactic("qconv_cuda_direct")) GTEST_SKIP() << "built without the CUDA backend";
+  const std::string path = "../shared/data/qdq/resnet50.ort-int8-qdq.onnx";
+  fs::path found;
+  for (fs::path dir = fs::current_path(); !dir.empty(); dir = dir.parent_path()) {
+    if (fs::exists(dir / path)) {
+      found = dir / path;
+      break;
+    }
+    if (dir == dir.parent_path()) break;
+  }
+  if (found.empty()) GTEST_SKIP() << path << " not found above the working directory";
+  auto model = onnx_import::load_model(found.string());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto ops = expect_cuda_tactics_for_every_layer(model.value(), 32);
+  EXPECT_EQ(ops["QConv"], 54);
+  EXPECT_EQ(ops["first:qconv_cudnn_int8_nhwc"], 53);  // the classifier (the Gemm form) goes direct
+  EXPECT_EQ(ops["first:qconv_cuda_direct"], 1);
+  EXPECT_EQ(ops["Conv"] + ops["Gemm"] + ops["QuantizeLinear"], 0);
+  std::string all;
+  for (const auto& [op, count] : ops) all += " " + op + " " + std::to_string(count);
+  std::cout << "resnet50 Q/DQ for cuda:" << all << "\n";
 }
 
 // The Q/DQ network built for cuda:0 runs no layer on the host and gives the reference interpreter's
