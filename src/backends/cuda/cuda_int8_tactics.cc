@@ -358,8 +358,6 @@ class QConvCudnnCuda : public Tactic {
     KILN_CUDNN_INT8_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(
         l->conv_desc, pad_h, pad_w, static_cast<int>(g.sh), static_cast<int>(g.sw), static_cast<int>(g.dh),
         static_cast<int>(g.dw), CUDNN_CROSS_CORRELATION, CUDNN_DATA_INT32));
-    // INT8 tensor cores (IMMA); int32 accumulation is exact either way.
-    KILN_CUDNN_INT8_RETURN_IF_ERROR(cudnnSetConvolutionMathType(l->conv_desc, CUDNN_TENSOR_OP_MATH));
     int on = 0, oc = 0, ohh = 0, oww = 0;
     KILN_CUDNN_INT8_RETURN_IF_ERROR(
         cudnnGetConvolution2dForwardOutputDim(l->conv_desc, l->x_desc, l->w_desc, &on, &oc, &ohh, &oww));
@@ -372,16 +370,6 @@ class QConvCudnnCuda : public Tactic {
     // declined here.
     KILN_ASSIGN_OR_RETURN(void* hv, cudnn_thread_handle());
     cudnnHandle_t h = static_cast<cudnnHandle_t>(hv);
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT * 2];
-    int returned = 0;
-    KILN_CUDNN_INT8_RETURN_IF_ERROR(cudnnGetConvolutionForwardAlgorithm_v7(
-        h, l->x_desc, l->w_desc, l->conv_desc, l->y_desc, CUDNN_CONVOLUTION_FWD_ALGO_COUNT * 2, &returned, perf));
-    std::vector<cudnnConvolutionFwdAlgo_t> algos;
-    for (int i = 0; i < returned; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && std::find(algos.begin(), algos.end(), perf[i].algo) == algos.end())
-        algos.push_back(perf[i].algo);
-    if (std::find(algos.begin(), algos.end(), CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) == algos.end())
-      algos.push_back(CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM);
     const Dims& xs = sig.inputs[0].shape;
     KILN_ASSIGN_OR_RETURN(Tensor x_trial, device_tensor(runtime(), dev, sig.inputs[0].dtype, xs));
     KILN_ASSIGN_OR_RETURN(Tensor y_trial, device_tensor(runtime(), dev, l->p.q.y_type, l->p.out_shape));
@@ -393,29 +381,48 @@ class QConvCudnnCuda : public Tactic {
     KILN_RETURN_IF_ERROR(runtime().fill(x_trial.raw(), 0, x_trial.nbytes(), nullptr));
     std::string failures;
     bool found = false;
-    for (cudnnConvolutionFwdAlgo_t a : algos) {
-      size_t bytes = 0;
-      cudnnStatus_t st =
-          cudnnGetConvolutionForwardWorkspaceSize(h, l->x_desc, l->w_desc, l->conv_desc, l->y_desc, a, &bytes);
-      if (st != CUDNN_STATUS_SUCCESS || bytes > (size_t{1} << 30)) {
-        failures += " algo " + std::to_string(static_cast<int>(a)) + ": " + cudnnGetErrorString(st) + ";";
-        continue;
+    // INT8 tensor cores (IMMA) first, then cuDNN's default math; int32 accumulation is exact either way.
+    for (cudnnMathType_t math : {CUDNN_TENSOR_OP_MATH, CUDNN_DEFAULT_MATH}) {
+      if (found) break;
+      if (cudnnSetConvolutionMathType(l->conv_desc, math) != CUDNN_STATUS_SUCCESS) continue;
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT * 2];
+      int returned = 0;
+      if (cudnnGetConvolutionForwardAlgorithm_v7(h, l->x_desc, l->w_desc, l->conv_desc, l->y_desc,
+                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT * 2, &returned,
+                                                 perf) != CUDNN_STATUS_SUCCESS)
+        returned = 0;  // no ranking: the implicit precomputed GEMM alone is tried
+      std::vector<cudnnConvolutionFwdAlgo_t> algos;
+      for (int i = 0; i < returned; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+            std::find(algos.begin(), algos.end(), perf[i].algo) == algos.end())
+          algos.push_back(perf[i].algo);
+      if (std::find(algos.begin(), algos.end(), CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) == algos.end())
+        algos.push_back(CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM);
+      for (cudnnConvolutionFwdAlgo_t a : algos) {
+        size_t bytes = 0;
+        cudnnStatus_t st =
+            cudnnGetConvolutionForwardWorkspaceSize(h, l->x_desc, l->w_desc, l->conv_desc, l->y_desc, a, &bytes);
+        if (st != CUDNN_STATUS_SUCCESS || bytes > (size_t{1} << 30)) {
+          failures += " algo " + std::to_string(static_cast<int>(a)) + ": " + cudnnGetErrorString(st) + ";";
+          continue;
+        }
+        l->algo = a, l->cudnn_ws = bytes;
+        Tensor ws;
+        const size_t total = l->workspace_bytes(1);
+        if (total) {
+          KILN_ASSIGN_OR_RETURN(ws, device_tensor(runtime(), dev, DataType::kUInt8, {static_cast<int64_t>(total)}));
+        }
+        Status run = l->run_on(nullptr, total ? ws.raw() : nullptr, total, x_trial.raw(),
+                               l->p.has_residual ? r_trial.raw() : nullptr, y_trial.raw());
+        if (run.ok()) run = cuda_status(cudaStreamSynchronize(nullptr), "the trial run");
+        if (run.ok()) {
+          found = true;
+          break;
+        }
+        (void)cudaGetLastError();  // a launch error is not sticky; clear it for the next try
+        failures += " algo " + std::to_string(static_cast<int>(a)) + " math " + std::to_string(static_cast<int>(math)) +
+                    ": " + run.message() + ";";
       }
-      l->algo = a, l->cudnn_ws = bytes;
-      Tensor ws;
-      const size_t total = l->workspace_bytes(1);
-      if (total) {
-        KILN_ASSIGN_OR_RETURN(ws, device_tensor(runtime(), dev, DataType::kUInt8, {static_cast<int64_t>(total)}));
-      }
-      Status run = l->run_on(nullptr, total ? ws.raw() : nullptr, total, x_trial.raw(),
-                             l->p.has_residual ? r_trial.raw() : nullptr, y_trial.raw());
-      if (run.ok()) run = cuda_status(cudaStreamSynchronize(nullptr), "the trial run");
-      if (run.ok()) {
-        found = true;
-        break;
-      }
-      (void)cudaGetLastError();  // a launch error is not sticky; clear it for the next try
-      failures += " algo " + std::to_string(static_cast<int>(a)) + ": " + run.message() + ";";
     }
     if (!found) return Unsupported(name(), ": cuDNN runs no INT8 algorithm for ", sig.node->where(), ":", failures);
     return std::unique_ptr<PreparedLayer>(std::move(l));
