@@ -10,6 +10,7 @@ const std::vector<const Tactic*>& tactic_list() {
     for (const Tactic* t : own_kernel_tactics()) v.push_back(t);
     for (const Tactic* t : cudnn_conv_tactics()) v.push_back(t);
     for (const Tactic* t : cnn_kernel_tactics()) v.push_back(t);
+    for (const Tactic* t : int8_tactics()) v.push_back(t);
     for (const Tactic* t : more_kernel_tactics()) v.push_back(t);
     for (const Tactic* t : flash_attention_tactics()) v.push_back(t);
     for (const Tactic* t : attention_tactics()) v.push_back(t);

@@ -394,6 +394,11 @@ class CudnnConv : public Tactic {
 
 }  // namespace
 
+Result<void*> cudnn_thread_handle() {
+  KILN_ASSIGN_OR_RETURN(cudnnHandle_t h, thread_handle());
+  return static_cast<void*>(h);
+}
+
 std::vector<const Tactic*> cudnn_conv_tactics() {
   static const CudnnConv h0(0, false), h1(1, false), h2(2, false), h3(3, false), h4(4, false), h5(5, false),
       h6(6, false), h7(7, false);

@@ -18,6 +18,12 @@ std::vector<const Tactic*> cudnn_conv_tactics();
 // kiln's own CNN kernels: MaxPool/AveragePool (ceil_mode, pads, dilations, count_include_pad),
 // GlobalAveragePool/GlobalMaxPool and ReduceMean/ReduceMax over trailing axes, Split.
 std::vector<const Tactic*> cnn_kernel_tactics();
+// The INT8 CNN layers (cuda_int8_tactics.cc): kiln.QConv on cuDNN's INT8 convolution with kiln's
+// requantization epilogue, or kiln's direct kernel; kiln.QPool, kiln.QuantizeChannelsLast,
+// per-tensor QuantizeLinear / DequantizeLinear, kiln.QMatMul.
+std::vector<const Tactic*> int8_tactics();
+// The calling thread's cuDNN handle on the current device (a cudnnHandle_t; made on first use).
+Result<void*> cudnn_thread_handle();
 // "cuDNN 9.14.0" (the loaded library's version).
 std::string cudnn_version();
 

@@ -33,7 +33,6 @@ inline const backends::DeviceRuntime* cuda_device(std::string* why) {
   if (!gpu) GTEST_SKIP() << "no GPU to run the CUDA tactics: " << gpu_why_;     \
   (void)gpu
 
-// The case's signature on cuda:0.
 // The case's signature on cuda:0, computing in `compute` (a reduced-precision tactic's).
 inline backends::LayerSignature cuda_signature(const LayerCase& lc, bool tf32 = false,
                                                DataType compute = DataType::kFloat32, bool exact_gelu = false) {
@@ -46,10 +45,19 @@ inline backends::LayerSignature cuda_signature(const LayerCase& lc, bool tf32 = 
 }
 
 // Runs tactic `t` on the case on cuda:0: its outputs on the host, or the error (a decline says so).
+// run_signature_on_gpu: with signature `sig` (the case's, with its compute precision
+// and output dtypes set by the caller).
+inline Result<std::vector<Tensor>> run_signature_on_gpu(const backends::DeviceRuntime& rt, const backends::Tactic& t,
+                                                        const LayerCase& lc, const backends::LayerSignature& sig);
+
 inline Result<std::vector<Tensor>> run_on_gpu(const backends::DeviceRuntime& rt, const backends::Tactic& t,
                                               const LayerCase& lc, bool tf32 = false,
                                               DataType compute = DataType::kFloat32, bool exact_gelu = false) {
-  backends::LayerSignature sig = cuda_signature(lc, tf32, compute, exact_gelu);
+  return run_signature_on_gpu(rt, t, lc, cuda_signature(lc, tf32, compute, exact_gelu));
+}
+
+inline Result<std::vector<Tensor>> run_signature_on_gpu(const backends::DeviceRuntime& rt, const backends::Tactic& t,
+                                                        const LayerCase& lc, const backends::LayerSignature& sig) {
   if (std::string why = backends::why_declined(t, sig); !why.empty()) return Unsupported("declined: ", why);
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<backends::PreparedLayer> p, t.prepare(sig));
   std::vector<Tensor> dev_in(lc.inputs.size());
