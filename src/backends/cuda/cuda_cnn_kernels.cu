@@ -268,60 +268,59 @@ __global__ void pool_nhwc32_kernel(const T* __restrict__ x, T* __restrict__ y, u
   }
 }
 
+// The max of acc and v: NaN ignored (windowed MaxPool) or, when nan_wins, kept (GlobalMaxPool's reference).
+__device__ __forceinline__ float max_of(float acc, float v, bool nan_wins) {
+  return (v > acc || (nan_wins && isnan(v))) ? v : acc;
+}
+
 // Channels-last global pooling of [N, plane, channels = channel_packs * V]: block (x, y) of blockDim.x
-// packs x blockDim.y (a power of 2) rows reduces image blockIdx.y, packs blockIdx.x * blockDim.x on:
-// thread (tx, ty) walks rows ty, ty + blockDim.y, ... (each row's packs coalesced), then a tree over ty
-// in shared memory (blockDim.x * blockDim.y * V floats).
+// packs x blockDim.y (a power of 2) rows reduces images blockIdx.y, blockIdx.y + gridDim.y, ..., packs
+// blockIdx.x * blockDim.x on: thread (tx, ty) walks rows ty, ty + blockDim.y, ... (each row's packs
+// coalesced), then a tree over ty in shared memory (blockDim.x * blockDim.y * V floats).
 template <typename T, int V>
-__global__ void global_pool_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t plane,
-                                        uint32_t channel_packs, bool max) {
+__global__ void global_pool_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t images, int64_t plane,
+                                        uint32_t channel_packs, bool max, bool nan_wins) {
   using P = Pack<T, V>;
   extern __shared__ float part[];
   const uint32_t cp = blockIdx.x * blockDim.x + threadIdx.x;
   const bool live = cp < channel_packs;
   const int64_t channels = static_cast<int64_t>(channel_packs) * V;
-  const T* xp = x + static_cast<int64_t>(blockIdx.y) * plane * channels + static_cast<int64_t>(cp) * V;
-  float acc[V];
+  for (int64_t img = blockIdx.y; img < images; img += gridDim.y) {
+    const T* xp = x + img * plane * channels + static_cast<int64_t>(cp) * V;
+    float acc[V];
 #pragma unroll
-  for (int k = 0; k < V; ++k) acc[k] = max ? -INFINITY : 0.f;
-  if (live) {
-    for (int64_t r = threadIdx.y; r < plane; r += blockDim.y) {
-      const P v = *reinterpret_cast<const P*>(xp + r * channels);
+    for (int k = 0; k < V; ++k) acc[k] = max ? -INFINITY : 0.f;
+    if (live) {
+      for (int64_t r = threadIdx.y; r < plane; r += blockDim.y) {
+        const P v = *reinterpret_cast<const P*>(xp + r * channels);
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float f = to_f32(v.v[k]);
-        if (max) {
-          if (f > acc[k]) acc[k] = f;  // NaN ignored, as pool_window does
-        } else {
-          acc[k] += f;
+        for (int k = 0; k < V; ++k) {
+          const float f = to_f32(v.v[k]);
+          acc[k] = max ? max_of(acc[k], f, nan_wins) : acc[k] + f;
         }
       }
     }
-  }
-  float* mine = part + (threadIdx.y * blockDim.x + threadIdx.x) * V;
+    float* mine = part + (threadIdx.y * blockDim.x + threadIdx.x) * V;
 #pragma unroll
-  for (int k = 0; k < V; ++k) mine[k] = acc[k];
-  __syncthreads();
-  for (unsigned half = blockDim.y / 2; half > 0; half /= 2) {
-    if (threadIdx.y < half) {
-      const float* other = mine + half * blockDim.x * V;
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        if (max) {
-          if (other[k] > mine[k]) mine[k] = other[k];
-        } else {
-          mine[k] += other[k];
-        }
-      }
-    }
+    for (int k = 0; k < V; ++k) mine[k] = acc[k];
     __syncthreads();
-  }
-  if (threadIdx.y != 0 || !live) return;
-  P out;
-  const float div = static_cast<float>(plane);
+    for (unsigned half = blockDim.y / 2; half > 0; half /= 2) {
+      if (threadIdx.y < half) {
+        const float* other = mine + half * blockDim.x * V;
 #pragma unroll
-  for (int k = 0; k < V; ++k) out.v[k] = to_storage<T>(max ? mine[k] : (plane > 0 ? mine[k] / div : 0.f));
-  *reinterpret_cast<P*>(y + static_cast<int64_t>(blockIdx.y) * channels + static_cast<int64_t>(cp) * V) = out;
+        for (int k = 0; k < V; ++k) mine[k] = max ? max_of(mine[k], other[k], nan_wins) : mine[k] + other[k];
+      }
+      __syncthreads();
+    }
+    if (threadIdx.y == 0 && live) {
+      P out;
+      const float div = static_cast<float>(plane);
+#pragma unroll
+      for (int k = 0; k < V; ++k) out.v[k] = to_storage<T>(max ? mine[k] : (plane > 0 ? mine[k] / div : 0.f));
+      *reinterpret_cast<P*>(y + img * channels + static_cast<int64_t>(cp) * V) = out;
+    }
+    __syncthreads();  // part is rewritten for the next image
+  }
 }
 
 // One warp per plane; `warps` planes per block.
@@ -415,7 +414,7 @@ cudaError_t launch_pool_nhwc(const void* x, void* y, CnnDtype dtype, const PoolW
     const T* px = static_cast<const T*>(x);
     T* py = static_cast<T*>(y);
     const bool packed = channels % V == 0 && aligned16(x) && aligned16(y);
-    if (global && w.planes <= 65535 && channels < kIndex32Limit) {
+    if (global && channels < kIndex32Limit) {
       const int64_t plane = w.in[0] * w.in[1] * w.in[2];
       auto launch = [&](auto pack) {
         constexpr int W = decltype(pack)::value;
@@ -423,9 +422,9 @@ cudaError_t launch_pool_nhwc(const void* x, void* y, CnnDtype dtype, const PoolW
         unsigned bx = 1;
         while (bx < 32 && bx < cps) bx *= 2;
         const dim3 block(bx, kThreads / bx),
-            grid(static_cast<unsigned>((cps + bx - 1) / bx), static_cast<unsigned>(w.planes));
-        global_pool_nhwc_kernel<T, W>
-            <<<grid, block, kThreads * W * sizeof(float), s>>>(px, py, plane, static_cast<uint32_t>(cps), w.max);
+            grid(static_cast<unsigned>((cps + bx - 1) / bx), static_cast<unsigned>(std::min<int64_t>(w.planes, 65535)));
+        global_pool_nhwc_kernel<T, W><<<grid, block, kThreads * W * sizeof(float), s>>>(
+            px, py, w.planes, plane, static_cast<uint32_t>(cps), w.max, w.nan_wins);
       };
       if (packed)
         launch(std::integral_constant<int, V>{});

@@ -45,6 +45,9 @@ struct PoolWindow {
           pad_begin[3] = {0, 0, 0}, pad_end[3] = {0, 0, 0};
   bool max = false;
   bool include_pad = false;  // AveragePool count_include_pad
+  // A NaN in the window is the max (GlobalMaxPool's reference); windowed MaxPool ignores NaN. Only the
+  // channels-last global kernel (a window of the whole plane) reads it.
+  bool nan_wins = false;
 };
 cudaError_t launch_pool(const void* x, void* y, CnnDtype dtype, const PoolWindow& w, cudaStream_t s);
 // The same window over channels-last [N, in..., C] -> [N, out..., C] (kiln.NhwcPool), w.planes = N:

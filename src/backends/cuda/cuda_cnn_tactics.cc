@@ -140,6 +140,7 @@ class PoolNhwcCuda : public Tactic {
     w.max = pool == "MaxPool" || pool == "GlobalMaxPool";
     if (pool == "GlobalAveragePool" || pool == "GlobalMaxPool") {
       w.in[1] = w.kernel[1] = x[2], w.in[2] = w.kernel[2] = x[3];
+      w.nan_wins = w.max;
       l->shape = {x[0], 1, 1, x[1]};
     } else {
       const int opset = static_cast<int>(sig.node->attr_int("pool_opset", 12));
