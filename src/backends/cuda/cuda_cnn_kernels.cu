@@ -229,14 +229,15 @@ __global__ void pool_nhwc32_kernel(const T* __restrict__ x, T* __restrict__ y, u
       rest = q;
     }
     const T* xp = x + rest * in_plane * channels + cp * V;  // rest: the batch
-    int start[3], lo[3], hi[3], count = 1, padded = 1;
+    int start[3], lo[3], hi[3], count = 1;                  // count <= in_plane
+    float padded = 1.f;
 #pragma unroll
     for (int d = 0; d < 3; ++d) {
       start[d] = o[d] * w.stride[d] - w.pad_begin[d];
       taps32(start[d], w.dilation[d], w.kernel[d], w.in[d], &lo[d], &hi[d]);
       int pl, ph;
       taps32(o[d] * w.stride[d], w.dilation[d], w.kernel[d], w.in[d] + w.pad_begin[d] + w.pad_end[d], &pl, &ph);
-      count *= hi[d] - lo[d], padded *= ph - pl;
+      count *= hi[d] - lo[d], padded *= static_cast<float>(ph - pl);
     }
     float acc[V];
 #pragma unroll
@@ -261,7 +262,7 @@ __global__ void pool_nhwc32_kernel(const T* __restrict__ x, T* __restrict__ y, u
       }
     }
     P out;
-    const float div = static_cast<float>(w.include_pad ? padded : count);
+    const float div = w.include_pad ? padded : static_cast<float>(count);
 #pragma unroll
     for (int k = 0; k < V; ++k) out.v[k] = to_storage<T>(w.max ? acc[k] : (div > 0.f ? acc[k] / div : 0.f));
     reinterpret_cast<P*>(y)[i] = out;
@@ -406,7 +407,8 @@ cudaError_t launch_pool_nhwc(const void* x, void* y, CnnDtype dtype, const PoolW
     // Every window position and tap offset of the 32-bit kernel in int.
     const int64_t reach = std::max(w.in[d] + w.pad_begin[d] + w.pad_end[d],
                                    std::max(w.out[d] * w.stride[d], (w.kernel[d] - 1) * w.dilation[d] + 1));
-    fits32 = fits32 && reach + w.pad_begin[d] + w.stride[d] < kIndex32Limit && w.kernel[d] < kIndex32Limit;
+    fits32 =
+        fits32 && reach + w.pad_begin[d] + w.stride[d] + w.dilation[d] < kIndex32Limit && w.kernel[d] < kIndex32Limit;
   }
   return by_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
