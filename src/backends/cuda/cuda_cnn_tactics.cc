@@ -117,6 +117,7 @@ class PreparedPoolNhwc : public PreparedPool {
 class PoolNhwcCuda : public Tactic {
  public:
   std::string name() const override { return "pool_nhwc_cuda"; }
+  int revision() const override { return 2; }  // 2: 32-bit indices, channel packs, a global-pool kernel
   TacticInfo info() const override { return cuda_float_data(); }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "NhwcPool"}}; }
   std::string why_unsupported(const LayerSignature& sig) const override {

@@ -188,6 +188,7 @@ class CudnnConv : public Tactic {
                                : "conv_cudnn_h") +
            std::to_string(rank_);
   }
+  int revision() const override { return 2; }  // 2: kiln's epilogue kernel in 32-bit indices and 16-byte packs
   // Float data of any of the three dtypes; the precision is checked in why_unsupported (float32
   // accumulation serves a float32, float16 or bfloat16 layer).
   TacticInfo info() const override {
