@@ -662,10 +662,11 @@ TEST(CudaCnnTactics, CudnnNhwcFusedTakesResNetLayers) {
         EXPECT_TRUE(testing::close_to(got.value()[0], want[0], atol, rtol, &where))
             << t->name() << " " << dtype_name(dt) << " layer " << i << ": " << where;
       }
-      if (dt == DataType::kFloat16)
+      if (dt == DataType::kFloat16) {
         EXPECT_GE(took, 1) << "layer " << i << ":\n" << whys;
-      else
+      } else {
         std::cout << "bfloat16 layer " << i << ": " << took << " of h0..h3 took it\n" << whys;
+      }
     }
 }
 
