@@ -418,27 +418,40 @@ class CudnnConv : public Tactic {
   }
 
  private:
-  // One fused call on zeroed scratch X, W-sized data and Y (z = Y) with the layer's descriptors: a
-  // status error (a configuration cuDNN's fused call does not take) declines the layer here.
+  // One fused call on scratch buffers with the layer's descriptors, weights and bias: a status error (a
+  // configuration cuDNN's fused call does not take) declines the layer here. X is zeros, so Y must be
+  // act(bias), finite. Without a residual run() passes z = Y scaled by 0: Y starts as NaN here, so a
+  // kernel that reads z anyway (0 * NaN) shows, and is declined too (Y's old contents would leak).
   static Status try_fused(const PreparedConv& l, cudnnHandle_t h, const Dims& xs, int dev) {
     const DeviceRuntime& rt = runtime();
     KILN_ASSIGN_OR_RETURN(Tensor x, device_tensor(rt, dev, l.dtype, xs));
     KILN_ASSIGN_OR_RETURN(Tensor y, device_tensor(rt, dev, l.dtype, l.out_shape));
+    KILN_ASSIGN_OR_RETURN(Tensor z, device_tensor(rt, dev, l.dtype, l.out_shape));
     Tensor ws;
     if (l.cudnn_ws) {
       KILN_ASSIGN_OR_RETURN(ws, device_tensor(rt, dev, DataType::kUInt8, {static_cast<int64_t>(l.cudnn_ws)}));
     }
     KILN_RETURN_IF_ERROR(rt.fill(x.raw(), 0, x.nbytes(), nullptr));
-    KILN_RETURN_IF_ERROR(rt.fill(y.raw(), 0, y.nbytes(), nullptr));
+    KILN_RETURN_IF_ERROR(rt.fill(y.raw(), 0xFF, y.nbytes(), nullptr));  // NaN in every float dtype
+    KILN_RETURN_IF_ERROR(rt.fill(z.raw(), 0, z.nbytes(), nullptr));
     KILN_CUDNN_RETURN_IF_ERROR(cudnnSetStream(h, nullptr));
-    const float one = 1.f;
+    const float one = 1.f, zero = 0.f;
     const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
         h, &one, l.x_desc, x.raw(), l.w_desc, l.weight.raw(), l.conv_desc, l.algo, ws.defined() ? ws.raw() : nullptr,
-        l.cudnn_ws, &one, l.y_desc, y.raw(), l.bias_desc, l.bias.raw(), l.act_desc, l.y_desc, y.raw());
+        l.cudnn_ws, l.has_residual ? &one : &zero, l.y_desc, l.has_residual ? z.raw() : y.raw(), l.bias_desc,
+        l.bias.raw(), l.act_desc, l.y_desc, y.raw());
     KILN_RETURN_IF_ERROR(rt.synchronize(nullptr));
     if (st != CUDNN_STATUS_SUCCESS)
       return Unsupported("cuDNN declines the fused convolution (cudnnConvolutionBiasActivationForward: ",
                          cudnnGetErrorString(st), "); the unfused tactics serve the layer");
+    KILN_ASSIGN_OR_RETURN(Tensor host, to_host(rt, y, nullptr));
+    // Every element up to 2^20 of them, else evenly spread (a kernel that reads z reads it all).
+    const int64_t step = std::max<int64_t>(1, host.numel() >> 20);
+    for (int64_t i = 0; i < host.numel(); i += step)
+      if (!std::isfinite(host.get_f64(i)))
+        return Unsupported(
+            "cuDNN declines the fused convolution (element ", i, " of act(bias) is ", host.get_f64(i),
+            ": its kernel reads z scaled by 0, or the bias overflows the dtype); the unfused tactics serve the layer");
     return Status::Ok();
   }
 
