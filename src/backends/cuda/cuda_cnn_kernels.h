@@ -32,7 +32,7 @@ struct Epilogue {
 };
 
 // y[n, c, i] = act(y[n, c, i] + bias[c] + residual[n, c, i]) in place over [batch, channels, inner];
-// bias (float32) and residual (y's dtype) may be null.
+// bias (float32) and residual (y's dtype) may be null. 16-byte packs when inner == 1 (channels-last).
 cudaError_t launch_conv_epilogue(void* y, CnnDtype dtype, const float* bias, const void* residual, int64_t batch,
                                  int64_t channels, int64_t inner, Epilogue e, cudaStream_t s);
 
@@ -45,10 +45,15 @@ struct PoolWindow {
           pad_begin[3] = {0, 0, 0}, pad_end[3] = {0, 0, 0};
   bool max = false;
   bool include_pad = false;  // AveragePool count_include_pad
+  // A NaN in the window is the max (GlobalMaxPool's reference); windowed MaxPool ignores NaN. Only the
+  // channels-last global kernel (a window of the whole plane) reads it.
+  bool nan_wins = false;
 };
 cudaError_t launch_pool(const void* x, void* y, CnnDtype dtype, const PoolWindow& w, cudaStream_t s);
 // The same window over channels-last [N, in..., C] -> [N, out..., C] (kiln.NhwcPool), w.planes = N:
-// one thread per output, consecutive threads on consecutive channels (coalesced).
+// one thread per output pack of 16 bytes (per channel when C does not divide into packs), consecutive
+// threads on consecutive channels (coalesced); a window of the whole plane (global pooling) reduces
+// each (image, channel pack) over the plane with a block of threads.
 cudaError_t launch_pool_nhwc(const void* x, void* y, CnnDtype dtype, const PoolWindow& w, int64_t channels,
                              cudaStream_t s);
 

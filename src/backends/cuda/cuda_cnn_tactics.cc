@@ -117,6 +117,7 @@ class PreparedPoolNhwc : public PreparedPool {
 class PoolNhwcCuda : public Tactic {
  public:
   std::string name() const override { return "pool_nhwc_cuda"; }
+  int revision() const override { return 2; }  // 2: 32-bit indices, channel packs, a global-pool kernel
   TacticInfo info() const override { return cuda_float_data(); }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"kiln", "NhwcPool"}}; }
   std::string why_unsupported(const LayerSignature& sig) const override {
@@ -140,6 +141,7 @@ class PoolNhwcCuda : public Tactic {
     w.max = pool == "MaxPool" || pool == "GlobalMaxPool";
     if (pool == "GlobalAveragePool" || pool == "GlobalMaxPool") {
       w.in[1] = w.kernel[1] = x[2], w.in[2] = w.kernel[2] = x[3];
+      w.nan_wins = w.max;
       l->shape = {x[0], 1, 1, x[1]};
     } else {
       const int opset = static_cast<int>(sig.node->attr_int("pool_opset", 12));

@@ -284,6 +284,24 @@ __global__ void transpose_tile_kernel(const U* __restrict__ in, U* __restrict__ 
   }
 }
 
+// The same swap when the output's contiguous axis is short (J <= kNarrow) and its rows are contiguous
+// (out_si == J): a 32x32 tile would be mostly empty. Thread e of batch blockIdx.y writes output element
+// e = i * J + j (consecutive threads, consecutive addresses) from input i + j * in_sj (J planes, each
+// read at consecutive i).
+constexpr uint32_t kNarrow = 16;
+template <typename U>
+__global__ void transpose_narrow_kernel(const U* __restrict__ in, U* __restrict__ out, uint32_t n, FastDiv by_j,
+                                        uint32_t J, uint32_t in_sj, Index32<2> batch, uint32_t nb) {
+  for (uint32_t b = blockIdx.y; b < nb; b += gridDim.y) {
+    uint32_t off[2];
+    offsets32<2>(b, batch, off);
+    for (uint32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += gridDim.x * blockDim.x) {
+      const uint32_t i = by_j.div(e), j = e - i * J;
+      out[off[1] + e] = in[off[0] + i + j * in_sj];
+    }
+  }
+}
+
 template <typename T, typename I>
 __global__ void gather_kernel(const T* __restrict__ data, const I* __restrict__ idx, T* __restrict__ out, int64_t n,
                               int64_t axis, int64_t count, int64_t inner) {
@@ -378,6 +396,13 @@ cudaError_t copy32_as(const void* in, void* out, const Index32<2>& ix, int64_t n
 template <typename U>
 cudaError_t transpose_as(const void* in, void* out, uint32_t I, uint32_t J, uint32_t in_sj, uint32_t out_si,
                          const Index32<2>& batch, uint32_t nb, cudaStream_t s) {
+  if (J <= kNarrow && out_si == J) {
+    const uint32_t n = I * J;  // below 2^31: the whole space fits Index32
+    dim3 grid(static_cast<unsigned>(blocks_for(n)), nb < 65535 ? nb : 65535);
+    transpose_narrow_kernel<U>
+        <<<grid, 256, 0, s>>>(static_cast<const U*>(in), static_cast<U*>(out), n, FastDiv(J), J, in_sj, batch, nb);
+    return cudaGetLastError();
+  }
   dim3 grid((J + kTile - 1) / kTile, (I + kTile - 1) / kTile, nb < 65535 ? nb : 65535);
   transpose_tile_kernel<U><<<grid, dim3(kTile, kTileRows), 0, s>>>(static_cast<const U*>(in), static_cast<U*>(out), I,
                                                                    J, in_sj, out_si, batch, nb);

@@ -463,6 +463,7 @@ bool const_ints(const LayerSignature& sig, size_t i, std::vector<int64_t>* v) {
 class TransposeCuda : public Tactic {
  public:
   std::string name() const override { return "transpose_cuda"; }
+  int revision() const override { return 2; }  // 2: output rows of up to 16 elements without tiles
   TacticInfo info() const override { return cuda_any_dtype(); }
   std::vector<std::pair<std::string, std::string>> ops() const override { return {{"", "Transpose"}}; }
   std::string why_unsupported(const LayerSignature& sig) const override { return movable(sig); }

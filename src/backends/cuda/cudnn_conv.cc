@@ -6,8 +6,12 @@
 // kiln.NhwcConv (passes/layout_nhwc.cc): the same tactics on channels-last X, residual and Y (cuDNN's
 // NHWC tensor descriptors, the filter reordered to KRSC at prepare): cuDNN's tensor-core kernels read
 // and write that layout directly, without the NCHW<->NHWC conversions around an NCHW call. Its
-// epilogue runs kiln's kernel over [N*H*W, M] (cuDNN's fused bias/activation is kept to float32 NCHW,
-// the configuration verified on the GPU).
+// epilogue runs kiln's kernel over [N*H*W, M] (conv_cudnn_nhwc_h<k>); for float16/bfloat16 layers
+// whose epilogue is a bias, a residual and ReLU or nothing, conv_cudnn_nhwc_fused_h<k> runs
+// cudnnConvolutionBiasActivationForward instead (bias in X's dtype, as cuDNN's half and bfloat16
+// configurations take it), the tuner timing both. cuDNN only tells whether it takes a configuration of
+// the fused call when it runs it, so prepare runs it once on scratch buffers: a layer cuDNN declines
+// fails to prepare (the unfused tactics serve it) instead of failing at run time.
 // Float32 computes in plain FMA unless the build allows TF32; float16/bfloat16 data use tensor
 // cores with float32 accumulation. Constant weights are converted to X's dtype (and the bias to
 // float32) at prepare time and copied to the device.
@@ -177,10 +181,14 @@ class PreparedConv : public PreparedLayer {
 
 class CudnnConv : public Tactic {
  public:
-  CudnnConv(int rank, bool nhwc) : rank_(rank), nhwc_(nhwc) {}
+  CudnnConv(int rank, bool nhwc, bool fuse = false) : rank_(rank), nhwc_(nhwc), fuse_(fuse) {}
   std::string name() const override {
-    return std::string(nhwc_ ? "conv_cudnn_nhwc_h" : "conv_cudnn_h") + std::to_string(rank_);
+    return std::string(fuse_   ? "conv_cudnn_nhwc_fused_h"
+                       : nhwc_ ? "conv_cudnn_nhwc_h"
+                               : "conv_cudnn_h") +
+           std::to_string(rank_);
   }
+  int revision() const override { return 2; }  // 2: kiln's epilogue kernel in 32-bit indices and 16-byte packs
   // Float data of any of the three dtypes; the precision is checked in why_unsupported (float32
   // accumulation serves a float32, float16 or bfloat16 layer).
   TacticInfo info() const override {
@@ -215,6 +223,13 @@ class CudnnConv : public Tactic {
     if (nhwc_ && (rank != 4 || !w.constant)) return "channels-last takes a 2-D conv with a constant W";
     Epilogue e;
     if (!epilogue_of(*sig.node, &e)) return "activation " + sig.node->attr_string("activation", "") + " has no kernel";
+    if (fuse_) {
+      if (xt == DataType::kFloat32) return "float32 data (the fused NHWC call is for float16/bfloat16)";
+      if (e.act != EpilogueAct::kNone && e.act != EpilogueAct::kRelu)
+        return "activation " + sig.node->attr_string("activation", "") + " is not ReLU (cuDNN fuses ReLU or none)";
+      if (e.act == EpilogueAct::kNone && !sig.has_input(2) && !(sig.node->inputs.size() > 3 && sig.has_input(3)))
+        return "nothing to fuse (no bias, residual or activation)";
+    }
     return "";
   }
 
@@ -359,37 +374,90 @@ class CudnnConv : public Tactic {
                (l->epilogue.act == EpilogueAct::kRelu ||
                 (l->epilogue.act == EpilogueAct::kNone && (l->has_bias || l->has_residual) &&
                  l->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM));
+    if (fuse_) {
+      // cuDNN fuses an identity activation with the implicit precomputed GEMM algorithm only.
+      if (l->epilogue.act == EpilogueAct::kNone && l->algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
+        return Unsupported("cuDNN fuses no activation with algorithm ", static_cast<int>(l->algo),
+                           " (only with IMPLICIT_PRECOMP_GEMM)");
+      l->fused = true;
+    }
     if (l->fused) {
       Dims bs(xs.size(), 1);
       bs[1] = wd[0];
       std::vector<int> bi = ints(bs), bst = ints(ops::strides_of(bs));
       KILN_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&l->bias_desc));
-      KILN_CUDNN_RETURN_IF_ERROR(cudnnSetTensorNdDescriptor(l->bias_desc, CUDNN_DATA_FLOAT, nd, bi.data(), bst.data()));
+      // [1, M, 1, 1]: the same bytes in either layout.
+      KILN_CUDNN_RETURN_IF_ERROR(
+          cudnnSetTensorNdDescriptor(l->bias_desc, fuse_ ? data_type : CUDNN_DATA_FLOAT, nd, bi.data(), bst.data()));
       KILN_CUDNN_RETURN_IF_ERROR(cudnnCreateActivationDescriptor(&l->act_desc));
       KILN_CUDNN_RETURN_IF_ERROR(cudnnSetActivationDescriptor(
           l->act_desc, l->epilogue.act == EpilogueAct::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
           CUDNN_PROPAGATE_NAN, 0.0));
-      if (!l->has_bias) {
-        Tensor zeros(DataType::kFloat32, {wd[0]});
-        for (int64_t k = 0; k < wd[0]; ++k) zeros.data<float>()[k] = 0.f;
-        KILN_ASSIGN_OR_RETURN(l->bias, to_device(runtime(), dev, zeros, nullptr));
-      }
     }
-    if (l->has_bias) {
-      Tensor b = *sig.inputs[2].constant;
-      if (b.numel() != wd[0]) return InvalidArgument(node.where(), ": B has ", b.numel(), " elements, not ", wd[0]);
-      if (b.dtype() != DataType::kFloat32) {
-        KILN_ASSIGN_OR_RETURN(b, b.cast(DataType::kFloat32));
+    // The bias on the device: float32 (zeros for a fused layer without one), rounded to X's dtype for
+    // the fused NHWC call.
+    if (l->has_bias || l->fused) {
+      Tensor b(DataType::kFloat32, {wd[0]});
+      if (l->has_bias) {
+        b = *sig.inputs[2].constant;
+        if (b.numel() != wd[0]) return InvalidArgument(node.where(), ": B has ", b.numel(), " elements, not ", wd[0]);
+        if (b.dtype() != DataType::kFloat32) {
+          KILN_ASSIGN_OR_RETURN(b, b.cast(DataType::kFloat32));
+        }
+      } else {
+        for (int64_t k = 0; k < wd[0]; ++k) b.data<float>()[k] = 0.f;
+      }
+      if (fuse_) {
+        KILN_ASSIGN_OR_RETURN(b, b.cast(l->dtype));
       }
       KILN_ASSIGN_OR_RETURN(l->bias, to_device(runtime(), dev, b, nullptr));
     }
     KILN_RETURN_IF_ERROR(runtime().synchronize(nullptr));
+    if (fuse_) KILN_RETURN_IF_ERROR(try_fused(*l, h, xs, dev));
     return std::unique_ptr<PreparedLayer>(std::move(l));
   }
 
  private:
+  // One fused call on scratch buffers with the layer's descriptors, weights and bias: a status error (a
+  // configuration cuDNN's fused call does not take) declines the layer here. X is zeros, so Y must be
+  // act(bias), finite. Without a residual run() passes z = Y scaled by 0: Y starts as NaN here, so a
+  // kernel that reads z anyway (0 * NaN) shows, and is declined too (Y's old contents would leak).
+  static Status try_fused(const PreparedConv& l, cudnnHandle_t h, const Dims& xs, int dev) {
+    const DeviceRuntime& rt = runtime();
+    KILN_ASSIGN_OR_RETURN(Tensor x, device_tensor(rt, dev, l.dtype, xs));
+    KILN_ASSIGN_OR_RETURN(Tensor y, device_tensor(rt, dev, l.dtype, l.out_shape));
+    KILN_ASSIGN_OR_RETURN(Tensor z, device_tensor(rt, dev, l.dtype, l.out_shape));
+    Tensor ws;
+    if (l.cudnn_ws) {
+      KILN_ASSIGN_OR_RETURN(ws, device_tensor(rt, dev, DataType::kUInt8, {static_cast<int64_t>(l.cudnn_ws)}));
+    }
+    KILN_RETURN_IF_ERROR(rt.fill(x.raw(), 0, x.nbytes(), nullptr));
+    KILN_RETURN_IF_ERROR(rt.fill(y.raw(), 0xFF, y.nbytes(), nullptr));  // NaN in every float dtype
+    KILN_RETURN_IF_ERROR(rt.fill(z.raw(), 0, z.nbytes(), nullptr));
+    KILN_CUDNN_RETURN_IF_ERROR(cudnnSetStream(h, nullptr));
+    const float one = 1.f, zero = 0.f;
+    const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
+        h, &one, l.x_desc, x.raw(), l.w_desc, l.weight.raw(), l.conv_desc, l.algo, ws.defined() ? ws.raw() : nullptr,
+        l.cudnn_ws, l.has_residual ? &one : &zero, l.y_desc, l.has_residual ? z.raw() : y.raw(), l.bias_desc,
+        l.bias.raw(), l.act_desc, l.y_desc, y.raw());
+    KILN_RETURN_IF_ERROR(rt.synchronize(nullptr));
+    if (st != CUDNN_STATUS_SUCCESS)
+      return Unsupported("cuDNN declines the fused convolution (cudnnConvolutionBiasActivationForward: ",
+                         cudnnGetErrorString(st), "); the unfused tactics serve the layer");
+    KILN_ASSIGN_OR_RETURN(Tensor host, to_host(rt, y, nullptr));
+    // Every element up to 2^20 of them, else evenly spread (a kernel that reads z reads it all).
+    const int64_t step = std::max<int64_t>(1, host.numel() >> 20);
+    for (int64_t i = 0; i < host.numel(); i += step)
+      if (!std::isfinite(host.get_f64(i)))
+        return Unsupported(
+            "cuDNN declines the fused convolution (element ", i, " of act(bias) is ", host.get_f64(i),
+            ": its kernel reads z scaled by 0, or the bias overflows the dtype); the unfused tactics serve the layer");
+    return Status::Ok();
+  }
+
   int rank_;
   bool nhwc_;
+  bool fuse_;
 };
 
 }  // namespace
@@ -404,7 +472,9 @@ std::vector<const Tactic*> cudnn_conv_tactics() {
       h6(6, false), h7(7, false);
   static const CudnnConv n0(0, true), n1(1, true), n2(2, true), n3(3, true), n4(4, true), n5(5, true), n6(6, true),
       n7(7, true);
-  return {&h0, &h1, &h2, &h3, &h4, &h5, &h6, &h7, &n0, &n1, &n2, &n3, &n4, &n5, &n6, &n7};
+  // After the unfused ones: a build that takes the first tactic that prepares keeps kiln's epilogue.
+  static const CudnnConv f0(0, true, true), f1(1, true, true), f2(2, true, true), f3(3, true, true);
+  return {&h0, &h1, &h2, &h3, &h4, &h5, &h6, &h7, &n0, &n1, &n2, &n3, &n4, &n5, &n6, &n7, &f0, &f1, &f2, &f3};
 }
 
 }  // namespace kiln::backends::cuda

@@ -325,7 +325,13 @@ TEST(CudaFastKernels, TransposeTiledAndWidened) {
                                                                     {{2, 3, 32, 64}, {0, 1, 3, 2}},
                                                                     {{3, 5, 7, 9}, {3, 2, 1, 0}},
                                                                     {{4, 6, 8, 16}, {1, 0, 2, 3}},
-                                                                    {{5, 3, 40}, {2, 0, 1}}};
+                                                                    {{5, 3, 40}, {2, 0, 1}},
+                                                                    // narrow output rows (J <= 16)
+                                                                    {{2, 3, 17, 19}, {0, 2, 3, 1}},
+                                                                    {{3, 16, 5, 7}, {0, 2, 3, 1}},
+                                                                    {{2, 17, 5, 7}, {0, 2, 3, 1}},
+                                                                    {{1, 2, 3, 4097}, {0, 3, 1, 2}},
+                                                                    {{3, 4, 2, 5}, {2, 0, 3, 1}}};
   int c = 0;
   for (DataType dt : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64, DataType::kBool})
     for (const auto& [d, perm] : cases) {
