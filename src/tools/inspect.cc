@@ -68,6 +68,14 @@ void print_reference(const nlohmann::json& j) {
               findings == 1 ? "layer runs" : "layers run",
               device == "cpu" ? "" : (" on the host, with copies to and from " + device).c_str(), estimate.c_str(),
               shape, shape == 1 ? "" : "s");
+  if (b.contains("host_loop")) {
+    const nlohmann::json& h = b["host_loop"];
+    std::printf(
+        "interpreter loop: %lld layers from '%s' (%s) on%s, after %lld bound: %s\n", h["layers"].get<long long>(),
+        h["from_layer"].get<std::string>().c_str(), h["op"].get<std::string>().c_str(),
+        device == "cpu" ? "" : (" run on the host (reference kernels, inputs copied from " + device + ")").c_str(),
+        h["bound_layers"].get<long long>(), h["why"].get<std::string>().c_str());
+  }
   for (const auto& r : j["reference_layers"]) {
     if (r["shape_work"].get<bool>()) continue;
     std::string op = r["domain"].get<std::string>().empty()
