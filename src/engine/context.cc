@@ -151,7 +151,9 @@ Result<std::shared_ptr<LayerPlan>> ContextImpl::plan_for(const std::map<std::str
 
 ContextImpl::Slot* ContextImpl::slot_of(const ir::Node& n, size_t o) {
   const auto& nodes = engine->model.graph->nodes;
-  if (&n < nodes.data() || &n >= nodes.data() + nodes.size()) return nullptr;
+  // A device engine's arena is device memory: its interpreter loop (a split run's, on the host) keeps
+  // its outputs in tensors of their own.
+  if (device || slots.size() != nodes.size() || &n < nodes.data() || &n >= nodes.data() + nodes.size()) return nullptr;
   auto& s = slots[static_cast<size_t>(&n - nodes.data())];
   return o < s.size() && s[o].offset != SIZE_MAX ? &s[o] : nullptr;
 }
@@ -481,9 +483,9 @@ Status ContextImpl::run() {
     bound_forced = shape_state.forced;
     bound_sig = sig;
     // A split run's interpreter loop on the CPU places its layers' outputs in the arena as run_loop's
-    // does (a device engine's loop runs on the host, outside the device arena).
-    if (!device && interp->bound_layers() < g.nodes.size()) {
-      use_slots(p);
+    // does (a device engine's loop runs on the host, outside the device arena: only its layers' times).
+    if (interp->bound_layers() < g.nodes.size()) {
+      if (!device) use_slots(p);
       install_loop_hooks();
     }
     if (auto done = run_bound(sig, run_inputs)) return *done;
@@ -535,7 +537,7 @@ void ContextImpl::install_loop_hooks() {
         if (layer_timer) ++loop_layer_index, loop_layer_begin = std::chrono::steady_clock::now();
         return;
       }
-      for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i) {
+      for (size_t i = 0; i < outs.size() && i < n.outputs.size() && !device; ++i) {
         if (!outs[i].is_tensor()) continue;
         const Tensor& t = outs[i].tensor;
         Slot* sl = slot_of(n, i);
