@@ -503,7 +503,7 @@ std::string LayerExecutor::bind(const MemoryPlan& plan,
     split_reason_ = bind_step(split_, plan, prepared, typed, threads, arena, inputs, produced);
     if (!split_reason_.empty()) break;
   }
-  if (split_ == 0) {
+  if (split_ == 0 && !g.nodes.empty()) {  // not one layer bound (a graph of none binds: its outputs are values)
     steps_.clear();
     return split_reason_;
   }

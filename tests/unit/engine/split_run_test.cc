@@ -254,3 +254,27 @@ TEST(SplitRun, CudaDetectorPostProcessingRunsOnTheHostAfterTheDeviceBackbone) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A graph the passes fold to no layer (Shape of a static input): bound, its output the folded value.
+TEST(SplitRun, AGraphOfNoLayersGivesItsValues) {
+  GraphBuilder b(13);
+  b.input("x", {2, 3}).output("s");
+  b.node("Shape", {"x"}, {"s"});
+  auto e = build(onnx_import::serialize_model(b.finish()).value(), false);
+  auto ctx = e->create_context();
+  Tensor x = random_tensor({2, 3}, 1);
+  ctx->set_input("x", HostTensor::f32(x.shape(), x.data<float>()));
+  for (int run = 0; run < 2; ++run) {
+    ctx->run();
+    HostTensor s = ctx->output("s");
+    ASSERT_EQ(s.shape, (std::vector<int64_t>{2}));
+    EXPECT_EQ(static_cast<const int64_t*>(s.data.get())[0], 2);
+    EXPECT_EQ(static_cast<const int64_t*>(s.data.get())[1], 3);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
