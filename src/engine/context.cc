@@ -110,6 +110,9 @@ struct ContextImpl {
   // choice of profile, plan and binding (which would give the same answers) and allocates nothing
   // beyond what the layers do.
   Status run_loop();
+  // The interpreter loop's arena hooks and slots for plan `p` (run_loop; a split bound run's loop too).
+  void use_slots(const engine::MemoryPlan& p);
+  void install_loop_hooks();
   struct LoopKey {
     bool valid = false, may_bind = false;
     int forced = -1, threads = 0;
@@ -148,7 +151,9 @@ Result<std::shared_ptr<LayerPlan>> ContextImpl::plan_for(const std::map<std::str
 
 ContextImpl::Slot* ContextImpl::slot_of(const ir::Node& n, size_t o) {
   const auto& nodes = engine->model.graph->nodes;
-  if (&n < nodes.data() || &n >= nodes.data() + nodes.size()) return nullptr;
+  // A device engine's arena is device memory: its interpreter loop (a split run's, on the host) keeps
+  // its outputs in tensors of their own.
+  if (device || slots.size() != nodes.size() || &n < nodes.data() || &n >= nodes.data() + nodes.size()) return nullptr;
   auto& s = slots[static_cast<size_t>(&n - nodes.data())];
   return o < s.size() && s[o].offset != SIZE_MAX ? &s[o] : nullptr;
 }
@@ -291,6 +296,8 @@ std::optional<Status> ContextImpl::run_bound(const std::string& sig,
                                              const std::map<std::string, ops::Value>& run_inputs) {
   ops::DeadlineScope scope(deadline);
   layer_begin = std::chrono::steady_clock::now();
+  loop_layer_index = 0;  // a split run's loop times the layers after the bound ones
+  loop_layer_begin = layer_begin;
   std::function<void(size_t, const ir::Node&)> after = layer_timer ? bound_timer : nullptr;
   Status observed = Status::Ok();
   if (device && numerics) {
@@ -475,31 +482,62 @@ Status ContextImpl::run() {
   if (unbound_reason.empty()) {
     bound_forced = shape_state.forced;
     bound_sig = sig;
+    // A split run's interpreter loop on the CPU places its layers' outputs in the arena as run_loop's
+    // does (a device engine's loop runs on the host, outside the device arena: only its layers' times).
+    if (interp->bound_layers() < g.nodes.size()) {
+      if (!device) use_slots(p);
+      install_loop_hooks();
+    }
     if (auto done = run_bound(sig, run_inputs)) return *done;
   }
   if (device)  // the interpreter loop's kernels read host memory
     return Unsupported("this engine runs on ", device_name(device->device()),
-                       " through the bound layer list only, which these inputs cannot take: ", unbound_reason);
-  if (slots_for != &p) {
-    slots.assign(g.nodes.size(), {});
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      for (const auto& name : g.nodes[i].outputs) {
-        Slot sl;
-        if (auto off = p.offsets.find(name); !name.empty() && off != p.offsets.end())
-          sl.offset = off->second, sl.bytes = p.sizes.at(name);
-        slots[i].push_back(sl);
-      }
-    slots_for = &p;
-  }
+                       " through the bound layer list (with the interpreter loop on the host after it), which these "
+                       "inputs cannot take: ",
+                       unbound_reason);
+  use_slots(p);
   KILN_RETURN_IF_ERROR(run_loop());
   remember_loop_key(run_inputs);
   return Status::Ok();
 }
 
+void ContextImpl::use_slots(const engine::MemoryPlan& p) {
+  if (slots_for == &p) return;
+  const ir::Graph& g = *engine->model.graph;
+  slots.assign(g.nodes.size(), {});
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& name : g.nodes[i].outputs) {
+      Slot sl;
+      if (auto off = p.offsets.find(name); !name.empty() && off != p.offsets.end())
+        sl.offset = off->second, sl.bytes = p.sizes.at(name);
+      slots[i].push_back(sl);
+    }
+  slots_for = &p;
+}
+
 Status ContextImpl::run_loop() {
+  install_loop_hooks();
+  loop_layer_index = 0;
+  loop_layer_begin = std::chrono::steady_clock::now();
+  // The executor's layer loop, the interpreter and Loop/Scan iterations all check this scope's
+  // deadline (one ops::check_deadline call each), whatever executes the layers.
+  ops::DeadlineScope scope(deadline);
+  // The last run's outputs give their buffers back first (a caller's copy keeps its own); emptied,
+  // not destroyed, so that this run's are assigned over them.
+  for (ops::Value& v : outputs) ops::clear_value(v);
+  KILN_RETURN_IF_ERROR(interp->run(inputs, outputs));
+  shape_state.ran_with_current = true;
+  return Status::Ok();
+}
+
+void ContextImpl::install_loop_hooks() {
   if (!loop_hooks) {
     interp->place_outputs = [this](const ir::Node& n, std::vector<ops::Value>& outs) {
-      for (size_t i = 0; i < outs.size() && i < n.outputs.size(); ++i) {
+      if (interp->hands_over(n)) {  // a split run's bound layer: its outputs are in their slots, its time taken
+        if (layer_timer) ++loop_layer_index, loop_layer_begin = std::chrono::steady_clock::now();
+        return;
+      }
+      for (size_t i = 0; i < outs.size() && i < n.outputs.size() && !device; ++i) {
         if (!outs[i].is_tensor()) continue;
         const Tensor& t = outs[i].tensor;
         Slot* sl = slot_of(n, i);
@@ -535,17 +573,6 @@ Status ContextImpl::run_loop() {
     };
     loop_hooks = true;
   }
-  loop_layer_index = 0;
-  loop_layer_begin = std::chrono::steady_clock::now();
-  // The executor's layer loop, the interpreter and Loop/Scan iterations all check this scope's
-  // deadline (one ops::check_deadline call each), whatever executes the layers.
-  ops::DeadlineScope scope(deadline);
-  // The last run's outputs give their buffers back first (a caller's copy keeps its own); emptied,
-  // not destroyed, so that this run's are assigned over them.
-  for (ops::Value& v : outputs) ops::clear_value(v);
-  KILN_RETURN_IF_ERROR(interp->run(inputs, outputs));
-  shape_state.ran_with_current = true;
-  return Status::Ok();
 }
 
 void set_layer_timer(ContextImpl& ctx, LayerTimer timer) {
@@ -562,6 +589,10 @@ void set_body_layer_timer(ContextImpl& ctx, BodyLayerTimer timer) { ctx.interp->
 std::vector<int64_t> declined_runs(const ContextImpl& ctx) { return ctx.interp->declined_runs(); }
 
 std::string steady_state_blocker(const ContextImpl& ctx) { return ctx.unbound_reason; }
+
+BoundSplit bound_split(const ContextImpl& ctx) {
+  return {ctx.interp->bound_layers(), ctx.engine->model.graph->nodes.size(), ctx.interp->split_reason()};
+}
 
 void set_device_run_options(ContextImpl& ctx, const DeviceRunOptions& o) {
   ctx.device_options = o;

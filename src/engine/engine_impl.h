@@ -183,6 +183,15 @@ std::vector<int64_t> declined_runs(const ContextImpl& ctx);
 // Why the context's last run went through the interpreter loop rather than the allocation-free bound
 // path (engine/executor.h): "layer 'Flatten_3' (Flatten) runs its reference kernel"; "" when it did not.
 std::string steady_state_blocker(const ContextImpl& ctx);
+// How the context's last bind split the main graph (engine/executor.h, split runs): layers [0, bound)
+// run bound (on the device for a device engine), the rest through the interpreter loop (on the host
+// for a device engine) because of `reason` (about layer `bound`); bound == layers: none left out,
+// bound == 0: not bound.
+struct BoundSplit {
+  size_t bound = 0, layers = 0;
+  std::string reason;
+};
+BoundSplit bound_split(const ContextImpl& ctx);
 
 // A device engine's context (kiln bench/run --use-cuda-graph, --no-data-transfers):
 //   cuda_graph      the steady-state run's layer launches are captured into a device graph once per

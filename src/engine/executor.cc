@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <set>
 #include <tuple>
 
 #include "core/parallel.h"
@@ -71,6 +72,15 @@ std::shared_ptr<uint8_t[]> alloc_arena(size_t n) {
       [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
 }
 }  // namespace
+
+std::string split_point_reason(const ir::Node& n, bool prepared, const MemoryPlan& plan) {
+  const std::string layer = "layer '" + n.name + "' (" + n.op_type + ")";
+  // A body needs the interpreter's frames; kiln's fused ops keep theirs private, run by their tactic.
+  if (has_bodies(n) && !prepared) return layer + " has a subgraph body";
+  for (const auto& o : n.outputs)
+    if (plan.dynamic.count(o)) return layer + ": output '" + o + "' has a data-dependent size";
+  return "";
+}
 
 Status LayerExecutor::run_subgraph_into(const ir::Graph& g, const std::vector<ops::Value>& inputs,
                                         std::vector<ops::Value>& results) {
@@ -236,6 +246,16 @@ void LayerExecutor::own_views(std::vector<ops::Value>& outs, const ir::Node& n, 
 Status LayerExecutor::run_layer(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
                                 const std::vector<const ops::Value*>& ins, bool top_level,
                                 std::vector<ops::Value>& outs) {
+  if (tail_running_ && top_level && i < split_) {
+    // A split run's bound prefix already ran this layer: its outputs are handed over (host copies of
+    // a device engine's where the loop reads them).
+    const Step& s = steps_[i];
+    for (size_t o = 0; o < outs.size() && o < s.outs.size(); ++o) {
+      outs[o].kind = ops::Value::Kind::kTensor;
+      outs[o].tensor = o < s.host_outs.size() && s.host_outs[o].defined() ? s.host_outs[o] : s.outs[o];
+    }
+    return Status::Ok();
+  }
   if (!body_timer) return run_prepared(g, i, schema, ins, top_level, nullptr, outs);
   std::string kernel;
   const ir::Node& n = g.nodes[i];
@@ -274,10 +294,13 @@ const LayerExecutor::OutputTypes& LayerExecutor::output_types(const std::shared_
 Status LayerExecutor::run_prepared(const ir::Graph& g, size_t i, const ops::OpSchema& schema,
                                    const std::vector<const ops::Value*>& ins, bool top_level, std::string* kernel,
                                    std::vector<ops::Value>& outs) {
-  auto prepared = tactics_ ? tactics_->prepared(g, i, ins) : nullptr;
+  // A device engine's split run: the interpreter loop runs on the host, where its device tactics
+  // cannot (they read device memory): reference kernels.
+  const bool host_loop = rt_ && tail_running_;
+  auto prepared = tactics_ && !host_loop ? tactics_->prepared(g, i, ins) : nullptr;
   if (!prepared) {
     // A tactic that declined these run-time shapes (TacticRuntime warned once): counted per layer.
-    if (top_level && tactics_ && tactics_->has_tactic(i)) ++declined_runs_[i];
+    if (top_level && tactics_ && !host_loop && tactics_->has_tactic(i)) ++declined_runs_[i];
     if (kernel) {
       const backends::Tactic* t = tactics_ ? tactics_->tactic_of(g, i) : nullptr;
       *kernel = t ? "reference (" + t->name() + " declined)" : "reference";
@@ -358,121 +381,189 @@ std::pair<void*, size_t> LayerExecutor::workspace_for(size_t i, bool top_level, 
   return {own_ws_.get(), own_ws_bytes_};
 }
 
+std::string LayerExecutor::bind_step(size_t i, const MemoryPlan& plan,
+                                     const std::vector<std::shared_ptr<const backends::PreparedLayer>>& prepared,
+                                     const ir::Graph& typed, int threads, const std::shared_ptr<uint8_t[]>& arena,
+                                     const std::map<std::string, ops::Value>& inputs,
+                                     std::map<std::string, std::pair<size_t, size_t>>& produced) {
+  const ir::Graph& g = graph();
+  const ir::Node& n = g.nodes[i];
+  const std::string layer = "layer '" + n.name + "' (" + n.op_type + ")";
+  if (std::string why = split_point_reason(n, prepared[i] != nullptr, plan); !why.empty()) return why;
+  Step& s = steps_[i];
+  s.node = &n;
+  s.layer = prepared[i];
+  if (!s.layer) {
+    s.kind = is_view(n) ? Step::Kind::kView : Step::Kind::kReference;
+    s.schema = ops::OpRegistry::get().find(n.domain, n.op_type, n.opset);
+    s.declined = tactics_ && tactics_->has_tactic(i);
+    if (!s.schema) return layer + " has no reference kernel";
+  }
+  std::vector<std::pair<size_t, const ops::Value*>> input_uses;  // (input slot, graph input)
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const std::string& name = n.inputs[k];
+    if (name.empty()) {
+      s.ins.push_back(nullptr);
+      continue;
+    }
+    if (auto p = produced.find(name); p != produced.end()) {
+      s.ins.push_back(&steps_[p->second.first].outs[p->second.second]);
+      continue;
+    }
+    if (auto in = inputs.find(name); in != inputs.end()) {
+      if (!in->second.is_tensor()) return layer + " reads a non-tensor input";
+      s.ins.push_back(nullptr);  // set at every run
+      input_uses.emplace_back(k, &in->second);
+      continue;
+    }
+    auto init = g.initializers.find(name);
+    if (init == g.initializers.end()) return layer + ": input '" + name + "' has no value";
+    s.ins.push_back(&init->second);
+  }
+  std::vector<Dims> shapes;
+  std::vector<DataType> dtypes;
+  if (s.layer) {
+    shapes = s.layer->output_shapes();
+    dtypes = s.layer->output_dtypes();
+    if (shapes.size() < n.outputs.size()) return layer + " declares fewer outputs than it has";
+  } else {
+    for (const auto& o : n.outputs) {
+      auto t = typed.value_types.find(o);
+      if (o.empty() || t == typed.value_types.end() || !t->second.is_tensor() || !t->second.shape.fully_known())
+        return layer + ": output '" + o + "' has no known tensor type";
+      shapes.push_back(t->second.shape.concrete());
+      dtypes.push_back(t->second.elem);
+    }
+    if (s.kind == Step::Kind::kView && (s.ins.empty() || n.outputs.size() != 1))
+      return layer + " is not a one-output view";
+  }
+  s.outs.resize(shapes.size());
+  for (size_t o = 0; o < shapes.size(); ++o) {
+    if (o >= n.outputs.size() || n.outputs[o].empty()) return layer + " has an unnamed output";
+    if (!dims_known(shapes[o]))  // the tactic allocates it once it knows the shape (see the top of executor.h)
+      return layer + ": output '" + n.outputs[o] + "' has a shape that depends on the data";
+    auto off = plan.offsets.find(n.outputs[o]);
+    size_t bytes = static_cast<size_t>(dims_numel(shapes[o])) * dtype_size(dtypes[o]);
+    if (off == plan.offsets.end() || dtypes[o] == DataType::kString || bytes > plan.sizes.at(n.outputs[o]))
+      return layer + ": output '" + n.outputs[o] + "' has no planned slot of its size";
+    MemoryLocation where;
+    if (rt_) where = {MemoryLocation::Kind::kCuda, device_.index};
+    s.outs[o] = Tensor::alias(dtypes[o], shapes[o], arena, off->second, where);
+  }
+  size_t need = s.layer ? s.layer->workspace_bytes(threads) : 0;
+  if (need) {
+    auto off = plan.workspace_offsets.find(i);
+    if (off == plan.workspace_offsets.end() || plan.workspace_sizes.at(i) < need)
+      return layer + ": its workspace is not planned";
+  }
+  // Bound: what later steps and runs find.
+  for (size_t o = 0; o < n.outputs.size(); ++o) produced[n.outputs[o]] = {i, o};
+  for (const auto& [k, v] : input_uses) {
+    const std::string& name = n.inputs[k];
+    auto b =
+        std::find_if(bound_inputs_.begin(), bound_inputs_.end(), [&](const BoundInput& x) { return x.name == name; });
+    if (b == bound_inputs_.end()) {
+      bound_inputs_.push_back({name, v->tensor.dtype(), v->tensor.shape(), {}});
+      b = bound_inputs_.end() - 1;
+    }
+    b->uses.emplace_back(i, k);
+  }
+  for (Tensor& t : s.outs) s.out_ptrs.push_back(&t);
+  if (s.kind == Step::Kind::kReference) {
+    s.in_values.resize(s.ins.size());
+    for (size_t k = 0; k < s.ins.size(); ++k)
+      s.in_value_ptrs.push_back(n.inputs[k].empty() ? nullptr : &s.in_values[k]);
+  }
+  s.ctx.threads = threads;
+  s.ctx.device = device_, s.ctx.stream = stream_;
+  if (need) {
+    s.ctx.workspace = arena.get() + plan.workspace_offsets.at(i);
+    s.ctx.workspace_bytes = plan.workspace_sizes.at(i);
+  }
+  return "";
+}
+
 std::string LayerExecutor::bind(const MemoryPlan& plan,
                                 const std::vector<std::shared_ptr<const backends::PreparedLayer>>& prepared,
                                 const ir::Graph& typed, int threads, const std::shared_ptr<uint8_t[]>& arena,
                                 const std::map<std::string, ops::Value>& inputs) {
   bound_ = false;
   const ir::Graph& g = graph();
-  if (!plan.dynamic.empty()) return "value '" + *plan.dynamic.begin() + "' has a data-dependent size";
   if (prepared.size() != g.nodes.size()) return "the layers were not prepared";
   steps_.clear();
   steps_.resize(g.nodes.size());  // never resized again: steps point at each other's outputs
   bound_inputs_.clear();
   bound_outputs_.clear();
+  host_inputs_.clear();
+  tail_inputs_.clear();
+  split_reason_.clear();
   std::map<std::string, std::pair<size_t, size_t>> produced;  // value -> (step, output)
-  const ops::OpRegistry& registry = ops::OpRegistry::get();
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const ir::Node& n = g.nodes[i];
-    const std::string layer = "layer '" + n.name + "' (" + n.op_type + ")";
-    // A body (If/Loop/Scan) needs the interpreter's frames; kiln's fused ops keep theirs private, run
-    // by their tactic.
-    for (const auto& [k, a] : n.attrs)
-      if ((a.g || !a.graphs.empty()) && !prepared[i]) return layer + " has a subgraph body";
-    Step& s = steps_[i];
-    s.node = &n;
-    s.layer = prepared[i];
-    if (!s.layer) {
-      s.kind = is_view(n) ? Step::Kind::kView : Step::Kind::kReference;
-      s.schema = registry.find(n.domain, n.op_type, n.opset);
-      s.declined = tactics_ && tactics_->has_tactic(i);
-      if (!s.schema) return layer + " has no reference kernel";
-    }
-    for (size_t k = 0; k < n.inputs.size(); ++k) {
-      const std::string& name = n.inputs[k];
-      if (name.empty()) {
-        s.ins.push_back(nullptr);
-        continue;
-      }
-      if (auto p = produced.find(name); p != produced.end()) {
-        s.ins.push_back(&steps_[p->second.first].outs[p->second.second]);
-        continue;
-      }
-      if (auto in = inputs.find(name); in != inputs.end()) {
-        if (!in->second.is_tensor()) return layer + " reads a non-tensor input";
-        auto b = std::find_if(bound_inputs_.begin(), bound_inputs_.end(),
-                              [&](const BoundInput& x) { return x.name == name; });
-        if (b == bound_inputs_.end()) {
-          bound_inputs_.push_back({name, in->second.tensor.dtype(), in->second.tensor.shape(), {}});
-          b = bound_inputs_.end() - 1;
-        }
-        b->uses.emplace_back(i, k);
-        s.ins.push_back(nullptr);  // set at every run
-        continue;
-      }
-      auto init = g.initializers.find(name);
-      if (init == g.initializers.end()) return layer + ": input '" + name + "' has no value";
-      s.ins.push_back(&init->second);
-    }
-    std::vector<Dims> shapes;
-    std::vector<DataType> dtypes;
-    if (s.layer) {
-      shapes = s.layer->output_shapes();
-      dtypes = s.layer->output_dtypes();
-      if (shapes.size() < n.outputs.size()) return layer + " declares fewer outputs than it has";
-    } else {
-      for (const auto& o : n.outputs) {
-        auto t = typed.value_types.find(o);
-        if (o.empty() || t == typed.value_types.end() || !t->second.is_tensor() || !t->second.shape.fully_known())
-          return layer + ": output '" + o + "' has no known tensor type";
-        shapes.push_back(t->second.shape.concrete());
-        dtypes.push_back(t->second.elem);
-      }
-      if (s.kind == Step::Kind::kView && (s.ins.empty() || n.outputs.size() != 1))
-        return layer + " is not a one-output view";
-    }
-    s.outs.resize(shapes.size());
-    for (size_t o = 0; o < shapes.size(); ++o) {
-      if (o >= n.outputs.size() || n.outputs[o].empty()) return layer + " has an unnamed output";
-      if (!dims_known(shapes[o]))  // the tactic allocates it once it knows the shape (see the top of executor.h)
-        return layer + ": output '" + n.outputs[o] + "' has a shape that depends on the data";
-      auto off = plan.offsets.find(n.outputs[o]);
-      size_t bytes = static_cast<size_t>(dims_numel(shapes[o])) * dtype_size(dtypes[o]);
-      if (off == plan.offsets.end() || dtypes[o] == DataType::kString || bytes > plan.sizes.at(n.outputs[o]))
-        return layer + ": output '" + n.outputs[o] + "' has no planned slot of its size";
-      MemoryLocation where;
-      if (rt_) where = {MemoryLocation::Kind::kCuda, device_.index};
-      s.outs[o] = Tensor::alias(dtypes[o], shapes[o], arena, off->second, where);
-      produced[n.outputs[o]] = {i, o};
-    }
-    for (Tensor& t : s.outs) s.out_ptrs.push_back(&t);
-    if (s.kind == Step::Kind::kReference) {
-      s.in_values.resize(s.ins.size());
-      for (size_t k = 0; k < s.ins.size(); ++k)
-        s.in_value_ptrs.push_back(n.inputs[k].empty() ? nullptr : &s.in_values[k]);
-    }
-    s.ctx.threads = threads;
-    s.ctx.device = device_, s.ctx.stream = stream_;
-    if (size_t need = s.layer ? s.layer->workspace_bytes(threads) : 0) {
-      auto off = plan.workspace_offsets.find(i);
-      if (off == plan.workspace_offsets.end() || plan.workspace_sizes.at(i) < need)
-        return layer + ": its workspace is not planned";
-      s.ctx.workspace = arena.get() + off->second;
-      s.ctx.workspace_bytes = plan.workspace_sizes.at(i);
-    }
+  split_ = 0;
+  for (; split_ < g.nodes.size(); ++split_) {
+    split_reason_ = bind_step(split_, plan, prepared, typed, threads, arena, inputs, produced);
+    if (!split_reason_.empty()) break;
   }
-  for (const auto& o : g.outputs) {
-    BoundOutput b;
-    if (auto p = produced.find(o.name); p != produced.end()) {
-      b.step = p->second.first, b.index = p->second.second;
-    } else if (inputs.count(o.name)) {
-      b.input = o.name;
-    } else if (auto init = g.initializers.find(o.name); init != g.initializers.end()) {
-      b.constant = &init->second;
-    } else {
-      return "graph output '" + o.name + "' has no value";
+  if (split_ == 0 && !g.nodes.empty()) {  // not one layer bound (a graph of none binds: its outputs are values)
+    steps_.clear();
+    return split_reason_;
+  }
+  for (size_t i = split_; i < steps_.size(); ++i) steps_[i] = Step();  // a failed bind_step's leftovers
+  if (split_ == g.nodes.size()) {
+    for (const auto& o : g.outputs) {
+      BoundOutput b;
+      if (auto p = produced.find(o.name); p != produced.end()) {
+        b.step = p->second.first, b.index = p->second.second;
+      } else if (inputs.count(o.name)) {
+        b.input = o.name;
+      } else if (auto init = g.initializers.find(o.name); init != g.initializers.end()) {
+        b.constant = &init->second;
+      } else {
+        return "graph output '" + o.name + "' has no value";
+      }
+      bound_outputs_.push_back(std::move(b));
     }
-    bound_outputs_.push_back(std::move(b));
+  } else {
+    // Graph outputs of the prefix are its bound tensors (device ones on a device engine), whatever
+    // copy the loop read.
+    for (size_t o = 0; o < g.outputs.size(); ++o)
+      if (auto p = produced.find(g.outputs[o].name); p != produced.end()) {
+        BoundOutput b;
+        b.step = p->second.first, b.index = p->second.second;
+        bound_outputs_.resize(o + 1);
+        bound_outputs_[o] = b;
+      }
+    // The loop may read any graph input: a bound run takes only the shapes of them all it was bound for.
+    for (const auto& [name, v] : inputs)
+      if (v.is_tensor() &&
+          std::none_of(bound_inputs_.begin(), bound_inputs_.end(), [&](const BoundInput& x) { return x.name == name; }))
+        bound_inputs_.push_back({name, v.tensor.dtype(), v.tensor.shape(), {}});
+  }
+  if (split_ < g.nodes.size() && rt_) {
+    // The values the interpreter loop reads (its layers' inputs, and what their bodies read from outside)
+    // get host tensors: prefix outputs, and graph inputs that live on the device.
+    std::set<std::string> read;
+    for (size_t i = split_; i < g.nodes.size(); ++i) {
+      const ir::Node& n = g.nodes[i];
+      for (const auto& name : n.inputs) read.insert(name);
+      for (const auto& [k, a] : n.attrs) {
+        if (a.g)
+          for (const auto& r : a.g->outer_references()) read.insert(r);
+        for (const auto& sg : a.graphs)
+          for (const auto& r : sg->outer_references()) read.insert(r);
+      }
+    }
+    for (size_t i = 0; i < split_; ++i) {
+      Step& s = steps_[i];
+      s.host_outs.resize(s.node->outputs.size());
+      for (size_t o = 0; o < s.node->outputs.size(); ++o)
+        if (read.count(s.node->outputs[o]))
+          s.host_outs[o] = Tensor::uninitialized(s.outs[o].dtype(), s.outs[o].shape());
+    }
+    for (const auto& [name, v] : inputs) {
+      if (read.count(name) && v.is_tensor() && !v.tensor.location().host())
+        host_inputs_[name] = Tensor::uninitialized(v.tensor.dtype(), v.tensor.shape());
+      tail_inputs_[name] = v;
+    }
   }
   bound_threads_ = threads;
   bound_input_count_ = inputs.size();
@@ -480,9 +571,70 @@ std::string LayerExecutor::bind(const MemoryPlan& plan,
   return "";
 }
 
+bool LayerExecutor::hands_over(const ir::Node& n) const {
+  const auto& nodes = graph().nodes;
+  return tail_running_ && &n >= nodes.data() && &n < nodes.data() + split_;
+}
+
+Status LayerExecutor::run_tail(const std::map<std::string, ops::Value>& inputs, std::vector<ops::Value>& outputs) {
+  const std::map<std::string, ops::Value>* loop_inputs = &inputs;
+  if (rt_) {
+    // The device values the loop reads come to the host once, after the prefix's work.
+    for (size_t i = 0; i < split_; ++i) {
+      Step& s = steps_[i];
+      for (size_t o = 0; o < s.host_outs.size(); ++o)
+        if (s.host_outs[o].defined() && s.outs[o].nbytes())
+          KILN_RETURN_IF_ERROR(rt_->copy(s.host_outs[o].raw(), s.outs[o].raw(), s.outs[o].nbytes(),
+                                         backends::DeviceRuntime::Copy::kDeviceToHost, stream_));
+    }
+    for (auto& [name, v] : tail_inputs_) {
+      auto in = inputs.find(name);
+      if (in == inputs.end()) return Internal("split run: input '", name, "' was not given");
+      auto h = host_inputs_.find(name);
+      if (h == host_inputs_.end()) {
+        v = in->second;
+        continue;
+      }
+      if (h->second.nbytes())
+        KILN_RETURN_IF_ERROR(rt_->copy(h->second.raw(), in->second.tensor.raw(), h->second.nbytes(),
+                                       backends::DeviceRuntime::Copy::kDeviceToHost, stream_));
+      v.kind = ops::Value::Kind::kTensor;
+      v.tensor = h->second;
+    }
+    KILN_RETURN_IF_ERROR(rt_->synchronize(stream_));
+    loop_inputs = &tail_inputs_;
+  }
+  // The last run's outputs give their buffers back first (as the context's run_loop does).
+  for (ops::Value& v : outputs) ops::clear_value(v);
+  // An observer of every layer (the numerics guard on a device engine) saw the prefix through
+  // run_bound's after_layer: the loop shows it the rest only.
+  std::function<void(const ir::Graph&, const ir::Node&, const std::vector<const ops::Value*>&,
+                     const std::vector<ops::Value>&)>
+      observer;
+  if (on_layer) {
+    observer = std::move(on_layer);
+    on_layer = [this, &observer](const ir::Graph& g, const ir::Node& n, const std::vector<const ops::Value*>& ins,
+                                 const std::vector<ops::Value>& outs) {
+      if (&g != &graph() || !hands_over(n)) observer(g, n, ins, outs);
+    };
+  }
+  tail_running_ = true;
+  Status st = ops::Interpreter::run(*loop_inputs, outputs);
+  tail_running_ = false;
+  if (observer) on_layer = std::move(observer);
+  KILN_RETURN_IF_ERROR(st);
+  for (size_t o = 0; o < bound_outputs_.size() && o < outputs.size(); ++o)
+    if (bound_outputs_[o].step != SIZE_MAX)
+      outputs[o].tensor = steps_[bound_outputs_[o].step].outs[bound_outputs_[o].index];
+  return Status::Ok();
+}
+
 std::string LayerExecutor::graph_blocker() const {
   if (!bound_) return "the layer list is not bound";
   if (!rt_) return "a CPU engine";
+  if (split_ < steps_.size())
+    return "the layers from '" + steps_[split_].node->name +
+           "' on run on the host (interpreter loop): " + split_reason_;
   for (const Step& s : steps_) {
     const std::string who =
         "layer '" + (s.node->name.empty() ? s.node->op_type : s.node->name) + "' (" + s.node->op_type + ")";
@@ -625,7 +777,7 @@ Status LayerExecutor::run_bound(const std::map<std::string, ops::Value>& inputs,
     const Tensor* t = &inputs.find(b.name)->second.tensor;
     for (const auto& [step, slot] : b.uses) steps_[step].ins[slot] = t;
   }
-  for (size_t i = 0; i < steps_.size(); ++i) {
+  for (size_t i = 0; i < split_; ++i) {
     Step& s = steps_[i];
     KILN_RETURN_IF_ERROR(ops::check_deadline(*s.node));
     if (s.declined) ++declined_runs_[i];
@@ -650,6 +802,7 @@ Status LayerExecutor::run_bound(const std::map<std::string, ops::Value>& inputs,
     }
     if (after_layer) after_layer(i, *s.node);
   }
+  if (split_ < steps_.size()) return run_tail(inputs, outputs);
   outputs.resize(bound_outputs_.size());
   for (size_t o = 0; o < bound_outputs_.size(); ++o) {
     const BoundOutput& b = bound_outputs_[o];

@@ -47,8 +47,20 @@
 // planner gave the output its input's bytes (in place), else a copy into its slot; or, for any other
 // reference layer, its reference kernel, whose fresh outputs are copied into their slots (that step
 // allocates: the bound path is allocation-free when every layer is a tactic or a view). A run walks
-// the list (tests/noalloc). Control flow, data-dependent shapes and observers run the interpreter's
-// loop, which allocates its frames and the reference kernels' outputs.
+// the list (tests/noalloc). Observers run the interpreter's loop.
+//
+// Split runs (a bound prefix, then the interpreter loop): a layer with a body (If/Loop/Scan) or an
+// output of data-dependent size (NonMaxSuppression, NonZero, TopK with a computed K) cannot bind, nor
+// can anything after it. bind() then binds the layers before the first such layer (a detector's
+// backbone and heads) and leaves it and every later layer (the post-processing) to the interpreter
+// loop: run_bound runs the bound prefix, then the loop over the whole graph, in which each prefix
+// layer only hands over its bound outputs (no kernel runs) and the rest run as in run(). The order is
+// the graph's, so the memory plan's liveness holds for both parts. On a CPU engine the loop keeps its
+// tactics and the context's arena hooks. On a device engine the loop runs on the host with reference
+// kernels (the device tactics read device memory): the device values it reads (prefix outputs, graph
+// inputs) are copied to host tensors kept from bind once per run, and its outputs are host tensors
+// (the context's "computed on the host" outputs). A prefix of no layer is no binding (the whole run
+// goes to the interpreter loop, as before).
 #pragma once
 
 #include <chrono>
@@ -65,6 +77,12 @@
 #include "ops/interpreter.h"
 
 namespace kiln::engine {
+
+// Why main-graph layer `n` cannot join the bound layer list, whatever the layers before it do ("" when
+// it can): a body (If/Loop/Scan) with no tactic (`prepared` false), or an output whose size depends on
+// the data in `plan` (MemoryPlan::dynamic). Such a layer and every later one run through the interpreter
+// loop (a split run, below); bind() and the builder's report (engine/reference_layers.cc) share the rule.
+std::string split_point_reason(const ir::Node& n, bool prepared, const MemoryPlan& plan);
 
 class LayerExecutor : public ops::Interpreter {
  public:
@@ -152,6 +170,14 @@ class LayerExecutor : public ops::Interpreter {
   // after_layer call of run_bound sees them (a device engine's live in device memory).
   const std::vector<const Tensor*>& bound_step_inputs(size_t i) const { return steps_[i].ins; }
   const std::vector<Tensor>& bound_step_outputs(size_t i) const { return steps_[i].outs; }
+  // The layers bound (main-graph nodes [0, bound_layers())): all of them, or fewer when the run is split
+  // (see the top of the file); 0 when not bound. split_reason(): why the first unbound layer is not
+  // bound ("" when none is left out).
+  size_t bound_layers() const { return bound_ ? split_ : 0; }
+  const std::string& split_reason() const { return split_reason_; }
+  // Whether `n` is a main-graph layer of the bound prefix while a split run's interpreter loop runs (its
+  // outputs are the bound ones, handed over: the context's hooks skip it).
+  bool hands_over(const ir::Node& n) const;
   // Why the bound layer list cannot be captured into a device graph ("" when it can): a layer that
   // runs on the host (its reference kernel, between synchronizing copies) or copies from host memory.
   std::string graph_blocker() const;
@@ -232,6 +258,14 @@ class LayerExecutor : public ops::Interpreter {
                      const std::vector<ops::Value>& outs);
   std::unordered_map<const ir::Node*, ViewShape> view_shapes_;
   Status run_reference_step(Step& s);
+  // bind()'s work for main-graph node i: "" when step i is bound, else why not (steps before it bound).
+  std::string bind_step(size_t i, const MemoryPlan& plan,
+                        const std::vector<std::shared_ptr<const backends::PreparedLayer>>& prepared,
+                        const ir::Graph& typed, int threads, const std::shared_ptr<uint8_t[]>& arena,
+                        const std::map<std::string, ops::Value>& inputs,
+                        std::map<std::string, std::pair<size_t, size_t>>& produced);
+  // A split run's interpreter loop (after the bound prefix ran).
+  Status run_tail(const std::map<std::string, ops::Value>& inputs, std::vector<ops::Value>& outputs);
   // The workspace of node i for a prepared layer needing `bytes` (top level: the plan's slot).
   std::pair<void*, size_t> workspace_for(size_t i, bool top_level, size_t bytes);
 
@@ -259,6 +293,9 @@ class LayerExecutor : public ops::Interpreter {
     std::vector<Tensor> outs;
     std::vector<Tensor*> out_ptrs;
     backends::RunContext ctx;
+    // A device engine's split run: host copies of the outputs the interpreter loop reads (empty
+    // tensors for the others), refreshed after the prefix ran.
+    std::vector<Tensor> host_outs;
   };
   struct BoundInput {  // a graph input the bound steps read: refreshed from the inputs at every run
     std::string name;
@@ -272,6 +309,13 @@ class LayerExecutor : public ops::Interpreter {
     const Tensor* constant = nullptr;
   };
   bool bound_ = false, bound_mismatch_ = false;
+  size_t split_ = 0;  // steps [0, split_) are bound; the rest run in the interpreter loop
+  std::string split_reason_;
+  bool tail_running_ = false;  // a split run's interpreter loop is running
+  // A device engine's split run: the graph inputs the loop reads, as host copies where they live on the
+  // device (name -> kept tensor), and the inputs the loop is given (the others as they are).
+  std::map<std::string, Tensor> host_inputs_;
+  std::map<std::string, ops::Value> tail_inputs_;
   int bound_threads_ = 0;
   size_t bound_input_count_ = 0;
   std::vector<Step> steps_;

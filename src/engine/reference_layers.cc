@@ -16,6 +16,7 @@
 #include <random>
 
 #include "engine/engine_impl.h"
+#include "engine/executor.h"
 
 namespace kiln::detail {
 
@@ -133,6 +134,34 @@ Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const Build
                        "\n— add tactics for these layers, or build without --strict-tactics to accept them");
   }
   auto warn = warner(cfg);
+  // The layers the bound layer list leaves to the interpreter loop (engine/executor.h, split runs): from
+  // the first one with a body or an output of data-dependent size on. On a device engine they run on
+  // the host, after the device prefix.
+  const bool on_device = e->built_for.device.kind != DeviceKind::kCPU;
+  e->build.erase("host_loop");
+  for (size_t i = 0; i < g.nodes.size() && i < e->layers.size(); ++i) {
+    std::string why = engine::split_point_reason(g.nodes[i], e->layers[i].kernel != "reference", e->plan);
+    if (why.empty()) continue;
+    const size_t n = g.nodes.size() - i;
+    e->build["host_loop"] = {{"from_layer", e->layers[i].name},
+                             {"op", g.nodes[i].op_type},
+                             {"index", i},
+                             {"layers", n},
+                             {"bound_layers", i},
+                             {"why", why},
+                             {"device", device_name(e->built_for.device)}};
+    std::string what = std::to_string(n) + " of " + std::to_string(g.nodes.size()) + " layers, from " + name_of(i) +
+                       " on, run through the interpreter loop" +
+                       (on_device ? " on the host (reference kernels; the values they read copied from " +
+                                        device_name(e->built_for.device) + " once per run)"
+                                  : "") +
+                       " after the " + std::to_string(i) + " bound layers: " + why;
+    if (on_device)
+      warn(what);
+    else
+      log("[kiln build] " + what);
+    break;
+  }
   // On a device engine a reference kernel is a host fallback: its inputs come to the host and its outputs
   // go back to the device around it (engine/executor.h).
   const std::string where = e->built_for.device.kind == DeviceKind::kCPU

@@ -206,10 +206,10 @@ Result<json> detection_verdicts(const CompareOptions& o, const ir::Graph& g,
       if (!*slot_t) return InvalidArgument("--detections ", h.spec, ": the test runner has no output '", *name, "'");
     }
     DetTolerances tol{};
-    KILN_ASSIGN_OR_RETURN(tol.score_atol, tolerance_for(o.atol, h.scores, kDefaultAtol));
-    KILN_ASSIGN_OR_RETURN(tol.score_rtol, tolerance_for(o.rtol, h.scores, kDefaultRtol));
-    KILN_ASSIGN_OR_RETURN(tol.box_atol, tolerance_for(o.atol, h.boxes, kDefaultAtol));
-    KILN_ASSIGN_OR_RETURN(tol.box_rtol, tolerance_for(o.rtol, h.boxes, kDefaultRtol));
+    KILN_ASSIGN_OR_RETURN(tol.score_atol, tolerance_for(o.atol, h.scores, o.default_atol));
+    KILN_ASSIGN_OR_RETURN(tol.score_rtol, tolerance_for(o.rtol, h.scores, o.default_rtol));
+    KILN_ASSIGN_OR_RETURN(tol.box_atol, tolerance_for(o.atol, h.boxes, o.default_atol));
+    KILN_ASSIGN_OR_RETURN(tol.box_rtol, tolerance_for(o.rtol, h.boxes, o.default_rtol));
     tol.rel_floor = o.rel_floor;
     Result<json> v = compare_detections(h, rs, ts, tol, o.det_iou, thr);
     if (!v.ok() && h.automatic) {
@@ -248,6 +248,10 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
   bool ref_is_file = o.ref != "onnx" && o.ref != "engine";
   json build = nullptr;
   KILN_ASSIGN_OR_RETURN(Runners r, make_runners(o, build));
+  // Outputs no --atol/--rtol names take the tolerances of the least precise engine taking part.
+  const DefaultTolerances dtol = default_tolerances({r.engine.get(), r.ref_engine.get()});
+  o.default_atol = dtol.atol;
+  o.default_rtol = dtol.rtol;
   const ir::Graph& g = *r.model.graph;
   std::map<std::string, ops::Value> inputs;
   json in_info = json::object();
@@ -337,16 +341,18 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
     ref_side = engine_precision(*r.ref_engine) + " engine";
     test_side = engine_precision(*r.engine) + " engine";
   }
-  json rep = {{"model", o.model.empty() ? o.ref_engine_file : o.model},
-              {"ref", ref_label},
-              {"test", test_label},
-              {"boundary", ref_side + " -> " + test_side},
-              {"inputs", in_info},
-              {"check_error_stat", o.check_error_stat},
-              {"rel_floor", o.rel_floor},
-              {"build", build},
-              {"ref_build", o.ref == "engine" ? r.ref_build : json(nullptr)},
-              {"versions", versions_json(r.model)}};
+  json rep = {
+      {"model", o.model.empty() ? o.ref_engine_file : o.model},
+      {"ref", ref_label},
+      {"test", test_label},
+      {"boundary", ref_side + " -> " + test_side},
+      {"inputs", in_info},
+      {"check_error_stat", o.check_error_stat},
+      {"rel_floor", o.rel_floor},
+      {"default_tolerances", {{"format", dtol.format}, {"atol", dtol.atol}, {"rtol", dtol.rtol}, {"note", dtol.note}}},
+      {"build", build},
+      {"ref_build", o.ref == "engine" ? r.ref_build : json(nullptr)},
+      {"versions", versions_json(r.model)}};
   json outs = json::array();
   int passed = 0;
   bool all = true;
@@ -393,8 +399,8 @@ Result<int> run_compare(CompareOptions o, const std::string& json_path, const st
     if (it == test_out.end()) return InvalidArgument("output '", rname, "' was not produced by the test runner");
     if (det_outputs.count(it->first)) continue;
     const Tensor& tt = it->second;
-    KILN_ASSIGN_OR_RETURN(double atol, tolerance_for(o.atol, it->first, kDefaultAtol));
-    KILN_ASSIGN_OR_RETURN(double rtol, tolerance_for(o.rtol, it->first, kDefaultRtol));
+    KILN_ASSIGN_OR_RETURN(double atol, tolerance_for(o.atol, it->first, o.default_atol));
+    KILN_ASSIGN_OR_RETURN(double rtol, tolerance_for(o.rtol, it->first, o.default_rtol));
     Stats s = compute_stats(rt, tt, atol, rtol, o.rel_floor, o.check_error_stat, o.worst);
     bool dtype_ok = rt.dtype() == tt.dtype();
     json jo = {{"name", it->first},
@@ -548,8 +554,12 @@ void add_compare_command(CLI::App& app, int& exit_code, compare::CompareResult* 
   cmd->add_option("--input-range", o->input_ranges, "NAME:lo,hi range of a generated input (repeatable)");
   add_deadline_option(cmd, o->deadline_s);
   cmd->add_option("--save-inputs", o->save_inputs, "write the inputs used to FILE.npz");
-  cmd->add_option("--atol", o->atol, "absolute tolerance: VALUE or NAME:VALUE (repeatable; default 1e-4)");
-  cmd->add_option("--rtol", o->rtol, "relative tolerance: VALUE or NAME:VALUE (repeatable; default 1e-3)");
+  cmd->add_option("--atol", o->atol,
+                  "absolute tolerance: VALUE or NAME:VALUE (repeatable; default by the engine's precision: 1e-4 "
+                  "fp32, 1e-2 fp16/tf32, 8e-2 bf16)");
+  cmd->add_option("--rtol", o->rtol,
+                  "relative tolerance: VALUE or NAME:VALUE (repeatable; default by the engine's precision: 1e-3 "
+                  "fp32, 1e-2 fp16/tf32, 8e-2 bf16)");
   cmd->add_option("--rel-floor", o->rel_floor, "relative error is |err| / max(|ref|, floor)");
   cmd->add_option("--check-error-stat", o->check_error_stat, "elemwise (default), max, mean or median")
       ->check(CLI::IsMember({"elemwise", "max", "mean", "median"}));

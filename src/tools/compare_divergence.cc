@@ -130,9 +130,10 @@ json find_divergence(const CompareOptions& o, const Runners& r, const std::map<s
       } else {
         matched.insert(ref_name);
         if (auto a = ref_alias.find(ref_name); a != ref_alias.end()) matched.insert(a->second);
-        auto atol = tolerance_for(o.atol, ref_name, kDefaultAtol), rtol = tolerance_for(o.rtol, ref_name, kDefaultRtol);
-        Stats s = compute_stats(rt->second, *got, atol.ok() ? atol.value() : kDefaultAtol,
-                                rtol.ok() ? rtol.value() : kDefaultRtol, o.rel_floor, o.check_error_stat, 3);
+        auto atol = tolerance_for(o.atol, ref_name, o.default_atol),
+             rtol = tolerance_for(o.rtol, ref_name, o.default_rtol);
+        Stats s = compute_stats(rt->second, *got, atol.ok() ? atol.value() : o.default_atol,
+                                rtol.ok() ? rtol.value() : o.default_rtol, o.rel_floor, o.check_error_stat, 3);
         x["kind"] = "observed";
         x["max_abs"] = s.max_abs;
         x["mean_abs"] = s.mean_abs;

@@ -27,6 +27,8 @@ namespace kiln::tools::compare {
 
 using nlohmann::json;
 
+constexpr double kDefaultAtol = 1e-4, kDefaultRtol = 1e-3;  // an FP32 engine's (default_tolerances)
+
 // What a bundle records (bundle.json "options") and --replay reruns.
 struct CompareSpec {
   std::string model;
@@ -69,6 +71,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CompareSpec, model, ref, test, e
                                                 check_numerics, int8_saturation)
 
 struct CompareOptions : CompareSpec {
+  // The tolerances of an output no --atol/--rtol names: the engines' precision's (default_tolerances),
+  // set by run_compare before anything is compared.
+  double default_atol = kDefaultAtol, default_rtol = kDefaultRtol;
   BuildFlags build;                            // as kiln build (build_flags.h)
   std::vector<std::string> build_flags_given;  // on the command line (warned about with --engine)
   double deadline_s = 0;                       // --deadline: per run (reference, engine, divergence search)
@@ -79,7 +84,15 @@ struct CompareOptions : CompareSpec {
 void to_json(json& j, const CompareOptions& o);
 void from_json(const json& j, CompareOptions& o);
 
-constexpr double kDefaultAtol = 1e-4, kDefaultRtol = 1e-3;
+// The default atol/rtol of a comparison, from the least precise float format the engines taking part
+// compute in (their layers' precisions, TF32 from the target): FP32 keeps kDefaultAtol/kDefaultRtol;
+// see compare_stats.cc for the reduced formats' values and why.
+struct DefaultTolerances {
+  double atol = kDefaultAtol, rtol = kDefaultRtol;
+  std::string format = "fp32";  // fp32, tf32, fp16, bf16
+  std::string note;             // a caveat printed with them (INT8 layers), or empty
+};
+DefaultTolerances default_tolerances(const std::vector<const detail::EngineImpl*>& engines);
 constexpr const char* kPercentiles[] = {"p50", "p90", "p99", "p99.9", "max"};
 
 // ---- statistics of one output (compare_stats.cc)

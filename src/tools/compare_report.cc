@@ -257,6 +257,14 @@ void print_text(const json& rep) {
               rep["model"].get<std::string>().c_str(), rep["ref"].get<std::string>().c_str(),
               rep["test"].get<std::string>().c_str(), rep["boundary"].get<std::string>().c_str());
   for (const auto& in : rep["inputs"]["values"]) std::printf("input  %s\n", in["summary"].get<std::string>().c_str());
+  if (rep.contains("default_tolerances")) {
+    const json& d = rep["default_tolerances"];
+    if (d["format"] != "fp32")
+      std::printf("tolerances for %s %s engine: atol %s rtol %s (outputs no --atol/--rtol names)\n",
+                  d["format"] == "fp16" ? "an" : "a", d["format"].get<std::string>().c_str(), fmt(d["atol"]).c_str(),
+                  fmt(d["rtol"]).c_str());
+    if (!d["note"].get<std::string>().empty()) std::printf("note: %s\n", d["note"].get<std::string>().c_str());
+  }
   for (const auto& out : rep["outputs"]) {
     const json& s = out["stats"];
     std::printf("output %s: %s  (ref %s, test %s)\n", out["name"].get<std::string>().c_str(),

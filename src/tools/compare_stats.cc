@@ -27,6 +27,42 @@ Result<double> tolerance_for(const std::vector<std::string>& specs, const std::s
   return std::isnan(mine) ? global : mine;
 }
 
+// An engine's outputs carry the rounding of the least precise format its layers compute in. One
+// rounding is the unit roundoff u = 2^-(mantissa bits + 1): FP16 and TF32 keep 10 bits (u = 4.9e-4),
+// BF16 7 (u = 3.9e-3), FP32 23. Rounding errors of a network's stored activations accumulate roughly
+// as a random walk over its depth (sqrt(100 layers) = 10 u) and normalizations and residual sums
+// amplify them again, so a whole network is given 20 u, atol and rtol alike: 1e-2 for FP16/TF32,
+// 8e-2 for BF16. For scale: ONNX Runtime's op tests (onnxruntime/test/providers/checkers.cc,
+// DefaultTolerance) allow one FP16 op atol 2.5e-3 / rtol 1e-3 (about 5 u and 2 u) and one BF16 op
+// atol 2e-2 / rtol 1e-2; Polygraphy keeps its 1e-5 defaults whatever the precision and leaves
+// FP16 to --atol/--rtol (1e-3 is the common choice in its examples, for single ops and small nets).
+// INT8's error scales with each tensor's calibrated range, which the output's values do not tell:
+// no default follows from the format, so INT8 layers only add a note.
+DefaultTolerances default_tolerances(const std::vector<const detail::EngineImpl*>& engines) {
+  int rank = 0;  // 0 fp32, 1 tf32, 2 fp16, 3 bf16
+  bool int8 = false;
+  for (const detail::EngineImpl* e : engines) {
+    if (!e) continue;
+    bool tf32 = e->built_for.tf32 && e->built_for.device.kind == DeviceKind::kCUDA;
+    for (const auto& l : e->layers) {
+      if (l.precision == "bf16") rank = std::max(rank, 3);
+      if (l.precision == "fp16") rank = std::max(rank, 2);
+      if (l.precision == "fp32" && tf32) rank = std::max(rank, 1);
+      int8 |= l.precision == "int8";
+    }
+  }
+  DefaultTolerances t;
+  static const char* kFormats[] = {"fp32", "tf32", "fp16", "bf16"};
+  static const double kTol[] = {0, 1e-2, 1e-2, 8e-2};
+  t.format = kFormats[rank];
+  if (rank > 0) t.atol = t.rtol = kTol[rank];
+  if (int8)
+    t.note =
+        "INT8 layers: their error scales with each tensor's calibrated range, which these defaults do not "
+        "model; give --atol/--rtol, or judge by the classifier and detection checks";
+  return t;
+}
+
 std::string fmt(double v) {
   char b[64];
   std::snprintf(b, sizeof b, "%.4g", v);

@@ -131,17 +131,17 @@ Result<TopKDifference> classify_site(const CompareOptions& o, const DecisionSite
           {"why", "the engine's indices are " + test.describe() + ", the reference's " + s.outputs[1].describe()}};
       return d;
     }
-    KILN_ASSIGN_OR_RETURN(double atol, tolerance_for(o.atol, n.inputs[0], kDefaultAtol));
-    KILN_ASSIGN_OR_RETURN(double rtol, tolerance_for(o.rtol, n.inputs[0], kDefaultRtol));
+    KILN_ASSIGN_OR_RETURN(double atol, tolerance_for(o.atol, n.inputs[0], o.default_atol));
+    KILN_ASSIGN_OR_RETURN(double rtol, tolerance_for(o.rtol, n.inputs[0], o.default_rtol));
     return classify_topk_difference(n, s.inputs[0], s.outputs[1], test, atol, rtol, o.rel_floor);
   }
   if (!defined(0) || !defined(1) || s.outputs.empty())
     return InvalidArgument("NonMaxSuppression '", n.name, "': boxes, scores or selection missing");
   NmsTolerances tol;
-  KILN_ASSIGN_OR_RETURN(tol.score_atol, tolerance_for(o.atol, n.inputs[1], kDefaultAtol));
-  KILN_ASSIGN_OR_RETURN(tol.score_rtol, tolerance_for(o.rtol, n.inputs[1], kDefaultRtol));
-  KILN_ASSIGN_OR_RETURN(tol.iou_atol, tolerance_for(o.atol, n.inputs[0], kDefaultAtol));
-  KILN_ASSIGN_OR_RETURN(tol.iou_rtol, tolerance_for(o.rtol, n.inputs[0], kDefaultRtol));
+  KILN_ASSIGN_OR_RETURN(tol.score_atol, tolerance_for(o.atol, n.inputs[1], o.default_atol));
+  KILN_ASSIGN_OR_RETURN(tol.score_rtol, tolerance_for(o.rtol, n.inputs[1], o.default_rtol));
+  KILN_ASSIGN_OR_RETURN(tol.iou_atol, tolerance_for(o.atol, n.inputs[0], o.default_atol));
+  KILN_ASSIGN_OR_RETURN(tol.iou_rtol, tolerance_for(o.rtol, n.inputs[0], o.default_rtol));
   tol.rel_floor = o.rel_floor;
   return classify_nms_difference(n, s.inputs, s.outputs[0], test, tol);
 }

@@ -88,6 +88,15 @@ void print_reference(const nlohmann::json& j) {
     if (names.size() > 200) names = names.substr(0, 197) + "...";
     std::printf("  shape work (not counted, %.3f ms): %s\n", shape_ms, names.c_str());
   }
+  // Where a split run leaves the bound layer list (engine/executor.h).
+  if (b.contains("host_loop")) {
+    const nlohmann::json& h = b["host_loop"];
+    std::printf(
+        "interpreter loop: %lld layers from '%s' (%s) on%s, after %lld bound: %s\n", h["layers"].get<long long>(),
+        h["from_layer"].get<std::string>().c_str(), h["op"].get<std::string>().c_str(),
+        device == "cpu" ? "" : (" run on the host (reference kernels, inputs copied from " + device + ")").c_str(),
+        h["bound_layers"].get<long long>(), h["why"].get<std::string>().c_str());
+  }
 }
 
 // A control-flow layer's bodies, indented under it: each body's layers with their kernels, nested

@@ -70,6 +70,20 @@ if bf16_cpu:
     y = np.load(os.path.join(WORK, "o", "y.npy")) if rc == 0 else None
     # fc2 rounds its operands to bf16 (2^-8 each) over K = 192: well inside 2% of the output's scale.
     check(y is not None and np.abs(y - want).max() < 0.02 * np.abs(want).max(), "the BF16 engine computes the MLP")
+    # kiln compare takes a BF16 engine's tolerances by default (stated), and explicit flags win.
+    rep = os.path.join(WORK, "cmp.json")
+    rc, out = kiln("compare", model, "--engine", engine, "--random-inputs", "--seed", "1", "--json", rep)
+    d = json.load(open(rep)) if os.path.exists(rep) else {}
+    check("tolerances for a bf16 engine: atol 0.08 rtol 0.08" in out, "compare states a bf16 engine's tolerances")
+    check(d.get("default_tolerances", {}).get("format") == "bf16" and
+          d["outputs"][0]["stats"]["atol"] == 0.08 and d["outputs"][0]["stats"]["rtol"] == 0.08,
+          "the bf16 engine's output is checked at atol/rtol 0.08")
+    os.remove(rep)
+    rc, out = kiln("compare", model, "--engine", engine, "--random-inputs", "--seed", "1", "--atol", "1e-7", "--json",
+                   rep)
+    d = json.load(open(rep)) if os.path.exists(rep) else {}
+    s = d["outputs"][0]["stats"] if d else {}
+    check(s.get("atol") == 1e-7 and s.get("rtol") == 0.08, "--atol overrides the default, rtol keeps it: " + str({k: s.get(k) for k in ("atol", "rtol")}))
 else:
     rc, out = kiln("build", model, "-o", engine, "--bf16")
     check(rc == 0 and "avx512_bf16" in out, "--bf16 without AVX-512 BF16 warns and builds FP32")
