@@ -2,7 +2,7 @@
 """kiln vs PyTorch on one NVIDIA GPU, in one run (issue 13, deliver 6).
 
 usage: bench.py --kiln BIN/kiln --repo REPO --out RESULTS.json [--models bert_encoder,resnet50]
-                [--batches 1,32] [--precisions fp32,fp16] [--compile-mode max-autotune|none] [--iters N]
+                [--batches 1,32] [--precisions fp32,fp16[,int8]] [--compile-mode max-autotune|none] [--iters N]
 
 For each model, batch and precision it measures, on the same GPU:
   kiln              kiln build --device cuda [--fp16], then kiln bench (median latency) twice: with the
@@ -13,6 +13,8 @@ For each model, batch and precision it measures, on the same GPU:
   torch compile     torch.compile(mode=COMPILE_MODE) (max-autotune uses CUDA graphs itself).
 FP32 rows run with TF32 off everywhere (torch.backends.*.allow_tf32 = False; kiln builds without --tf32).
 FP16 rows: kiln --fp16 (FP16 storage, FP32 accumulation) against the module in .half().
+INT8 rows (resnet50): kiln build --int8 --fp16 calibrated on 64 random images; kiln only (no PyTorch INT8 peer),
+checked against the FP32 module like the others (max error, top-1 agreement).
 
 Models are rebuilt here from scripts/export_torch_model.py (random weights with a fixed seed) and
 exported to ONNX with this machine's torch, so kiln and PyTorch run the same weights; the check compares
@@ -136,6 +138,15 @@ def kiln_rows(kiln, onnx, name, batch, precision, inputs, work, iters):
     cmd = [kiln, "build", onnx, "--device", "cuda", "--shapes", shapes, "-o", engine]
     if precision == "fp16":
         cmd.append("--fp16")
+    elif precision == "int8":
+        # Post-training calibration (kiln's default calibrator) on 64 random images other than the test
+        # inputs, in batches of the row's size; the FP16 kernels are allowed beside INT8 where a layer has no
+        # INT8 kernel (kiln build --int8 --fp16).
+        calib = os.path.join(work, f"{name}_calib.npz")
+        if not os.path.exists(calib):
+            g = np.random.default_rng(2)
+            np.savez(calib, input=g.random((64, 3, 224, 224), dtype=np.float32))
+        cmd += ["--int8", "--fp16", "--calib-data", calib, "--calib-batch-size", str(min(batch, 32))]
     rc, out, err, secs = run(cmd, timeout=900)
     row = {"kiln_build_s": secs}
     build_log = out + err
@@ -210,18 +221,21 @@ def main():
                 log(f"[bench] {name} batch {batch} {precision} ...")
                 k, got = kiln_rows(args.kiln, onnx, name, batch, precision, inputs, args.work, args.iters)
                 row.update(k)
-                t, torch_out = torch_rows(model, inputs, precision,
-                                           args.compile_mode if precision in args.compile_precisions.split(",") else "none",
-                                           args.iters, torch)
-                row.update(t)
+                torch_out = None
+                if precision != "int8":  # PyTorch has no INT8 GPU path of its own to compare with here
+                    t, torch_out = torch_rows(model, inputs, precision,
+                                               args.compile_mode if precision in args.compile_precisions.split(",") else "none",
+                                               args.iters, torch)
+                    row.update(t)
                 scale = float(np.abs(ref).max()) or 1.0
                 if got is not None:
                     err = float(np.abs(got.astype(np.float64) - ref).max())
                     row["kiln_max_abs_err"], row["kiln_rel_err"] = err, err / scale
                     if name == "resnet50":  # classifier logits: top-1 must be identical to PyTorch FP32's
                         row["kiln_top1_agree"] = int((got.reshape(batch, -1).argmax(1) == ref.reshape(batch, -1).argmax(1)).sum())
-                terr = float(np.abs(torch_out.astype(np.float64) - ref).max())
-                row["torch_max_abs_err"], row["torch_rel_err"] = terr, terr / scale
+                if torch_out is not None:
+                    terr = float(np.abs(torch_out.astype(np.float64) - ref).max())
+                    row["torch_max_abs_err"], row["torch_rel_err"] = terr, terr / scale
                 for peer in ("torch_eager_ms", "torch_graph_ms", "torch_compile_ms"):
                     if peer in row and "kiln_graph_compute_ms" in row:
                         row["ratio_vs_" + peer[:-3]] = row["kiln_graph_compute_ms"] / row[peer]

@@ -141,6 +141,11 @@ Result<std::map<std::string, quant::Range>> calibrate(const ir::Model& model, co
   // differed in 39 of 64 ranges that way. The first tactic that prepares, in priority order, is the
   // same on every build on one machine; it costs no timing.
   c.deterministic_tactics = true;
+  // On the CPU whatever the build's device: the calibration engine runs observed (every layer's values
+  // read back), which a device engine's bound layer list does not take (session 10's H200 run: "an
+  // observer or test hook is installed"). The ranges are the FP32 model's either way.
+  c.device = Device{};
+  c.tf32 = false, c.channels_last = -1;
   c.profiles = batch_profiles(*m.graph, batches);
   c.verbose = false, c.strict_tactics = false;
   c.log = [](const std::string&) {};

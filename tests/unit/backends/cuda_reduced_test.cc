@@ -286,7 +286,9 @@ TEST(CudaReduced, FusedMatMulGeluBothForms) {
       std::vector<double> tanh_extra(static_cast<size_t>(s.numel())), erf_extra(tanh_extra.size());
       for (int64_t e = 0; e < s.numel(); ++e) {
         const double acc = static_cast<double>(k) * std::ldexp(1.0, -24) * s.get_f64(e) * (1 + u);
-        tanh_extra[static_cast<size_t>(e)] = 1.13 * acc + 4.74e-4 * (1 + u);
+        // cuBLASLt's bias epilogue adds the bias to the product already rounded to the dtype (MatMulAndGemm
+        // above; seen here on the H200 too: 4.20703 for 4.20432): one more rounding, u * (S + 1), through GELU.
+        tanh_extra[static_cast<size_t>(e)] = 1.13 * (acc + u * (s.get_f64(e) + 1.0)) + 4.74e-4 * (1 + u);
         erf_extra[static_cast<size_t>(e)] = 1.13 * (acc + u * (s.get_f64(e) + 1.0)) * (1 + u);
       }
       std::vector<Tensor> want = testing::reference_outputs(p.exact);
