@@ -128,8 +128,8 @@ def torch_rows(model, inputs, precision, compile_mode, iters, torch):
     return rows, out.float().cpu().numpy()
 
 
-def kiln_rows(kiln, onnx, name, batch, precision, inputs, work, iters):
-    tag = f"{name}_b{batch}_{precision}"
+def kiln_rows(kiln, onnx, name, batch, precision, inputs, work, iters, extra_flags=()):
+    tag = f"{name}_b{batch}_{precision}" + "".join(f.replace("-", "_") for f in extra_flags)
     engine = os.path.join(work, tag + ".kiln")
     if name == "bert_encoder":
         shapes = f"input_ids:{batch}x128,attention_mask:{batch}x128"
@@ -147,6 +147,7 @@ def kiln_rows(kiln, onnx, name, batch, precision, inputs, work, iters):
             g = np.random.default_rng(2)
             np.savez(calib, input=g.random((64, 3, 224, 224), dtype=np.float32))
         cmd += ["--int8", "--fp16", "--calib-data", calib, "--calib-batch-size", str(min(batch, 32))]
+    cmd += list(extra_flags)
     rc, out, err, secs = run(cmd, timeout=900)
     row = {"kiln_build_s": secs}
     build_log = out + err
@@ -194,6 +195,7 @@ def main():
     ap.add_argument("--compile-precisions", default="fp32,fp16",
                     help="precisions whose rows also time torch.compile (max-autotune compiles take minutes each)")
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--kiln-build-flags", default="", help="more kiln build flags, space-separated (e.g. --exact-gelu)")
     args = ap.parse_args()
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -219,7 +221,10 @@ def main():
             for precision in args.precisions.split(","):
                 row = {"model": name, "batch": batch, "precision": precision}
                 log(f"[bench] {name} batch {batch} {precision} ...")
-                k, got = kiln_rows(args.kiln, onnx, name, batch, precision, inputs, args.work, args.iters)
+                k, got = kiln_rows(args.kiln, onnx, name, batch, precision, inputs, args.work, args.iters,
+                                   args.kiln_build_flags.split())
+                if args.kiln_build_flags:
+                    row["kiln_build_flags"] = args.kiln_build_flags
                 row.update(k)
                 torch_out = None
                 if precision != "int8":  # PyTorch has no INT8 GPU path of its own to compare with here
