@@ -76,6 +76,32 @@ __device__ void load_tile(T* tile, int ldt, const T* __restrict__ src, int64_t r
   }
 }
 
+// The block's problem (batch b, head h) and first query, and its operands' origins.
+template <typename T>
+struct BlockOperands {
+  bool valid = false;
+  int64_t q0 = 0;
+  const T *q = nullptr, *k = nullptr, *v = nullptr, *mask = nullptr;
+  T* y = nullptr;
+};
+template <typename T>
+__device__ BlockOperands<T> block_operands(const T* q, const T* k, const T* v, const T* mask, T* y,
+                                           const FlashAttentionParams& p) {
+  BlockOperands<T> o;
+  const int64_t qtiles = (p.sq + kTile - 1) / kTile;
+  const int64_t problem = static_cast<int64_t>(blockIdx.x) / qtiles;
+  if (problem >= p.problems) return o;
+  o.valid = true;
+  o.q0 = (static_cast<int64_t>(blockIdx.x) % qtiles) * kTile;
+  const int64_t b = problem / p.nh, h = problem % p.nh;
+  o.q = q + p.q.base + b * p.q.sb + h * p.q.sh;
+  o.k = k + p.k.base + b * p.k.sb + h * p.k.sh;
+  o.v = v + p.v.base + b * p.v.sb + h * p.v.sh;
+  o.y = y + p.y.base + b * p.y.sb + h * p.y.sh;
+  o.mask = mask ? mask + attention_mask_problem_offset(p.mask, problem) : nullptr;
+  return o;
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     flash_attention_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -91,17 +117,11 @@ __global__ void __launch_bounds__(kThreads)
   float* row_m = reinterpret_cast<float*>(smem + L::m_off);
   float* row_l = reinterpret_cast<float*>(smem + L::l_off);
 
-  const int64_t qtiles = (p.sq + kTile - 1) / kTile;
-  const int64_t problem = static_cast<int64_t>(blockIdx.x) / qtiles;
-  const int64_t q0 = (static_cast<int64_t>(blockIdx.x) % qtiles) * kTile;
-  if (problem >= p.problems) return;  // the whole block
-  const int64_t b = problem / p.nh, h = problem % p.nh;
-  const T* qp = q + p.q.base + b * p.q.sb + h * p.q.sh;
-  const T* kp = k + p.k.base + b * p.k.sb + h * p.k.sh;
-  const T* vp = v + p.v.base + b * p.v.sb + h * p.v.sh;
-  T* yp = y + p.y.base + b * p.y.sb + h * p.y.sh;
-  const T* mp = mask ? mask + attention_mask_problem_offset(p.mask, problem) : nullptr;
-  const int64_t mrow = p.mask.mask_row_stride, mcol = p.mask.mask_col_stride;
+  const BlockOperands<T> op = block_operands(q, k, v, mask, y, p);
+  if (!op.valid) return;  // the whole block
+  const T *qp = op.q, *kp = op.k, *vp = op.v, *mp = op.mask;
+  T* yp = op.y;
+  const int64_t q0 = op.q0, mrow = p.mask.mask_row_stride, mcol = p.mask.mask_col_stride;
 
   const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
   load_tile<T, D>(qs, L::ldh, qp, q0, p.sq, p.q.row, 1, vec);
@@ -245,17 +265,11 @@ __global__ void __launch_bounds__(kThreads)
   T* ks = reinterpret_cast<T*>(smem + L::k_off);
   T* vs = reinterpret_cast<T*>(smem + L::v_off);
 
-  const int64_t qtiles = (p.sq + kTile - 1) / kTile;
-  const int64_t problem = static_cast<int64_t>(blockIdx.x) / qtiles;
-  const int64_t q0 = (static_cast<int64_t>(blockIdx.x) % qtiles) * kTile;
-  if (problem >= p.problems) return;
-  const int64_t b = problem / p.nh, h = problem % p.nh;
-  const T* qp = q + p.q.base + b * p.q.sb + h * p.q.sh;
-  const T* kp = k + p.k.base + b * p.k.sb + h * p.k.sh;
-  const T* vp = v + p.v.base + b * p.v.sb + h * p.v.sh;
-  T* yp = y + p.y.base + b * p.y.sb + h * p.y.sh;
-  const T* mp = mask ? mask + attention_mask_problem_offset(p.mask, problem) : nullptr;
-  const int64_t mrow = p.mask.mask_row_stride, mcol = p.mask.mask_col_stride;
+  const BlockOperands<T> op = block_operands(q, k, v, mask, y, p);
+  if (!op.valid) return;
+  const T *qp = op.q, *kp = op.k, *vp = op.v, *mp = op.mask;
+  T* yp = op.y;
+  const int64_t q0 = op.q0, mrow = p.mask.mask_row_stride, mcol = p.mask.mask_col_stride;
 
   const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
