@@ -27,7 +27,7 @@ if command -v gdb > /dev/null; then
 else
   echo "no gdb"; KILN_EXPERIMENTAL_DEVICE_SPLIT=1 timeout 40 $T --gtest_filter='SplitRun.Cuda*' > $L/split_run.txt 2>&1; echo "split exit $?"
 fi
-left=$(( 405 - $(el) ))
+left=$(( 365 - $(el) ))
 timeout $left python3 bench/gpu/bench.py --kiln $K --repo $PWD --out $L/bench_compile_bert.json --work /tmp/kb --models bert_encoder \
   --batches 1,32 --precisions fp16 --compile-precisions fp16 --compile-mode max-autotune --iters 100 > $L/bench_compile_bert.txt 2>&1
 echo "bench.py compile bert exit $? at $(el) s (limit $left)"; grep -v Warning $L/bench_compile_bert.txt | grep -E "^bert_encoder \|" | tail -2
