@@ -546,10 +546,13 @@ std::string LayerExecutor::bind(const MemoryPlan& plan,
         bound_outputs_[o] = b;
       }
     // The loop may read any graph input: a bound run takes only the shapes of them all it was bound for.
-    for (const auto& [name, v] : inputs)
+    for (const auto& in : inputs) {
+      const std::string& name = in.first;  // not a structured binding: clang 14 lambdas cannot capture one
+      const ops::Value& v = in.second;
       if (v.is_tensor() &&
           std::none_of(bound_inputs_.begin(), bound_inputs_.end(), [&](const BoundInput& x) { return x.name == name; }))
         bound_inputs_.push_back({name, v.tensor.dtype(), v.tensor.shape(), {}});
+    }
   }
   if (split_ < g.nodes.size() && rt_) {
     // The values the interpreter loop reads (its layers' inputs, and what their bodies read from outside)
