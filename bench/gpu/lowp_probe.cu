@@ -17,38 +17,62 @@
 #include <functional>
 #include <vector>
 
-#define CK(x) do { auto e_ = (x); if (e_ != cudaSuccess) { std::printf("CUDA %s at %d\n", cudaGetErrorString(e_), __LINE__); std::exit(1);} } while (0)
+#define CK(x)                                                           \
+  do {                                                                  \
+    auto e_ = (x);                                                      \
+    if (e_ != cudaSuccess) {                                            \
+      std::printf("CUDA %s at %d\n", cudaGetErrorString(e_), __LINE__); \
+      std::exit(1);                                                     \
+    }                                                                   \
+  } while (0)
 #define LT(x) ((x) == CUBLAS_STATUS_SUCCESS)
 #define DN(x) ((x) == CUDNN_STATUS_SUCCESS)
 
-struct Shape { int h, w, cin, cout, k; };
+struct Shape {
+  int h, w, cin, cout, k;
+};
 
 static float time_us(const std::function<bool()>& f) {
-  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-  if (!f()) return -1; cudaDeviceSynchronize();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  if (!f()) return -1;
+  cudaDeviceSynchronize();
   std::vector<float> v;
   for (int r = 0; r < 5; ++r) {
     cudaEventRecord(a);
     for (int i = 0; i < 20; ++i) f();
-    cudaEventRecord(b); cudaEventSynchronize(b);
-    float ms; cudaEventElapsedTime(&ms, a, b); v.push_back(ms * 1000 / 20);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    v.push_back(ms * 1000 / 20);
   }
   std::sort(v.begin(), v.end());
   return v[2];
 }
 
-static void* dev(size_t bytes) { void* p; CK(cudaMalloc(&p, bytes)); CK(cudaMemset(p, 1, bytes)); return p; }
+static void* dev(size_t bytes) {
+  void* p;
+  CK(cudaMalloc(&p, bytes));
+  CK(cudaMemset(p, 1, bytes));
+  return p;
+}
 
 static cublasLtHandle_t lt;
-static void* ws; static size_t ws_bytes = 64 << 20;
+static void* ws;
+static size_t ws_bytes = 64 << 20;
 
 // D[n x m] (col-major, ld n) = A^T[n x k] * B[k x m]: NHWC out [m][n] = X[m][k] * W[n][k]^T
-static std::function<bool()> gemm(cudaDataType ab, cudaDataType cd, cublasComputeType_t ct, cudaDataType st,
-                                  int m, int n, int k, bool bias, const char** why) {
+static std::function<bool()> gemm(cudaDataType ab, cudaDataType cd, cublasComputeType_t ct, cudaDataType st, int m,
+                                  int n, int k, bool bias, const char** why) {
   size_t esz = (ab == CUDA_R_16F) ? 2 : 1, osz = (cd == CUDA_R_16F) ? 2 : (cd == CUDA_R_32F ? 4 : 1);
-  void* A = dev(size_t(n) * k * esz); void* B = dev(size_t(k) * m * esz); void* D = dev(size_t(n) * m * osz);
+  void* A = dev(size_t(n) * k * esz);
+  void* B = dev(size_t(k) * m * esz);
+  void* D = dev(size_t(n) * m * osz);
   void* bv = dev(n * 4);
-  cublasLtMatmulDesc_t op; cublasLtMatmulDescCreate(&op, ct, st);
+  cublasLtMatmulDesc_t op;
+  cublasLtMatmulDescCreate(&op, ct, st);
   cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof T);
   cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof N);
@@ -63,20 +87,30 @@ static std::function<bool()> gemm(cudaDataType ab, cudaDataType cd, cublasComput
   cublasLtMatrixLayoutCreate(&la, ab, k, n, k);
   cublasLtMatrixLayoutCreate(&lb, ab, k, m, k);
   cublasLtMatrixLayoutCreate(&lc, cd, n, m, n);
-  cublasLtMatmulPreference_t pref; cublasLtMatmulPreferenceCreate(&pref);
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes);
-  static cublasLtMatmulHeuristicResult_t hr[8]; int got = 0;
+  static cublasLtMatmulHeuristicResult_t hr[8];
+  int got = 0;
   auto s = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 8, hr, &got);
-  if (!LT(s) || got == 0) { *why = "no heuristic"; return [] { return false; }; }
+  if (!LT(s) || got == 0) {
+    *why = "no heuristic";
+    return [] { return false; };
+  }
   static float alpha = 1.f, beta = 0.f;
   static int ialpha = 1, ibeta = 0;
   const void* pa = (st == CUDA_R_32I) ? (const void*)&ialpha : (const void*)&alpha;
   const void* pb = (st == CUDA_R_32I) ? (const void*)&ibeta : (const void*)&beta;
   // time every candidate, keep the best
-  float best = 1e30; int bi = 0;
+  float best = 1e30;
+  int bi = 0;
   for (int i = 0; i < got; ++i) {
-    float t = time_us([=] { return LT(cublasLtMatmul(lt, op, pa, A, la, B, lb, pb, D, lc, D, lc, &hr[i].algo, ws, ws_bytes, 0)); });
-    if (t > 0 && t < best) { best = t; bi = i; }
+    float t = time_us(
+        [=] { return LT(cublasLtMatmul(lt, op, pa, A, la, B, lb, pb, D, lc, D, lc, &hr[i].algo, ws, ws_bytes, 0)); });
+    if (t > 0 && t < best) {
+      best = t;
+      bi = i;
+    }
   }
   auto algo = hr[bi].algo;
   return [=] { return LT(cublasLtMatmul(lt, op, pa, A, la, B, lb, pb, D, lc, D, lc, &algo, ws, ws_bytes, 0)); };
@@ -84,44 +118,70 @@ static std::function<bool()> gemm(cudaDataType ab, cudaDataType cd, cublasComput
 
 static cudnnHandle_t dnn;
 static std::function<bool()> conv(int nb, const Shape& s, bool i8x32, const char** why) {
-  cudnnTensorDescriptor_t x, y; cudnnFilterDescriptor_t w; cudnnConvolutionDescriptor_t c;
-  cudnnCreateTensorDescriptor(&x); cudnnCreateTensorDescriptor(&y); cudnnCreateFilterDescriptor(&w);
+  cudnnTensorDescriptor_t x, y;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t c;
+  cudnnCreateTensorDescriptor(&x);
+  cudnnCreateTensorDescriptor(&y);
+  cudnnCreateFilterDescriptor(&w);
   cudnnCreateConvolutionDescriptor(&c);
   int pad = s.k / 2, oh = s.h, ow = s.w;
   cudnnDataType_t dt = i8x32 ? CUDNN_DATA_INT8x32 : CUDNN_DATA_HALF;
   cudnnTensorFormat_t fmt = i8x32 ? CUDNN_TENSOR_NCHW_VECT_C : CUDNN_TENSOR_NHWC;
-  if (!DN(cudnnSetTensor4dDescriptor(x, fmt, dt, nb, s.cin, s.h, s.w))) { *why = "x desc"; return [] { return false; }; }
-  if (!DN(cudnnSetTensor4dDescriptor(y, fmt, dt, nb, s.cout, oh, ow))) { *why = "y desc"; return [] { return false; }; }
-  if (!DN(cudnnSetFilter4dDescriptor(w, dt, fmt, s.cout, s.cin, s.k, s.k))) { *why = "w desc"; return [] { return false; }; }
+  if (!DN(cudnnSetTensor4dDescriptor(x, fmt, dt, nb, s.cin, s.h, s.w))) {
+    *why = "x desc";
+    return [] { return false; };
+  }
+  if (!DN(cudnnSetTensor4dDescriptor(y, fmt, dt, nb, s.cout, oh, ow))) {
+    *why = "y desc";
+    return [] { return false; };
+  }
+  if (!DN(cudnnSetFilter4dDescriptor(w, dt, fmt, s.cout, s.cin, s.k, s.k))) {
+    *why = "w desc";
+    return [] { return false; };
+  }
   cudnnSetConvolution2dDescriptor(c, pad, pad, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
                                   i8x32 ? CUDNN_DATA_INT32 : CUDNN_DATA_FLOAT);
   cudnnSetConvolutionMathType(c, CUDNN_TENSOR_OP_MATH);
   size_t esz = i8x32 ? 1 : 2;
-  void* X = dev(size_t(nb) * s.cin * s.h * s.w * esz); void* Y = dev(size_t(nb) * s.cout * oh * ow * esz);
+  void* X = dev(size_t(nb) * s.cin * s.h * s.w * esz);
+  void* Y = dev(size_t(nb) * s.cout * oh * ow * esz);
   void* W = dev(size_t(s.cout) * s.cin * s.k * s.k * esz);
   static float alpha = 1.f, beta = 0.f;
-  float best = 1e30; cudnnConvolutionFwdAlgo_t ba{};
+  float best = 1e30;
+  cudnnConvolutionFwdAlgo_t ba{};
   for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a) {
-    auto algo = cudnnConvolutionFwdAlgo_t(a); size_t need = 0;
+    auto algo = cudnnConvolutionFwdAlgo_t(a);
+    size_t need = 0;
     if (!DN(cudnnGetConvolutionForwardWorkspaceSize(dnn, x, w, c, y, algo, &need)) || need > ws_bytes) continue;
-    float t = time_us([=] { return DN(cudnnConvolutionForward(dnn, &alpha, x, X, w, W, c, algo, ws, ws_bytes, &beta, y, Y)); });
-    if (t > 0 && t < best) { best = t; ba = algo; }
+    float t = time_us(
+        [=] { return DN(cudnnConvolutionForward(dnn, &alpha, x, X, w, W, c, algo, ws, ws_bytes, &beta, y, Y)); });
+    if (t > 0 && t < best) {
+      best = t;
+      ba = algo;
+    }
   }
-  if (best > 1e29) { *why = "no algorithm"; return [] { return false; }; }
+  if (best > 1e29) {
+    *why = "no algorithm";
+    return [] { return false; };
+  }
   return [=] { return DN(cudnnConvolutionForward(dnn, &alpha, x, X, w, W, c, ba, ws, ws_bytes, &beta, y, Y)); };
 }
 
 int main(int argc, char** argv) {
   int nb = argc > 1 ? std::atoi(argv[1]) : 32;
-  cublasLtCreate(&lt); cudnnCreate(&dnn); ws = dev(ws_bytes);
-  cudaDeviceProp p; cudaGetDeviceProperties(&p, 0);
+  cublasLtCreate(&lt);
+  cudnnCreate(&dnn);
+  ws = dev(ws_bytes);
+  cudaDeviceProp p;
+  cudaGetDeviceProperties(&p, 0);
   std::printf("%s, batch %d, cuDNN %zu, cuBLASLt %zu\n", p.name, nb, cudnnGetVersion(), cublasLtGetVersion());
   // resnet50's distinct convolution shapes (stride 1 forms; h, w, cin, cout, k) and how often each occurs
   std::vector<std::pair<Shape, int>> shapes = {
-      {{56, 56, 64, 64, 1}, 1}, {{56, 56, 64, 256, 1}, 4}, {{56, 56, 256, 64, 1}, 2}, {{56, 56, 64, 64, 3}, 3},
-      {{28, 28, 128, 512, 1}, 5}, {{28, 28, 512, 128, 1}, 3}, {{28, 28, 128, 128, 3}, 4},
-      {{14, 14, 256, 1024, 1}, 7}, {{14, 14, 1024, 256, 1}, 5}, {{14, 14, 256, 256, 3}, 6},
-      {{7, 7, 512, 2048, 1}, 4}, {{7, 7, 2048, 512, 1}, 2}, {{7, 7, 512, 512, 3}, 3}};
+      {{56, 56, 64, 64, 1}, 1},    {{56, 56, 64, 256, 1}, 4},  {{56, 56, 256, 64, 1}, 2},  {{56, 56, 64, 64, 3}, 3},
+      {{28, 28, 128, 512, 1}, 5},  {{28, 28, 512, 128, 1}, 3}, {{28, 28, 128, 128, 3}, 4}, {{14, 14, 256, 1024, 1}, 7},
+      {{14, 14, 1024, 256, 1}, 5}, {{14, 14, 256, 256, 3}, 6}, {{7, 7, 512, 2048, 1}, 4},  {{7, 7, 2048, 512, 1}, 2},
+      {{7, 7, 512, 512, 3}, 3}};
   double tot[4] = {0, 0, 0, 0};
   const char* names[4] = {"f16", "fp8", "i8", "i8x32"};
   for (auto& [s, count] : shapes) {
@@ -139,11 +199,16 @@ int main(int argc, char** argv) {
     t[3] = time_us(conv(nb, s, true, &why));
     std::printf("%2dx%-2d %4d->%-4d k%d x%d:", s.h, s.w, s.cin, s.cout, s.k, count);
     for (int i = 0; i < 4; ++i) {
-      if (t[i] > 0) { std::printf("  %s %7.1f us %5.0f TF/s", names[i], t[i], flop / t[i] / 1e6); tot[i] += t[i] * count; }
-      else std::printf("  %s      -              ", names[i]);
+      if (t[i] > 0) {
+        std::printf("  %s %7.1f us %5.0f TF/s", names[i], t[i], flop / t[i] / 1e6);
+        tot[i] += t[i] * count;
+      } else
+        std::printf("  %s      -              ", names[i]);
     }
     std::printf("  %s\n", why);
   }
-  std::printf("sum over resnet50's convolutions (weighted by count, stride-1 forms): f16 %.0f us, fp8 (1x1 only) %.0f, i8 (1x1) %.0f, i8x32 %.0f\n",
-              tot[0], tot[1], tot[2], tot[3]);
+  std::printf(
+      "sum over resnet50's convolutions (weighted by count, stride-1 forms): f16 %.0f us, fp8 (1x1 only) %.0f, i8 "
+      "(1x1) %.0f, i8x32 %.0f\n",
+      tot[0], tot[1], tot[2], tot[3]);
 }
