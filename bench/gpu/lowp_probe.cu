@@ -4,11 +4,12 @@
 //   fp8   cuBLASLt FP8 E4M3 GEMM, FP16 out, bias epilogue (1x1 only)
 //   i8    cuBLASLt INT8 GEMM, int32 compute, int8 out (1x1 only)
 //   i8x32 cuDNN legacy INT8x32 (NCHW_VECT_C) convolution, int8 out (1x1 and 3x3)
-// Build: see bench/gpu/README or nvcc -O2 -gencode arch=compute_90,code=sm_90 lowp_probe.cu -lcublasLt -lcudnn
-// Output: one line per shape and path: microseconds per call (median of 5 x 20 calls) and TFLOP/s.
+// Build (here) and run (on the GPU machine; ../shared/GPU.md):
+//   nvcc -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 bench/gpu/lowp_probe.cu -o lowp_probe -lcublasLt -lcudnn
+//   ./lowp_probe 32
+// Output: one line per shape and path: microseconds per call (the fastest candidate algorithm; per candidate the
+// median of 5 x 20 calls) and TFLOP/s; '-' where the library offers no algorithm.
 #include <cublasLt.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #include <cudnn.h>
 
 #include <algorithm>
@@ -32,10 +33,13 @@ struct Shape {
   int h, w, cin, cout, k;
 };
 
+// Median microseconds per call of f over 5 x 20 calls; -1 when f fails.
 static float time_us(const std::function<bool()>& f) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
+  static cudaEvent_t a, b;
+  if (!a) {
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+  }
   if (!f()) return -1;
   cudaDeviceSynchronize();
   std::vector<float> v;
@@ -63,10 +67,11 @@ static cublasLtHandle_t lt;
 static void* ws;
 static size_t ws_bytes = 64 << 20;
 
-// D[n x m] (col-major, ld n) = A^T[n x k] * B[k x m]: NHWC out [m][n] = X[m][k] * W[n][k]^T
-static std::function<bool()> gemm(cudaDataType ab, cudaDataType cd, cublasComputeType_t ct, cudaDataType st, int m,
-                                  int n, int k, bool bias, const char** why) {
-  size_t esz = (ab == CUDA_R_16F) ? 2 : 1, osz = (cd == CUDA_R_16F) ? 2 : (cd == CUDA_R_32F ? 4 : 1);
+// D[n x m] (col-major, ld n) = A^T[n x k] * B[k x m]: NHWC out [m][n] = X[m][k] * W[n][k]^T.
+// Microseconds of the fastest of cuBLASLt's heuristic candidates; -1 (and why) when there is none.
+static float gemm_us(cudaDataType ab, cudaDataType cd, cublasComputeType_t ct, cudaDataType st, int m, int n, int k,
+                     bool bias, const char** why) {
+  size_t esz = (ab == CUDA_R_16F) ? 2 : 1, osz = (cd == CUDA_R_16F) ? 2 : 1;
   void* A = dev(size_t(n) * k * esz);
   void* B = dev(size_t(k) * m * esz);
   void* D = dev(size_t(n) * m * osz);
@@ -90,34 +95,33 @@ static std::function<bool()> gemm(cudaDataType ab, cudaDataType cd, cublasComput
   cublasLtMatmulPreference_t pref;
   cublasLtMatmulPreferenceCreate(&pref);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes);
-  static cublasLtMatmulHeuristicResult_t hr[8];
+  cublasLtMatmulHeuristicResult_t hr[8];
   int got = 0;
-  auto s = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 8, hr, &got);
-  if (!LT(s) || got == 0) {
-    *why = "no heuristic";
-    return [] { return false; };
-  }
+  if (!LT(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 8, hr, &got))) got = 0;
   static float alpha = 1.f, beta = 0.f;
   static int ialpha = 1, ibeta = 0;
   const void* pa = (st == CUDA_R_32I) ? (const void*)&ialpha : (const void*)&alpha;
   const void* pb = (st == CUDA_R_32I) ? (const void*)&ibeta : (const void*)&beta;
-  // time every candidate, keep the best
-  float best = 1e30;
-  int bi = 0;
+  float best = -1;
   for (int i = 0; i < got; ++i) {
-    float t = time_us(
-        [=] { return LT(cublasLtMatmul(lt, op, pa, A, la, B, lb, pb, D, lc, D, lc, &hr[i].algo, ws, ws_bytes, 0)); });
-    if (t > 0 && t < best) {
-      best = t;
-      bi = i;
-    }
+    const cublasLtMatmulAlgo_t* algo = &hr[i].algo;
+    float t =
+        time_us([=] { return LT(cublasLtMatmul(lt, op, pa, A, la, B, lb, pb, D, lc, D, lc, algo, ws, ws_bytes, 0)); });
+    if (t > 0 && (best < 0 || t < best)) best = t;
   }
-  auto algo = hr[bi].algo;
-  return [=] { return LT(cublasLtMatmul(lt, op, pa, A, la, B, lb, pb, D, lc, D, lc, &algo, ws, ws_bytes, 0)); };
+  if (best < 0) *why = "no cuBLASLt algorithm";
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(op);
+  for (void* q : {A, B, D, bv}) cudaFree(q);
+  return best;
 }
 
 static cudnnHandle_t dnn;
-static std::function<bool()> conv(int nb, const Shape& s, bool i8x32, const char** why) {
+// Microseconds of the fastest legacy cuDNN algorithm for the convolution; -1 (and why) when none runs.
+static float conv_us(int nb, const Shape& s, bool i8x32, const char** why) {
   cudnnTensorDescriptor_t x, y;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t c;
@@ -128,17 +132,11 @@ static std::function<bool()> conv(int nb, const Shape& s, bool i8x32, const char
   int pad = s.k / 2, oh = s.h, ow = s.w;
   cudnnDataType_t dt = i8x32 ? CUDNN_DATA_INT8x32 : CUDNN_DATA_HALF;
   cudnnTensorFormat_t fmt = i8x32 ? CUDNN_TENSOR_NCHW_VECT_C : CUDNN_TENSOR_NHWC;
-  if (!DN(cudnnSetTensor4dDescriptor(x, fmt, dt, nb, s.cin, s.h, s.w))) {
-    *why = "x desc";
-    return [] { return false; };
-  }
-  if (!DN(cudnnSetTensor4dDescriptor(y, fmt, dt, nb, s.cout, oh, ow))) {
-    *why = "y desc";
-    return [] { return false; };
-  }
-  if (!DN(cudnnSetFilter4dDescriptor(w, dt, fmt, s.cout, s.cin, s.k, s.k))) {
-    *why = "w desc";
-    return [] { return false; };
+  if (!DN(cudnnSetTensor4dDescriptor(x, fmt, dt, nb, s.cin, s.h, s.w)) ||
+      !DN(cudnnSetTensor4dDescriptor(y, fmt, dt, nb, s.cout, oh, ow)) ||
+      !DN(cudnnSetFilter4dDescriptor(w, dt, fmt, s.cout, s.cin, s.k, s.k))) {
+    *why = "cuDNN refused a descriptor";
+    return -1;
   }
   cudnnSetConvolution2dDescriptor(c, pad, pad, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
                                   i8x32 ? CUDNN_DATA_INT32 : CUDNN_DATA_FLOAT);
@@ -148,24 +146,22 @@ static std::function<bool()> conv(int nb, const Shape& s, bool i8x32, const char
   void* Y = dev(size_t(nb) * s.cout * oh * ow * esz);
   void* W = dev(size_t(s.cout) * s.cin * s.k * s.k * esz);
   static float alpha = 1.f, beta = 0.f;
-  float best = 1e30;
-  cudnnConvolutionFwdAlgo_t ba{};
+  float best = -1;
   for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a) {
     auto algo = cudnnConvolutionFwdAlgo_t(a);
     size_t need = 0;
     if (!DN(cudnnGetConvolutionForwardWorkspaceSize(dnn, x, w, c, y, algo, &need)) || need > ws_bytes) continue;
     float t = time_us(
         [=] { return DN(cudnnConvolutionForward(dnn, &alpha, x, X, w, W, c, algo, ws, ws_bytes, &beta, y, Y)); });
-    if (t > 0 && t < best) {
-      best = t;
-      ba = algo;
-    }
+    if (t > 0 && (best < 0 || t < best)) best = t;
   }
-  if (best > 1e29) {
-    *why = "no algorithm";
-    return [] { return false; };
-  }
-  return [=] { return DN(cudnnConvolutionForward(dnn, &alpha, x, X, w, W, c, ba, ws, ws_bytes, &beta, y, Y)); };
+  if (best < 0) *why = "no cuDNN algorithm";
+  cudnnDestroyTensorDescriptor(x);
+  cudnnDestroyTensorDescriptor(y);
+  cudnnDestroyFilterDescriptor(w);
+  cudnnDestroyConvolutionDescriptor(c);
+  for (void* q : {X, Y, W}) cudaFree(q);
+  return best;
 }
 
 int main(int argc, char** argv) {
@@ -190,13 +186,13 @@ int main(int argc, char** argv) {
     float t[4] = {-1, -1, -1, -1};
     const char* why = "";
     if (s.k == 1) {
-      t[0] = time_us(gemm(CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F, m, s.cout, s.cin, true, &why));
-      t[1] = time_us(gemm(CUDA_R_8F_E4M3, CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F, m, s.cout, s.cin, true, &why));
-      t[2] = time_us(gemm(CUDA_R_8I, CUDA_R_8I, CUBLAS_COMPUTE_32I, CUDA_R_32F, m, s.cout, s.cin, false, &why));
+      t[0] = gemm_us(CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F, m, s.cout, s.cin, true, &why);
+      t[1] = gemm_us(CUDA_R_8F_E4M3, CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F, m, s.cout, s.cin, true, &why);
+      t[2] = gemm_us(CUDA_R_8I, CUDA_R_8I, CUBLAS_COMPUTE_32I, CUDA_R_32F, m, s.cout, s.cin, false, &why);
     } else {
-      t[0] = time_us(conv(nb, s, false, &why));
+      t[0] = conv_us(nb, s, false, &why);
     }
-    t[3] = time_us(conv(nb, s, true, &why));
+    t[3] = conv_us(nb, s, true, &why);
     std::printf("%2dx%-2d %4d->%-4d k%d x%d:", s.h, s.w, s.cin, s.cout, s.k, count);
     for (int i = 0; i < 4; ++i) {
       if (t[i] > 0) {
