@@ -138,21 +138,30 @@ def profile_summary(profile, interpreter):
             "kernel_share": dict(sorted(kernels.items(), key=lambda kv: -kv[1])), "profiled_ms": total}
 
 
+# kiln bench's threshold (src/core/wait_policy.h, kSharedCoresWaitShare): above it a round ran on shared cores.
+SHARED_CORES_WAIT_SHARE = 0.05
+
+
 def kiln_round(engine, a, env, iterations):
-    """One kiln bench process: its warm-up, then `iterations` timed runs. (times in ms, error or None)"""
+    """One kiln bench process: its warm-up, then `iterations` timed runs. (times in ms, error or None,
+    share of its threads' time spent waiting for a core or None)"""
     times = engine + ".times.json"
     rc, out, err, s = run_tool([a.kiln, "bench", engine, "--threads", str(a.threads), "--warmup-ms", "0",
                                 "--duration", "0", "--json", "--warmup", str(a.warmup), "--iterations",
                                 str(iterations), "--export-times", times], env=env, timeout=a.run_timeout)
     if rc != 0:
-        return None, short_error(err)
+        return None, short_error(err), None
     try:
         with open(times) as f:
             t = [x["latency_ms"] for x in json.load(f)]
         os.remove(times)
     except (OSError, ValueError, KeyError) as e:
-        return None, f"per-iteration times unreadable: {e}"
-    return t, None
+        return None, f"per-iteration times unreadable: {e}", None
+    try:  # share of kiln's thread time spent waiting for a core: the machine's load, seen by the scheduler
+        wait = parse_json(out).get("runqueue_wait_share")
+    except (ValueError, AttributeError):
+        wait = None
+    return t, None, wait
 
 
 def ort_round(onnx_path, shapes, a, env, iterations):
@@ -177,12 +186,14 @@ def measure_latency(row, engine, onnx_path, shapes, a, env):
     kiln_t, ort_t, kiln_r, ort_r = [], [], [], []
     for _ in range(rounds):
         if engine and "kiln_run" not in row["errors"]:
-            t, e = kiln_round(engine, a, env, per)
+            t, e, wait = kiln_round(engine, a, env, per)
             if e:
                 row["errors"]["kiln_run"] = e
             else:
                 kiln_t += t
                 kiln_r.append(round(statistics.median(t), 4))
+                if wait is not None:
+                    row["kiln_wait_share"] = max(row.get("kiln_wait_share", 0.0), wait)
         if not a.no_ort and "ort" not in row["errors"]:
             t, e, version = ort_round(onnx_path, shapes, a, env, per)
             if e:
@@ -260,6 +271,9 @@ def print_table(rows, meta):
     for r in rows:
         err = "; ".join(f"{k}: {v}" for k, v in r["errors"].items())
         note = err or r.get("note", "")
+        if (r.get("kiln_wait_share") or 0) > SHARED_CORES_WAIT_SHARE:
+            note = (f"CORES SHARED: kiln's threads waited {100 * r['kiln_wait_share']:.0f}% of the time for a core, "
+                    "figure not valid; " + note)
         if r.get("interpreter"):
             note = "whole graph on the interpreter (top-level If/Loop); " + note
         if "compare" in r:
@@ -269,7 +283,9 @@ def print_table(rows, meta):
               f"{fmt((r.get('profile') or {}).get('shape_work_share'), '{:.1f}'):>9}  {note}")
     g = geomean([r["kiln_vs_ort"] for r in rows])
     n = sum(1 for r in rows if r["kiln_vs_ort"])
-    print(f"\ngeometric mean of kiln/ORT over {n} of {len(rows)} rows: {fmt(g, '{:.2f}x')}  (below 1.0: kiln is faster)")
+    shared = sum(1 for r in rows if (r.get("kiln_wait_share") or 0) > SHARED_CORES_WAIT_SHARE)
+    print(f"\ngeometric mean of kiln/ORT over {n} of {len(rows)} rows: {fmt(g, '{:.2f}x')}  (below 1.0: kiln is faster)"
+          + (f"; {shared} rows ran on shared cores (CORES SHARED): rerun them on a quiet machine" if shared else ""))
     print("ref %: share of kiln's per-layer time (medians, kiln bench --export-profile) in layers whose kernel is "
           "'reference' (control-flow layers' own time included); shape %: in reference layers that are shape work "
           "(kiln build's rule: views, Shape/Size, small shape arithmetic), counted apart as kiln build and bench do.")

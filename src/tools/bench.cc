@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/wait_policy.h"
 #include "engine/engine_impl.h"
 #include "tools/build_flags.h"
 #include "tools/commands.h"
@@ -171,6 +172,7 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
   Clock::time_point start;
   std::mutex start_mu;
   bool start_set = false;
+  double start_wait_s = 0;
 
   auto worker = [&](int s) {
     std::unique_ptr<ExecutionContext> ctx;
@@ -231,7 +233,7 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
     sync.arrive_and_wait();  // every stream starts measuring together
     {
       std::lock_guard<std::mutex> lock(start_mu);
-      if (!start_set) start = Clock::now(), start_set = true;
+      if (!start_set) start = Clock::now(), start_wait_s = runqueue_wait_s(), start_set = true;
     }
     sync.arrive_and_wait();
     bool any_error = false;
@@ -264,6 +266,7 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
   worker(0);
   for (auto& t : threads) t.join();
   auto end = Clock::now();
+  const double end_wait_s = runqueue_wait_s();
   for (const auto& e : errors)
     if (!e.ok()) return e;
 
@@ -293,6 +296,13 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
   j["batch"] = batch;
   j["streams"] = S;
   j["threads"] = kiln::threads();
+  j["wait_policy"] = wait_policy_description();
+  // The cores were shared when the scheduler took them from kiln's threads often: the figures then
+  // measure the machine's load as much as kiln (core/wait_policy.h).
+  const double thread_s = wall_s * kiln::threads() * S;
+  const double wait_share = thread_s > 0 ? (end_wait_s - start_wait_s) / thread_s : 0;
+  j["runqueue_wait_share"] = wait_share;
+  j["cores_shared"] = wait_share > kSharedCoresWaitShare;
   int total_warmup = 0;
   for (int w : warmups) total_warmup += w;
   j["warmup_runs"] = total_warmup;
@@ -473,9 +483,11 @@ void print_text(const BenchOptions& o, const nlohmann::json& j) {
                   : "");
   for (const auto& [name, shape] : j["inputs"].items())
     std::printf("[kiln bench] input %s %s\n", name.c_str(), shape.dump().c_str());
-  std::printf("[kiln bench] streams %d, threads %d, warm-up runs %d (excluded), measured iterations %zu in %.3f s\n",
-              j["streams"].get<int>(), j["threads"].get<int>(), j["warmup_runs"].get<int>(),
-              j["iterations"].get<size_t>(), j["wall_s"].get<double>());
+  std::printf(
+      "[kiln bench] streams %d, threads %d (idle workers: %s), warm-up runs %d (excluded), measured iterations %zu in "
+      "%.3f s\n",
+      j["streams"].get<int>(), j["threads"].get<int>(), j["wait_policy"].get<std::string>().c_str(),
+      j["warmup_runs"].get<int>(), j["iterations"].get<size_t>(), j["wall_s"].get<double>());
   const auto& l = j["latency_ms"];
   std::printf(
       "[kiln bench] Latency: min = %.4f ms, max = %.4f ms, mean = %.4f ms, median = %.4f ms, percentile(90%%) = %.4f "
@@ -492,6 +504,13 @@ void print_text(const BenchOptions& o, const nlohmann::json& j) {
         "memory); per stream qps: %s\n",
         j["streams"].get<int>(), per.c_str());
   }
+  if (j["cores_shared"].get<bool>())
+    std::printf(
+        "[kiln bench] warning: the cores were shared during the measurement (kiln's threads waited for a core "
+        "%.0f%% of the time; over %.0f%% counts as shared): other runnable threads took them, and with libgomp's "
+        "spinning workers that costs up to 2.5x. Measure on a quiet machine, or set OMP_WAIT_POLICY=passive where "
+        "kiln must share its cores (README, 'Threads')\n",
+        100 * j["runqueue_wait_share"].get<double>(), 100 * kSharedCoresWaitShare);
   std::printf("[kiln bench] First run: %.4f ms (%.2fx the median); context creation %.4f ms%s\n",
               j["first_run_ms"].get<double>(), j["first_run_vs_median"].get<double>(), j["context_ms"].get<double>(),
               j["built_from_onnx"].get<bool>()
