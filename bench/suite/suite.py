@@ -144,7 +144,7 @@ SHARED_CORES_WAIT_SHARE = 0.05
 
 def kiln_round(engine, a, env, iterations):
     """One kiln bench process: its warm-up, then `iterations` timed runs. (times in ms, error or None,
-    share of its threads' time spent waiting for a core or None)"""
+    (ms its threads spent waiting for a core, their ms) or None)"""
     times = engine + ".times.json"
     rc, out, err, s = run_tool([a.kiln, "bench", engine, "--threads", str(a.threads), "--warmup-ms", "0",
                                 "--duration", "0", "--json", "--warmup", str(a.warmup), "--iterations",
@@ -157,9 +157,10 @@ def kiln_round(engine, a, env, iterations):
         os.remove(times)
     except (OSError, ValueError, KeyError) as e:
         return None, f"per-iteration times unreadable: {e}", None
-    try:  # share of kiln's thread time spent waiting for a core: the machine's load, seen by the scheduler
-        wait = parse_json(out).get("runqueue_wait_share")
-    except (ValueError, AttributeError):
+    try:  # kiln's thread time spent waiting for a core, and its thread time: the load, seen by the scheduler
+        o = parse_json(out)
+        wait = (o["runqueue_wait_ms"], o["thread_ms"])
+    except (ValueError, AttributeError, KeyError, TypeError):
         wait = None
     return t, None, wait
 
@@ -184,6 +185,7 @@ def measure_latency(row, engine, onnx_path, shapes, a, env):
     rounds = max(1, min(a.rounds, a.iterations))
     per = -(-a.iterations // rounds)  # ceil: at least `iterations` timed runs each
     kiln_t, ort_t, kiln_r, ort_r = [], [], [], []
+    waited_ms = thread_ms = 0.0
     for _ in range(rounds):
         if engine and "kiln_run" not in row["errors"]:
             t, e, wait = kiln_round(engine, a, env, per)
@@ -192,8 +194,9 @@ def measure_latency(row, engine, onnx_path, shapes, a, env):
             else:
                 kiln_t += t
                 kiln_r.append(round(statistics.median(t), 4))
-                if wait is not None:
-                    row["kiln_wait_share"] = max(row.get("kiln_wait_share", 0.0), wait)
+                if wait is not None:  # over all rounds: one short round's hiccup does not mark the row
+                    waited_ms += wait[0]
+                    thread_ms += wait[1]
         if not a.no_ort and "ort" not in row["errors"]:
             t, e, version = ort_round(onnx_path, shapes, a, env, per)
             if e:
@@ -203,6 +206,8 @@ def measure_latency(row, engine, onnx_path, shapes, a, env):
                 ort_r.append(round(statistics.median(t), 4))
                 row["ort_version"] = version
     row["rounds"], row["iterations_per_round"] = rounds, per
+    if thread_ms > 0:
+        row["kiln_wait_share"] = waited_ms / thread_ms
     if kiln_t and "kiln_run" not in row["errors"]:
         row["kiln_ms"], row["kiln_round_ms"] = statistics.median(kiln_t), kiln_r
         st = sorted(kiln_t)

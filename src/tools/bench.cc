@@ -302,6 +302,8 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
   const double thread_s = wall_s * kiln::threads() * S;
   const double wait_share = thread_s > 0 ? (end_wait_s - start_wait_s) / thread_s : 0;
   j["runqueue_wait_share"] = wait_share;
+  j["runqueue_wait_ms"] = 1e3 * (end_wait_s - start_wait_s);
+  j["thread_ms"] = 1e3 * thread_s;
   j["cores_shared"] = wait_share > kSharedCoresWaitShare;
   int total_warmup = 0;
   for (int w : warmups) total_warmup += w;
