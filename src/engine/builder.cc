@@ -7,6 +7,7 @@
 #include "backends/device_runtime.h"
 #include "core/parallel.h"
 #include "core/process_threads.h"
+#include "core/wait_policy.h"
 #include "engine/auto_precision.h"
 #include "engine/calibration.h"
 #include "engine/engine_impl.h"
@@ -160,6 +161,7 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
       return InvalidArgument("unknown tactic '", name, "' (this kiln has: reference", known, ")");
     }
   auto t0 = std::chrono::steady_clock::now();
+  const double wait0_s = runqueue_wait_s();
   auto inferred = infer_at(*e.model.graph, tune_shapes);
   if (!inferred.ok() && !filter.none) return inferred.status();
   // Reference kernels only need no shapes: then shape work is judged on the declared types.
@@ -261,6 +263,10 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
                        {"seconds", seconds},           {"timing_cache", cfg.timing_cache},
                        {"cache_entries_added", added}};
   e.build["tuning"]["deterministic"] = cfg.deterministic_tactics;
+  // The share of the tuner's thread time spent runnable but waiting for a core: other processes on
+  // the cores, which slow every run of a candidate alike (the median/fastest test above misses them).
+  const double wait_share = seconds > 0 ? (runqueue_wait_s() - wait0_s) / (seconds * std::max(1, threads)) : 0;
+  e.build["tuning"]["runqueue_wait_share"] = wait_share;
   char line[256];
   std::snprintf(line, sizeof line,
                 "[kiln build] tuned %d layers for %d thread%s at %s: %d candidates timed, %d cache hits, %d "
@@ -272,7 +278,16 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
   if (!cfg.timing_cache.empty() && !cfg.deterministic_tactics)
     msg += " (timing cache " + cfg.timing_cache + ": " + std::to_string(added) + " new)";
   log(msg);
-  if (tune::timings_unreliable(disturbed, timed)) {
+  if (timed > 0 && wait_share > kSharedCoresWaitShare) {
+    char w[320];
+    std::snprintf(w, sizeof w,
+                  "timings were taken on shared cores: the tuner's threads waited for a core %.0f%% of the time "
+                  "(other runnable processes); the kernels chosen may not be the fastest. Rebuild on an idle machine",
+                  100 * wait_share);
+    warn(std::string(w) + (cfg.timing_cache.empty() ? ""
+                                                    : " after deleting the timing cache '" + cfg.timing_cache +
+                                                          "' (it keeps these timings)"));
+  } else if (tune::timings_unreliable(disturbed, timed)) {
     char w[320];
     std::snprintf(w, sizeof w,
                   "timings were disturbed: %d of the %d candidates timed ran their median up to %.1fx slower than "

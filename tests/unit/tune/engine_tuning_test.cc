@@ -64,6 +64,10 @@ TEST_F(EngineTuning, CandidatesTimedRecordedAndReusedFromTheCache) {
   EXPECT_GE(t["timed"].get<int>(), 4);       // two convolution shapes x two tactics
   EXPECT_GE(t["cache_hits"].get<int>(), 2);  // the third convolution repeats the second
   EXPECT_TRUE(std::filesystem::exists(cache));
+  // The share of the tuner's thread time spent waiting for a core (the machine's load) is recorded.
+  ASSERT_TRUE(t.contains("runqueue_wait_share")) << t.dump();
+  EXPECT_GE(t["runqueue_wait_share"].get<double>(), 0.0);
+  EXPECT_LE(t["runqueue_wait_share"].get<double>(), 1.0);
   int timed_layers = 0;
   for (const auto& l : cold->impl().layers) {
     if (l.candidates.size() < 2) continue;
