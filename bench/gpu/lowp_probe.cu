@@ -6,7 +6,7 @@
 //   i8x32 cuDNN legacy INT8x32 (NCHW_VECT_C) convolution, int8 out (1x1 and 3x3)
 // Build (here) and run (on the GPU machine; ../shared/GPU.md):
 //   nvcc -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 bench/gpu/lowp_probe.cu -o lowp_probe -lcublasLt -lcudnn
-//   ./lowp_probe 32
+//   ./lowp_probe 32 [graph]   (graph: 20 calls captured in a CUDA graph and replayed: GPU time)
 // Output: one line per shape and path: microseconds per call (the fastest candidate algorithm; per candidate the
 // median of 5 x 20 calls) and TFLOP/s; '-' where the library offers no algorithm.
 #include <cublasLt.h>
@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #define CK(x)                                                           \
@@ -33,6 +34,12 @@ struct Shape {
   int h, w, cin, cout, k;
 };
 
+// Every call goes to this stream, so that it can be captured: with "graph", time_us captures its 20
+// calls into a CUDA graph and replays it (GPU time, as kiln's --use-cuda-graph runs), without it the
+// calls are launched from the host one by one (small layers then measure cuBLASLt's host overhead).
+static cudaStream_t g_stream;
+static bool g_graph = false;
+
 // Median microseconds per call of f over 5 x 20 calls; -1 when f fails.
 static float time_us(const std::function<bool()>& f) {
   static cudaEvent_t a, b;
@@ -41,17 +48,33 @@ static float time_us(const std::function<bool()>& f) {
     CK(cudaEventCreate(&b));
   }
   if (!f()) return -1;
-  cudaDeviceSynchronize();
+  cudaStreamSynchronize(g_stream);
+  cudaGraphExec_t exec = nullptr;
+  if (g_graph) {
+    cudaGraph_t graph;
+    cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
+    bool ok = true;
+    for (int i = 0; i < 20; ++i) ok = ok && f();
+    if (cudaStreamEndCapture(g_stream, &graph) != cudaSuccess || !ok) return -1;
+    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return -1;
+    cudaGraphDestroy(graph);
+    cudaGraphLaunch(exec, g_stream);  // warm-up
+  }
   std::vector<float> v;
   for (int r = 0; r < 5; ++r) {
-    cudaEventRecord(a);
-    for (int i = 0; i < 20; ++i) f();
-    cudaEventRecord(b);
+    cudaEventRecord(a, g_stream);
+    if (exec) {
+      cudaGraphLaunch(exec, g_stream);
+    } else {
+      for (int i = 0; i < 20; ++i) f();
+    }
+    cudaEventRecord(b, g_stream);
     cudaEventSynchronize(b);
     float ms;
     cudaEventElapsedTime(&ms, a, b);
     v.push_back(ms * 1000 / 20);
   }
+  if (exec) cudaGraphExecDestroy(exec);
   std::sort(v.begin(), v.end());
   return v[2];
 }
@@ -105,8 +128,8 @@ static float gemm_us(cudaDataType ab, cudaDataType cd, cublasComputeType_t ct, c
   float best = -1;
   for (int i = 0; i < got; ++i) {
     const cublasLtMatmulAlgo_t* algo = &hr[i].algo;
-    float t =
-        time_us([=] { return LT(cublasLtMatmul(lt, op, pa, A, la, B, lb, pb, D, lc, D, lc, algo, ws, ws_bytes, 0)); });
+    float t = time_us(
+        [=] { return LT(cublasLtMatmul(lt, op, pa, A, la, B, lb, pb, D, lc, D, lc, algo, ws, ws_bytes, g_stream)); });
     if (t > 0 && (best < 0 || t < best)) best = t;
   }
   if (best < 0) *why = "no cuBLASLt algorithm";
@@ -166,12 +189,16 @@ static float conv_us(int nb, const Shape& s, bool i8x32, const char** why) {
 
 int main(int argc, char** argv) {
   int nb = argc > 1 ? std::atoi(argv[1]) : 32;
+  g_graph = argc > 2 && std::string(argv[2]) == "graph";
+  CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   cublasLtCreate(&lt);
   cudnnCreate(&dnn);
+  cudnnSetStream(dnn, g_stream);
   ws = dev(ws_bytes);
   cudaDeviceProp p;
   cudaGetDeviceProperties(&p, 0);
-  std::printf("%s, batch %d, cuDNN %zu, cuBLASLt %zu\n", p.name, nb, cudnnGetVersion(), cublasLtGetVersion());
+  std::printf("%s, batch %d, cuDNN %zu, cuBLASLt %zu, %s\n", p.name, nb, cudnnGetVersion(), cublasLtGetVersion(),
+              g_graph ? "20 calls captured in a CUDA graph, replayed (GPU time)" : "20 calls launched from the host");
   // resnet50's distinct convolution shapes (stride 1 forms; h, w, cin, cout, k) and how often each occurs
   std::vector<std::pair<Shape, int>> shapes = {
       {{56, 56, 64, 64, 1}, 1},    {{56, 56, 64, 256, 1}, 4},  {{56, 56, 256, 64, 1}, 2},  {{56, 56, 64, 64, 3}, 3},
