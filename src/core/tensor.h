@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,11 @@ class Tensor {
   // at the same rank every run allocates no shape vector (tests/noalloc). The old storage is released.
   void renew(DataType dtype, const Dims& shape);
   void renew(DataType dtype, std::initializer_list<int64_t> shape);
+  void renew(DataType dtype, std::span<const int64_t> shape);
+  // Becomes a view of `src`'s storage (its dtype, bytes and location) at `shape`, whose element count
+  // must be src's, like `*this = src.reshaped(shape)` but the shape copied into this tensor's own shape
+  // vector: no allocation once its capacity suffices (reference kernels' view outputs, tests/noalloc).
+  void assign_view(const Tensor& src, std::span<const int64_t> shape);
   Tensor clone() const;
 
   // Element access through a common type, for reference kernels that are type-generic.
