@@ -29,6 +29,40 @@ struct BroadcastPlan {
 // `legacy` applies legacy_align to a two-input op (callers pass ctx.opset() < 7 for the ops above).
 Result<BroadcastPlan> plan_broadcast(const ir::Node& n, const std::vector<const Tensor*>& ins, bool legacy);
 
+// The numpy broadcast of up to three tensors of rank <= 8, on the stack: the fast paths of elementwise
+// kernels that run as shape work inside If/Loop bodies use it so as to allocate nothing (tests/noalloc).
+struct SmallBroadcast {
+  static constexpr size_t kMaxRank = 8, kMaxInputs = 3;
+  size_t rank = 0, inputs = 0;
+  int64_t out[kMaxRank] = {};
+  int64_t stride[kMaxInputs][kMaxRank] = {};  // per input, its element stride along each output axis (0: broadcast)
+  int64_t numel() const {
+    int64_t n = 1;
+    for (size_t i = 0; i < rank; ++i) n *= out[i];
+    return n;
+  }
+  // Calls fn(i, offsets) for every output element i in order, offsets[k] the element of input k it reads.
+  template <typename Fn>
+  void for_each(Fn&& fn) const {
+    const int64_t n = numel();
+    int64_t idx[kMaxRank] = {}, off[kMaxInputs] = {};
+    for (int64_t i = 0; i < n; ++i) {
+      fn(i, static_cast<const int64_t*>(off));
+      for (size_t k = rank; k-- > 0;) {
+        if (++idx[k] < out[k]) {
+          for (size_t j = 0; j < inputs; ++j) off[j] += stride[j][k];
+          break;
+        }
+        for (size_t j = 0; j < inputs; ++j) off[j] -= stride[j][k] * (out[k] - 1);
+        idx[k] = 0;
+      }
+    }
+  }
+};
+// False when the shapes do not broadcast (the general path reports it), a rank exceeds kMaxRank or
+// more than kMaxInputs are given.
+bool small_broadcast(std::initializer_list<const Tensor*> ins, SmallBroadcast& s);
+
 // Inference: output 0 gets dtype `out` and the broadcast of all present inputs' shapes (legacy
 // rules for two inputs when `legacy`). Fails when two known dims definitely cannot broadcast.
 Status infer_broadcast_to(InferContext& ctx, DataType out, bool legacy);
