@@ -141,6 +141,11 @@ void Tensor::renew(DataType dtype, std::span<const int64_t> shape) {
   renew_storage();
 }
 
+void Tensor::renew_uninitialized(DataType dtype, std::span<const int64_t> shape) {
+  renew_shape(dtype, shape, dtype_, shape_);
+  renew_storage(/*zero=*/false);
+}
+
 void Tensor::assign_view(const Tensor& src, std::span<const int64_t> shape) {
   KILN_CHECK(src.defined());
   int64_t n = 1;
@@ -156,7 +161,7 @@ void Tensor::assign_view(const Tensor& src, std::span<const int64_t> shape) {
   assign_dims(shape_, shape);
 }
 
-void Tensor::renew_storage() {
+void Tensor::renew_storage(bool zero) {
   checked_nbytes(dtype_, shape_);
   buffer_.reset();
   strings_.reset();
@@ -165,7 +170,7 @@ void Tensor::renew_storage() {
   if (dtype_ == DataType::kString)
     strings_ = std::make_shared<std::vector<std::string>>(static_cast<size_t>(numel()));
   else
-    buffer_ = alloc_aligned(nbytes());
+    buffer_ = alloc_aligned(nbytes(), zero);
 }
 
 Tensor Tensor::uninitialized(DataType dtype, Dims shape) { return Tensor(dtype, std::move(shape), /*zero=*/false); }

@@ -210,12 +210,12 @@ const ir::Attribute* find_attr(const ir::Node& n, std::string_view name) {
   return nullptr;
 }
 
-// Integer ReduceMax/ReduceMin of rank 1 to 8, the detectors' shape work inside If/Loop bodies (int64
-// reductions of a few elements, every iteration), without a heap allocation: axes, mask and indices on
-// the stack, the output renewed over the node's last one (tests/noalloc). Gives the general kernel's
-// values. False when it is not this case or something is wrong (the general kernel runs and reports it).
+// Integer, float32 and float64 ReduceMax/ReduceMin of rank 1 to 8, the detectors' shape work inside
+// If/Loop bodies (int64 reductions of a few elements, every iteration), without a heap allocation: axes, mask and
+// indices on the stack, the output renewed over the node's last one (tests/noalloc). Gives the general kernel's values.
+// False when it is not this case or something is wrong (the general kernel runs and reports it).
 template <RK kKind>
-bool reduce_int_minmax_in_place(KernelContext& ctx) {
+bool reduce_minmax_in_place(KernelContext& ctx) {
   if constexpr (kKind != RK::kMax && kKind != RK::kMin) {
     return false;
   } else {
@@ -223,8 +223,9 @@ bool reduce_int_minmax_in_place(KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const DataType dt = x.dtype();
     const size_t rank = static_cast<size_t>(x.rank());
-    if (!dtype_is_integer(dt) || !dtype_is_builtin(dt) || rank == 0 || rank > kMaxRank || x.numel() == 0 ||
-        ctx.outputs.empty())
+    const bool floating = dt == DataType::kFloat32 || dt == DataType::kFloat64;
+    if (!(dtype_is_integer(dt) || floating) || !dtype_is_builtin(dt) || rank == 0 || rank > kMaxRank ||
+        x.numel() == 0 || ctx.outputs.empty())
       return false;
     bool mask[kMaxRank] = {};
     size_t n_axes = 0;
@@ -267,12 +268,23 @@ bool reduce_int_minmax_in_place(KernelContext& ctx) {
       using T = decltype(tag);
       const T* px = x.data<T>();
       T* po = out.data<T>();
-      const T init = kKind == RK::kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+      constexpr bool kFloat = std::is_floating_point_v<T>;
+      // Floats: from +-infinity, and the first NaN met wins (reduce_float's rule; its double accumulator
+      // holds every float value exactly, so the values are the same).
+      const T init =
+          kFloat ? (kKind == RK::kMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity())
+                 : (kKind == RK::kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max());
       for (int64_t o = 0; o < out.numel(); ++o) po[o] = init;
       int64_t idx[kMaxRank] = {}, o = 0;
       const int64_t n = x.numel();
       for (int64_t i = 0; i < n; ++i) {
-        if (kKind == RK::kMax ? px[i] > po[o] : px[i] < po[o]) po[o] = px[i];
+        if constexpr (kFloat) {
+          const T v = px[i];
+          if (kKind == RK::kMax ? v > po[o] || std::isnan(v) : v < po[o] || std::isnan(v))
+            po[o] = std::isnan(po[o]) ? po[o] : v;
+        } else if (kKind == RK::kMax ? px[i] > po[o] : px[i] < po[o]) {
+          po[o] = px[i];
+        }
         for (size_t k = rank; k-- > 0;) {
           const int64_t d = x.dim(static_cast<int64_t>(k));
           if (++idx[k] < d) {
@@ -283,6 +295,8 @@ bool reduce_int_minmax_in_place(KernelContext& ctx) {
           idx[k] = 0;
         }
       }
+      if constexpr (kFloat)  // through double, as reduce_float stores (a signaling NaN comes out quiet)
+        for (int64_t j = 0; j < out.numel(); ++j) po[j] = static_cast<T>(static_cast<double>(po[j]));
     });
     return true;
   }
@@ -290,7 +304,7 @@ bool reduce_int_minmax_in_place(KernelContext& ctx) {
 
 template <RK kKind>
 Status reduce_kernel(KernelContext& ctx) {
-  if (reduce_int_minmax_in_place<kKind>(ctx)) return Status::Ok();
+  if (reduce_minmax_in_place<kKind>(ctx)) return Status::Ok();
   const Tensor& x0 = ctx.input(0);
   int64_t rank = x0.rank();
   bool keepdims = ctx.node.attr_int("keepdims", 1) != 0;

@@ -87,5 +87,21 @@ TEST(Tensor, RenewFromASpanReusesTheShapeVector) {
   EXPECT_EQ(t.shape(), (Dims{7}));
 }
 
+TEST(Tensor, RenewUninitializedReusesTheShapeVectorAndTakesFreshStorage) {
+  Tensor t(DataType::kFloat32, {4, 4});
+  Tensor keep = t;  // holds the old storage: the renewed tensor must not write into it
+  keep.data<float>()[0] = 3;
+  const int64_t* dims = t.shape().data();
+  const int64_t shape[] = {2, 8};
+  t.renew_uninitialized(DataType::kInt32, std::span<const int64_t>(shape));
+  EXPECT_EQ(t.dtype(), DataType::kInt32);
+  EXPECT_EQ(t.shape(), (Dims{2, 8}));
+  EXPECT_EQ(t.shape().data(), dims);
+  EXPECT_NE(t.raw(), keep.raw());
+  for (int i = 0; i < 16; ++i) t.data<int32_t>()[i] = i;
+  EXPECT_EQ(keep.data<float>()[0], 3);
+  EXPECT_EQ(t.data<int32_t>()[15], 15);
+}
+
 }  // namespace
 }  // namespace kiln
