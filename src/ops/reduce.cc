@@ -210,20 +210,22 @@ const ir::Attribute* find_attr(const ir::Node& n, std::string_view name) {
   return nullptr;
 }
 
-// Integer, float32 and float64 ReduceMax/ReduceMin of rank 1 to 8, the detectors' shape work inside
-// If/Loop bodies (int64 reductions of a few elements, every iteration), without a heap allocation: axes, mask and
-// indices on the stack, the output renewed over the node's last one (tests/noalloc). Gives the general kernel's values.
-// False when it is not this case or something is wrong (the general kernel runs and reports it).
+// Integer, float32 and float64 ReduceMax/ReduceMin and integer ReduceSum/ReduceProd of rank 1 to 8, the detectors'
+// shape work inside If/Loop bodies (int64 reductions of a few elements, every iteration), without a heap allocation:
+// axes, mask and indices on the stack, the output renewed over the node's last one (tests/noalloc). Gives the general
+// kernel's values. False when it is not this case or something is wrong (the general kernel runs and reports it).
 template <RK kKind>
 bool reduce_minmax_in_place(KernelContext& ctx) {
-  if constexpr (kKind != RK::kMax && kKind != RK::kMin) {
+  constexpr bool kSumProd = kKind == RK::kSum || kKind == RK::kProd;
+  if constexpr (kKind != RK::kMax && kKind != RK::kMin && !kSumProd) {
     return false;
   } else {
     constexpr size_t kMaxRank = 8;
     const Tensor& x = ctx.input(0);
     const DataType dt = x.dtype();
     const size_t rank = static_cast<size_t>(x.rank());
-    const bool floating = dt == DataType::kFloat32 || dt == DataType::kFloat64;
+    // Sum and Prod: integers only (they wrap like reduce_int's; floats accumulate in double there).
+    const bool floating = !kSumProd && (dt == DataType::kFloat32 || dt == DataType::kFloat64);
     if (!(dtype_is_integer(dt) || floating) || !dtype_is_builtin(dt) || rank == 0 || rank > kMaxRank ||
         x.numel() == 0 || ctx.outputs.empty())
       return false;
@@ -272,13 +274,21 @@ bool reduce_minmax_in_place(KernelContext& ctx) {
       // Floats: from +-infinity, and the first NaN met wins (reduce_float's rule; its double accumulator
       // holds every float value exactly, so the values are the same).
       const T init =
-          kFloat ? (kKind == RK::kMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity())
-                 : (kKind == RK::kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max());
+          kSumProd ? T(kKind == RK::kProd ? 1 : 0)
+          : kFloat ? (kKind == RK::kMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity())
+                   : (kKind == RK::kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max());
       for (int64_t o = 0; o < out.numel(); ++o) po[o] = init;
       int64_t idx[kMaxRank] = {}, o = 0;
       const int64_t n = x.numel();
       for (int64_t i = 0; i < n; ++i) {
-        if constexpr (kFloat) {
+        if constexpr (kSumProd) {
+          if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+            // Modulo 2^bits of T: reduce_int's uint64 accumulator truncated at the end gives the same.
+            using U = std::make_unsigned_t<T>;
+            const uint64_t a = static_cast<U>(po[o]), b = static_cast<U>(px[i]);
+            po[o] = static_cast<T>(kKind == RK::kSum ? a + b : a * b);
+          }
+        } else if constexpr (kFloat) {
           const T v = px[i];
           if (kKind == RK::kMax ? v > po[o] || std::isnan(v) : v < po[o] || std::isnan(v))
             po[o] = std::isnan(po[o]) ? po[o] : v;
