@@ -34,7 +34,7 @@
 // bookkeeping does not allocate in a steady state either (per-node output lists kept by the
 // interpreter's plan, values assigned over the last run's so their shape vectors are reused, output
 // shapes of prepared layers asked once, tensors over arena slots reused, body plans found by comparing
-// types, views without a slot reusing their last output: view_from_last, tensors made outside an
+// types, views without a slot made from the output shape they had last: view_from_last, tensors made outside an
 // arena renewed in place over the last run's (Tensor::renew), bodies filling the If/Loop kernels' kept
 // vectors: SubgraphRunner::run_subgraph_into); what still allocates is whatever a reference kernel
 // allocates inside (its scratch, its fresh outputs).
