@@ -85,8 +85,12 @@ TEST(SmallRankFastPath, ReductionsMatchTheGeneralKernel) {
           const std::string what =
               std::string(op) + " " + dtype_name(dt) + " keepdims " + std::to_string(keep) + " axes " + dims_str(axes);
           expect_same_bytes(fast, general, what);
-          if (axes.empty() && !keep) EXPECT_EQ(fast.rank(), 0) << what;  // all axes, no keepdims: a scalar
-          if (keep) EXPECT_EQ(lifted(fast, 6).shape(), general.shape()) << what;
+          if (axes.empty() && !keep) {
+            EXPECT_EQ(fast.rank(), 0) << what;  // all axes, no keepdims: a scalar
+          }
+          if (keep) {
+            EXPECT_EQ(lifted(fast, 6).shape(), general.shape()) << what;
+          }
         }
 }
 
