@@ -35,7 +35,7 @@ bool checked_add(int64_t a, int64_t b, int64_t* out) {
   return true;
 }
 
-Result<int64_t> checked_numel(const Dims& dims, const std::string& what, ErrorCode code) {
+Result<int64_t> checked_numel(const Dims& dims, std::string_view what, ErrorCode code) {
   int64_t n = 1;
   for (int64_t d : dims) {
     if (d < 0) return Status(code, str_cat(what, ": negative dimension ", d, " in shape ", dims_str(dims)));

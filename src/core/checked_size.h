@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/dtype.h"
 #include "core/shape.h"
@@ -26,8 +27,8 @@ bool checked_mul(int64_t a, int64_t b, int64_t* out);
 bool checked_add(int64_t a, int64_t b, int64_t* out);
 
 // The element count of `dims`. A negative dim or an overflow is an error of category `code`,
-// prefixed by `what` ("initializer 'w'").
-Result<int64_t> checked_numel(const Dims& dims, const std::string& what, ErrorCode code = ErrorCode::kInvalidArgument);
+// prefixed by `what` ("initializer 'w'"): a view, so that a kernel's literal builds no string per call.
+Result<int64_t> checked_numel(const Dims& dims, std::string_view what, ErrorCode code = ErrorCode::kInvalidArgument);
 
 // The bytes kiln's in-memory layout of a `dt` tensor of `dims` takes (strings count their
 // std::string objects), checked for overflow and against max_tensor_bytes().

@@ -105,13 +105,25 @@ Tensor::Tensor(DataType dtype, Dims shape, bool zero) : dtype_(dtype), shape_(st
 }
 
 namespace {
+// to = shape, reusing to's capacity; `shape` may lie inside `to` (vector::assign forbids that).
+void assign_dims(Dims& to, std::span<const int64_t> shape) {
+  if (to.empty() || shape.empty() || shape.data() < to.data() || shape.data() >= to.data() + to.size()) {
+    to.assign(shape.begin(), shape.end());
+    return;
+  }
+  if (shape.data() == to.data()) {
+    to.resize(shape.size());  // a prefix of itself
+    return;
+  }
+  Dims copy(shape.begin(), shape.end());  // a part other than a prefix: rare
+  to.swap(copy);
+}
+
 template <typename Shape>
 void renew_shape(DataType dtype, const Shape& shape, DataType& dtype_out, Dims& shape_out) {
   for (int64_t d : shape) KILN_CHECK(d >= 0);
   dtype_out = dtype;
-  if constexpr (std::is_same_v<Shape, Dims>)
-    if (&shape == &shape_out) return;  // renewed at its own shape
-  shape_out.assign(shape.begin(), shape.end());
+  assign_dims(shape_out, std::span<const int64_t>(shape.begin(), shape.size()));
 }
 }  // namespace
 
@@ -124,7 +136,32 @@ void Tensor::renew(DataType dtype, std::initializer_list<int64_t> shape) {
   renew_storage();
 }
 
-void Tensor::renew_storage() {
+void Tensor::renew(DataType dtype, std::span<const int64_t> shape) {
+  renew_shape(dtype, shape, dtype_, shape_);
+  renew_storage();
+}
+
+void Tensor::renew_uninitialized(DataType dtype, std::span<const int64_t> shape) {
+  renew_shape(dtype, shape, dtype_, shape_);
+  renew_storage(/*zero=*/false);
+}
+
+void Tensor::assign_view(const Tensor& src, std::span<const int64_t> shape) {
+  KILN_CHECK(src.defined());
+  int64_t n = 1;
+  for (int64_t d : shape) KILN_CHECK(d >= 0 && !__builtin_mul_overflow(n, d, &n));
+  KILN_CHECK(n == src.numel());
+  if (&src != this) {
+    dtype_ = src.dtype_;
+    buffer_ = src.buffer_;
+    offset_ = src.offset_;
+    location_ = src.location_;
+    strings_ = src.strings_;
+  }
+  assign_dims(shape_, shape);
+}
+
+void Tensor::renew_storage(bool zero) {
   checked_nbytes(dtype_, shape_);
   buffer_.reset();
   strings_.reset();
@@ -133,7 +170,7 @@ void Tensor::renew_storage() {
   if (dtype_ == DataType::kString)
     strings_ = std::make_shared<std::vector<std::string>>(static_cast<size_t>(numel()));
   else
-    buffer_ = alloc_aligned(nbytes());
+    buffer_ = alloc_aligned(nbytes(), zero);
 }
 
 Tensor Tensor::uninitialized(DataType dtype, Dims shape) { return Tensor(dtype, std::move(shape), /*zero=*/false); }

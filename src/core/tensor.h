@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,14 @@ class Tensor {
   // at the same rank every run allocates no shape vector (tests/noalloc). The old storage is released.
   void renew(DataType dtype, const Dims& shape);
   void renew(DataType dtype, std::initializer_list<int64_t> shape);
+  void renew(DataType dtype, std::span<const int64_t> shape);
+  // renew() with the bytes left as they come (not zeroed), for callers that write every byte next (a
+  // tactic's large outputs: zeroing them first would cost as much as the writes). kString: empty strings.
+  void renew_uninitialized(DataType dtype, std::span<const int64_t> shape);
+  // Becomes a view of `src`'s storage (its dtype, bytes and location) at `shape`, whose element count
+  // must be src's, like `*this = src.reshaped(shape)` but the shape copied into this tensor's own shape
+  // vector: no allocation once its capacity suffices (reference kernels' view outputs, tests/noalloc).
+  void assign_view(const Tensor& src, std::span<const int64_t> shape);
   Tensor clone() const;
 
   // Element access through a common type, for reference kernels that are type-generic.
@@ -102,7 +111,7 @@ class Tensor {
 
  private:
   Tensor(DataType dtype, Dims shape, bool zero);  // zero: false leaves the bytes as allocated
-  void renew_storage();                           // fresh zeroed bytes for dtype_ and shape_
+  void renew_storage(bool zero = true);           // fresh bytes for dtype_ and shape_ (zeroed unless told)
 
   DataType dtype_ = DataType::kUndefined;
   Dims shape_;

@@ -706,33 +706,31 @@ bool view_args(const std::vector<const ops::Value*>& inputs, std::vector<uint8_t
 bool LayerExecutor::view_from_last(const ir::Node& n, const std::vector<const ops::Value*>& inputs,
                                    std::vector<ops::Value>& outs) {
   auto it = view_shapes_.find(&n);
-  if (it == view_shapes_.end() || !it->second.out.defined() || inputs.empty() || !inputs[0] ||
-      !inputs[0]->is_tensor() || outs.size() != 1)
+  if (it == view_shapes_.end() || !it->second.known || inputs.empty() || !inputs[0] || !inputs[0]->is_tensor() ||
+      outs.size() != 1)
     return false;
   ViewShape& v = it->second;
   const Tensor& x = inputs[0]->tensor;
-  if (x.dtype() != v.out.dtype() || x.shape() != v.in || !view_args(inputs, v.args, false)) return false;
-  if (x.raw() != v.out.raw()) {
-    v.moving = true;
-    v.out = Tensor();
-    return false;
-  }
+  if (x.dtype() != v.dtype || x.shape() != v.in || !x.raw() || !view_args(inputs, v.args, false)) return false;
   outs[0].kind = ops::Value::Kind::kTensor;
-  outs[0].tensor = v.out;  // assigned: the output's shape vector keeps its capacity
+  outs[0].tensor.assign_view(x, v.out);  // the output's shape vector keeps its capacity
   return true;
 }
 
 void LayerExecutor::remember_view(const ir::Node& n, const std::vector<const ops::Value*>& inputs,
                                   const std::vector<ops::Value>& outs) {
   ViewShape& v = view_shapes_[&n];
-  v.out = Tensor();
-  if (v.moving || inputs.empty() || !inputs[0] || !inputs[0]->is_tensor() || outs.size() != 1 || !outs[0].is_tensor() ||
+  v.known = false;
+  if (inputs.empty() || !inputs[0] || !inputs[0]->is_tensor() || outs.size() != 1 || !outs[0].is_tensor() ||
       outs[0].tensor.dtype() != inputs[0]->tensor.dtype() || outs[0].tensor.dtype() == DataType::kString ||
-      !outs[0].tensor.raw() || outs[0].tensor.raw() != inputs[0]->tensor.raw())
+      !outs[0].tensor.raw() || outs[0].tensor.raw() != inputs[0]->tensor.raw() ||
+      outs[0].tensor.location() != inputs[0]->tensor.location())
     return;  // not the input's storage at another shape: the reference runs every time
+  v.dtype = inputs[0]->tensor.dtype();
   v.in = inputs[0]->tensor.shape();
-  v.out = outs[0].tensor;
+  v.out = outs[0].tensor.shape();
   view_args(inputs, v.args, true);
+  v.known = true;
 }
 
 Status LayerExecutor::run_reference_step(Step& s) {

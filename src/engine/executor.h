@@ -34,7 +34,7 @@
 // bookkeeping does not allocate in a steady state either (per-node output lists kept by the
 // interpreter's plan, values assigned over the last run's so their shape vectors are reused, output
 // shapes of prepared layers asked once, tensors over arena slots reused, body plans found by comparing
-// types, views without a slot reusing their last output: view_from_last, tensors made outside an
+// types, views without a slot made from the output shape they had last: view_from_last, tensors made outside an
 // arena renewed in place over the last run's (Tensor::renew), bodies filling the If/Loop kernels' kept
 // vectors: SubgraphRunner::run_subgraph_into); what still allocates is whatever a reference kernel
 // allocates inside (its scratch, its fresh outputs).
@@ -241,17 +241,19 @@ class LayerExecutor : public ops::Interpreter {
   double last_body_ms_ = 0;
   struct Step;
   static bool is_view(const ir::Node& n);
-  // A view layer (is_view) of the interpreter loop without a tactic: its output (the input's storage at
-  // another shape, a function of the input's shape and its other inputs' values: Reshape's shape,
-  // Squeeze's axes) remembered from the reference kernel's last run. When the input is the same storage
-  // at the same shape and values, that output is assigned over the node's (no allocation); else the
-  // reference runs. An input that came in other storage at the same shape (a buffer-cache tensor, which
-  // the remembered output would keep from reuse) stops the remembering for that layer.
+  // A view layer (is_view) of the interpreter loop without a tactic: its output shape (its output is
+  // the input's storage at another shape, a function of the input's shape and its other inputs' values:
+  // Reshape's shape, Squeeze's axes) remembered from the reference kernel's last run. When the input
+  // has the same dtype and shape and the other inputs the same values, the output is made a view of
+  // the input at that shape over the node's output (Tensor::assign_view: no allocation); else the
+  // reference runs. Only the shape is kept, not the tensor: a remembered tensor would hold its input's
+  // buffer past the run, so that the next run's producer of that input (a buffer-cache tensor) found
+  // its buffer taken and allocated another (tests/noalloc's detectors).
   struct ViewShape {
-    Dims in;
-    Tensor out;
+    bool known = false;  // in/out/dtype/args describe the last run
+    DataType dtype = DataType::kUndefined;
+    Dims in, out;
     std::vector<uint8_t> args;  // inputs 1.. (presence, dtype, rank, dims, bytes)
-    bool moving = false;        // its input came in other storage at the same shape: not remembered
   };
   bool view_from_last(const ir::Node& n, const std::vector<const ops::Value*>& inputs, std::vector<ops::Value>& outs);
   void remember_view(const ir::Node& n, const std::vector<const ops::Value*>& inputs,

@@ -3,6 +3,7 @@
 // only described memory reuse and is ignored.
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "ops/elementwise_util.h"
 #include "ops/op_traits.h"
@@ -22,6 +23,33 @@ Status binary_arith(KernelContext& ctx, Fn fn) {
   const Tensor& a0 = ctx.input(0);
   const Tensor& b0 = ctx.input(1);
   DataType out_dt = a0.dtype();
+  // Builtin dtypes of rank <= 8 (shape work inside If/Loop bodies, every iteration): the broadcast on
+  // the stack and the output renewed over the node's last one, no heap allocation (tests/noalloc).
+  SmallBroadcast sb;
+  if (!legacy(ctx) && dtype_is_builtin(out_dt) && out_dt != DataType::kBool && !ctx.outputs.empty() &&
+      small_broadcast({&a0, &b0}, sb)) {
+    Tensor& out = ctx.outputs[0].tensor;
+    ctx.outputs[0].kind = Value::Kind::kTensor;
+    out.renew(out_dt, std::span<const int64_t>(sb.out, sb.rank));
+    Status st = dispatch_builtin(out_dt, [&](auto tag) -> Status {
+      using T = decltype(tag);
+      if constexpr (!std::is_same_v<T, bool>) {
+        const T* pa = a0.data<T>();
+        const T* pb = b0.data<T>();
+        T* po = out.data<T>();
+        Status bad = Status::Ok();
+        sb.for_each([&](int64_t i, const int64_t* off) {
+          if (!bad.ok()) return;
+          Status e = fn(pa[off[0]], pb[off[1]], po[i]);
+          if (!e.ok()) bad = e;
+        });
+        return bad;
+      }
+      return Status::Ok();
+    });
+    if (!st.ok()) return ctx.error(st.message());
+    return Status::Ok();
+  }
   Tensor a = upcast_float(a0), b = upcast_float(b0);
   if (!dtype_is_builtin(a.dtype()) || a.dtype() == DataType::kBool)
     return ctx.unsupported(str_cat("dtype ", dtype_name(out_dt), " is not supported"));

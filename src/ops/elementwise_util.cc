@@ -1,5 +1,7 @@
 #include "ops/elementwise_util.h"
 
+#include <algorithm>
+
 namespace kiln::ops {
 
 namespace {
@@ -59,6 +61,37 @@ Result<SymShape> legacy_align_sym(const ir::Node& n, const SymShape& a, const Sy
   std::vector<Dim> r(a.rank(), Dim(1));
   for (size_t i = 0; i < b.rank(); ++i) r[static_cast<size_t>(*axis) + i] = b.dims[i];
   return SymShape(r);
+}
+
+bool small_broadcast(std::initializer_list<const Tensor*> ins, SmallBroadcast& s) {
+  if (ins.size() > SmallBroadcast::kMaxInputs) return false;
+  s.rank = 0, s.inputs = ins.size();
+  for (const Tensor* t : ins) {
+    if (static_cast<size_t>(t->rank()) > SmallBroadcast::kMaxRank) return false;
+    s.rank = std::max(s.rank, static_cast<size_t>(t->rank()));
+  }
+  for (size_t i = 0; i < s.rank; ++i) s.out[i] = 1;
+  for (const Tensor* t : ins) {
+    const size_t lead = s.rank - static_cast<size_t>(t->rank());
+    for (size_t i = lead; i < s.rank; ++i) {
+      const int64_t d = t->dim(static_cast<int64_t>(i - lead));
+      if (d == s.out[i] || d == 1) continue;
+      if (s.out[i] != 1) return false;
+      s.out[i] = d;
+    }
+  }
+  size_t j = 0;
+  for (const Tensor* t : ins) {
+    const size_t lead = s.rank - static_cast<size_t>(t->rank());
+    int64_t stride = 1;
+    for (size_t i = s.rank; i-- > 0;) {
+      const int64_t d = i < lead ? 1 : t->dim(static_cast<int64_t>(i - lead));
+      s.stride[j][i] = d == 1 ? 0 : stride;
+      stride *= d;
+    }
+    ++j;
+  }
+  return true;
 }
 
 Result<BroadcastPlan> plan_broadcast(const ir::Node& n, const std::vector<const Tensor*>& ins, bool legacy) {

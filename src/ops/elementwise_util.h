@@ -29,6 +29,40 @@ struct BroadcastPlan {
 // `legacy` applies legacy_align to a two-input op (callers pass ctx.opset() < 7 for the ops above).
 Result<BroadcastPlan> plan_broadcast(const ir::Node& n, const std::vector<const Tensor*>& ins, bool legacy);
 
+// The numpy broadcast of up to three tensors of rank <= 8, on the stack: the fast paths of elementwise
+// kernels that run as shape work inside If/Loop bodies use it so as to allocate nothing (tests/noalloc).
+struct SmallBroadcast {
+  static constexpr size_t kMaxRank = 8, kMaxInputs = 3;
+  size_t rank = 0, inputs = 0;
+  int64_t out[kMaxRank] = {};
+  int64_t stride[kMaxInputs][kMaxRank] = {};  // per input, its element stride along each output axis (0: broadcast)
+  int64_t numel() const {
+    int64_t n = 1;
+    for (size_t i = 0; i < rank; ++i) n *= out[i];
+    return n;
+  }
+  // Calls fn(i, offsets) for every output element i in order, offsets[k] the element of input k it reads.
+  template <typename Fn>
+  void for_each(Fn&& fn) const {
+    const int64_t n = numel();
+    int64_t idx[kMaxRank] = {}, off[kMaxInputs] = {};
+    for (int64_t i = 0; i < n; ++i) {
+      fn(i, static_cast<const int64_t*>(off));
+      for (size_t k = rank; k-- > 0;) {
+        if (++idx[k] < out[k]) {
+          for (size_t j = 0; j < inputs; ++j) off[j] += stride[j][k];
+          break;
+        }
+        for (size_t j = 0; j < inputs; ++j) off[j] -= stride[j][k] * (out[k] - 1);
+        idx[k] = 0;
+      }
+    }
+  }
+};
+// False when the shapes do not broadcast (the general path reports it), a rank exceeds kMaxRank or
+// more than kMaxInputs are given.
+bool small_broadcast(std::initializer_list<const Tensor*> ins, SmallBroadcast& s);
+
 // Inference: output 0 gets dtype `out` and the broadcast of all present inputs' shapes (legacy
 // rules for two inputs when `legacy`). Fails when two known dims definitely cannot broadcast.
 Status infer_broadcast_to(InferContext& ctx, DataType out, bool legacy);
@@ -70,16 +104,25 @@ Status unary_float(KernelContext& ctx, Fn fn) {
   const Tensor& x0 = ctx.input(0);
   if (!dtype_is_float(x0.dtype()))
     return ctx.unsupported(str_cat("dtype ", dtype_name(x0.dtype()), " is not supported (needs a float type)"));
-  Tensor x = upcast_float(x0);
-  Tensor out(x.dtype(), x.shape());
-  int64_t n = x.numel();
-  if (x.dtype() == DataType::kFloat64) {
-    for (int64_t i = 0; i < n; ++i) out.data<double>()[i] = fn(x.data<double>()[i]);
+  // float32/float64 (nothing to upcast): the output renewed over the node's last one, so that a
+  // steady-state run allocates nothing (tests/noalloc); the same values as below.
+  const bool native = x0.dtype() == DataType::kFloat32 || x0.dtype() == DataType::kFloat64;
+  Tensor x = native ? Tensor() : upcast_float(x0);
+  const Tensor& in = native ? x0 : x;
+  Tensor fresh;
+  Tensor& out = native && !ctx.outputs.empty() ? ctx.outputs[0].tensor : fresh;
+  out.renew(in.dtype(), in.shape());
+  int64_t n = in.numel();
+  if (in.dtype() == DataType::kFloat64) {
+    for (int64_t i = 0; i < n; ++i) out.data<double>()[i] = fn(in.data<double>()[i]);
   } else {
     for (int64_t i = 0; i < n; ++i)
-      out.data<float>()[i] = static_cast<float>(fn(static_cast<double>(x.data<float>()[i])));
+      out.data<float>()[i] = static_cast<float>(fn(static_cast<double>(in.data<float>()[i])));
   }
-  ctx.set_output(0, downcast_float(out, x0.dtype()));
+  if (&out == &fresh)
+    ctx.set_output(0, downcast_float(out, x0.dtype()));
+  else
+    ctx.outputs[0].kind = Value::Kind::kTensor;
   return Status::Ok();
 }
 

@@ -14,6 +14,10 @@
 //                                broadcasts to the scores [..., num_heads, Sq, Sk].
 //   FusedElementwise(inputs...) = the subgraph attribute "body" (ONNX elementwise nodes; its
 //                                inputs are this node's inputs, its one output this node's output).
+#include <deque>
+#include <utility>
+
+#include "ops/interpreter.h"
 #include "ops/kiln_fused_util.h"
 #include "ops/op_traits.h"
 
@@ -231,12 +235,30 @@ Status fused_elementwise_kernel(KernelContext& ctx) {
   if (!body) return ctx.error("needs a graph attribute 'body'");
   // Constant folding runs single nodes without a subgraph runner; the engine and interpreter have one.
   if (!ctx.subgraphs) return ctx.unsupported("runs its body through a subgraph runner, and none is set");
-  std::vector<Value> in;
-  for (size_t i = 0; i < ctx.num_inputs(); ++i) in.push_back(ctx.input_value(i));
-  KILN_ASSIGN_OR_RETURN(std::vector<Value> out, ctx.subgraphs->run_subgraph(*body, in));
+  // The body's input and result lists, kept per nesting depth (a body may hold another fused layer;
+  // a deque keeps the outer depths' lists in place) and emptied after each run, so that they hold no
+  // buffer between runs: a steady-state run allocates none (tests/noalloc).
+  thread_local std::deque<std::pair<std::vector<Value>, std::vector<Value>>> t_lists;
+  thread_local size_t t_depth = 0;
+  if (t_lists.size() <= t_depth) t_lists.emplace_back();
+  std::vector<Value>& in = t_lists[t_depth].first;
+  std::vector<Value>& out = t_lists[t_depth].second;
+  struct Leave {
+    size_t& depth;
+    std::vector<Value>& in;
+    std::vector<Value>& out;
+    ~Leave() {
+      for (Value& v : in) clear_value(v);
+      for (Value& v : out) clear_value(v);
+      --depth;
+    }
+  } leave{++t_depth, in, out};
+  in.resize(ctx.num_inputs());
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) in[i] = ctx.input_value(i);  // assigned: shape vectors reused
+  KILN_RETURN_IF_ERROR(ctx.subgraphs->run_subgraph_into(*body, in, out));
   if (out.size() != ctx.num_outputs())
     return ctx.error(str_cat("body gave ", out.size(), " outputs, the node has ", ctx.num_outputs()));
-  for (size_t i = 0; i < out.size(); ++i) ctx.set_output_value(i, std::move(out[i]));
+  for (size_t i = 0; i < out.size(); ++i) ctx.outputs[i] = out[i];
   return Status::Ok();
 }
 

@@ -6,6 +6,8 @@
 // integer sums and products wrap (two's complement), as numpy's do.
 #include <cmath>
 #include <limits>
+#include <span>
+#include <string_view>
 
 #include "ops/reduce_util.h"
 
@@ -200,8 +202,119 @@ void reduce_int(RK kind, const Tensor& x, const std::vector<bool>& mask, int64_t
   }
 }
 
+// An attribute by a view of its name: Node::attr takes a std::string, and a name longer than the
+// short-string buffer ("noop_with_empty_axes") would allocate on every call.
+const ir::Attribute* find_attr(const ir::Node& n, std::string_view name) {
+  for (const auto& kv : n.attrs)
+    if (kv.first == name) return &kv.second;
+  return nullptr;
+}
+
+// Integer, float32 and float64 ReduceMax/ReduceMin and integer ReduceSum/ReduceProd of rank 1 to 8, the detectors'
+// shape work inside If/Loop bodies (int64 reductions of a few elements, every iteration), without a heap allocation:
+// axes, mask and indices on the stack, the output renewed over the node's last one (tests/noalloc). Gives the general
+// kernel's values. False when it is not this case or something is wrong (the general kernel runs and reports it).
+template <RK kKind>
+bool reduce_minmax_in_place(KernelContext& ctx) {
+  constexpr bool kSumProd = kKind == RK::kSum || kKind == RK::kProd;
+  if constexpr (kKind != RK::kMax && kKind != RK::kMin && !kSumProd) {
+    return false;
+  } else {
+    constexpr size_t kMaxRank = 8;
+    const Tensor& x = ctx.input(0);
+    const DataType dt = x.dtype();
+    const size_t rank = static_cast<size_t>(x.rank());
+    // Sum and Prod: integers only (they wrap like reduce_int's; floats accumulate in double there).
+    const bool floating = !kSumProd && (dt == DataType::kFloat32 || dt == DataType::kFloat64);
+    if (!(dtype_is_integer(dt) || floating) || !dtype_is_builtin(dt) || rank == 0 || rank > kMaxRank ||
+        x.numel() == 0 || ctx.outputs.empty())
+      return false;
+    bool mask[kMaxRank] = {};
+    size_t n_axes = 0;
+    auto mark = [&](int64_t a) {
+      if (a < 0) a += static_cast<int64_t>(rank);
+      if (a < 0 || a >= static_cast<int64_t>(rank) || mask[a]) return false;
+      mask[a] = true, ++n_axes;
+      return true;
+    };
+    if (ctx.opset() >= axes_input_since(ctx.node.op_type)) {
+      if (ctx.has_input(1)) {
+        const Tensor& a = ctx.input(1);
+        if (!dtype_is_integer(a.dtype()) || a.rank() > 1) return false;
+        for (int64_t i = 0; i < a.numel(); ++i)
+          if (!mark(a.get_i64(i))) return false;
+      }
+      const ir::Attribute* noop = find_attr(ctx.node, "noop_with_empty_axes");
+      if (n_axes == 0 && noop && noop->i != 0) return false;  // the identity: the general kernel
+    } else if (const ir::Attribute* axes = find_attr(ctx.node, "axes")) {
+      for (int64_t a : axes->ints)
+        if (!mark(a)) return false;
+    }
+    if (n_axes == 0)
+      for (size_t i = 0; i < rank; ++i) mask[i] = true;  // no axes: all of them
+    const ir::Attribute* keep = find_attr(ctx.node, "keepdims");
+    const bool keepdims = !keep || keep->i != 0;
+    int64_t out_shape[kMaxRank], ostride[kMaxRank];  // ostride: the output's stride per input axis (0: reduced)
+    size_t out_rank = 0;
+    for (size_t i = 0, stride = 1; i < rank; ++i) {
+      const size_t k = rank - 1 - i;
+      ostride[k] = mask[k] ? 0 : static_cast<int64_t>(stride);
+      if (!mask[k]) stride *= static_cast<size_t>(x.dim(static_cast<int64_t>(k)));
+    }
+    for (size_t i = 0; i < rank; ++i)
+      if (!mask[i] || keepdims) out_shape[out_rank++] = mask[i] ? 1 : x.dim(static_cast<int64_t>(i));
+    Tensor& out = ctx.outputs[0].tensor;
+    ctx.outputs[0].kind = Value::Kind::kTensor;
+    out.renew(dt, std::span<const int64_t>(out_shape, out_rank));
+    dispatch_builtin(dt, [&](auto tag) {
+      using T = decltype(tag);
+      const T* px = x.data<T>();
+      T* po = out.data<T>();
+      constexpr bool kFloat = std::is_floating_point_v<T>;
+      // Floats: from +-infinity, and the first NaN met wins (reduce_float's rule; its double accumulator
+      // holds every float value exactly, so the values are the same).
+      const T init =
+          kSumProd ? T(kKind == RK::kProd ? 1 : 0)
+          : kFloat ? (kKind == RK::kMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity())
+                   : (kKind == RK::kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max());
+      for (int64_t o = 0; o < out.numel(); ++o) po[o] = init;
+      int64_t idx[kMaxRank] = {}, o = 0;
+      const int64_t n = x.numel();
+      for (int64_t i = 0; i < n; ++i) {
+        if constexpr (kSumProd) {
+          if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+            // Modulo 2^bits of T: reduce_int's uint64 accumulator truncated at the end gives the same.
+            using U = std::make_unsigned_t<T>;
+            const uint64_t a = static_cast<U>(po[o]), b = static_cast<U>(px[i]);
+            po[o] = static_cast<T>(kKind == RK::kSum ? a + b : a * b);
+          }
+        } else if constexpr (kFloat) {
+          const T v = px[i];
+          if (kKind == RK::kMax ? v > po[o] || std::isnan(v) : v < po[o] || std::isnan(v))
+            po[o] = std::isnan(po[o]) ? po[o] : v;
+        } else if (kKind == RK::kMax ? px[i] > po[o] : px[i] < po[o]) {
+          po[o] = px[i];
+        }
+        for (size_t k = rank; k-- > 0;) {
+          const int64_t d = x.dim(static_cast<int64_t>(k));
+          if (++idx[k] < d) {
+            o += ostride[k];
+            break;
+          }
+          o -= ostride[k] * (d - 1);
+          idx[k] = 0;
+        }
+      }
+      if constexpr (kFloat)  // through double, as reduce_float stores (a signaling NaN comes out quiet)
+        for (int64_t j = 0; j < out.numel(); ++j) po[j] = static_cast<T>(static_cast<double>(po[j]));
+    });
+    return true;
+  }
+}
+
 template <RK kKind>
 Status reduce_kernel(KernelContext& ctx) {
+  if (reduce_minmax_in_place<kKind>(ctx)) return Status::Ok();
   const Tensor& x0 = ctx.input(0);
   int64_t rank = x0.rank();
   bool keepdims = ctx.node.attr_int("keepdims", 1) != 0;

@@ -1,6 +1,8 @@
 // Data-movement ops: Transpose, Concat, Split, Slice, Tile, DepthToSpace, SpaceToDepth, Trilu,
 // ReverseSequence. (Pad, CenterCropPad and Col2Im are in tensor_pad.cc.)
 #include <algorithm>
+#include <cstring>
+#include <span>
 
 #include "ops/movement_geometry.h"
 #include "ops/tensor_util.h"
@@ -383,7 +385,80 @@ Status slice_infer(InferContext& ctx) {
   return Status::Ok();
 }
 
+// Slice (opset >= 10) of rank 1 to 8 with at most 8 sliced axes, the detectors' shape work inside
+// If/Loop bodies, without a heap allocation: parameters and strides on the stack, the output renewed
+// over the node's last one (tests/noalloc). False when it is not this case or a parameter is wrong
+// (the general kernel runs and reports it).
+bool slice_in_place(KernelContext& ctx) {
+  constexpr size_t kMax = 8;
+  const Tensor& x = ctx.input(0);
+  const size_t rank = static_cast<size_t>(x.rank());
+  if (ctx.opset() < 10 || x.dtype() == DataType::kString || !x.raw() || rank == 0 || rank > kMax || !ctx.has_input(1) ||
+      !ctx.has_input(2) || ctx.outputs.empty())
+    return false;
+  auto read = [&](size_t k, int64_t* v, size_t& n) {
+    const Tensor& t = ctx.input(k);
+    if (!dtype_is_integer(t.dtype()) || t.rank() > 1 || t.numel() > static_cast<int64_t>(kMax)) return false;
+    n = static_cast<size_t>(t.numel());
+    for (size_t i = 0; i < n; ++i) v[i] = t.get_i64(static_cast<int64_t>(i));
+    return true;
+  };
+  int64_t starts[kMax], ends[kMax], axes[kMax], steps[kMax];
+  size_t n = 0, m = 0;
+  if (!read(1, starts, n) || !read(2, ends, m) || m != n) return false;
+  if (ctx.has_input(3)) {
+    if (!read(3, axes, m) || m != n) return false;
+  } else {
+    for (size_t i = 0; i < n; ++i) axes[i] = static_cast<int64_t>(i);
+  }
+  if (ctx.has_input(4)) {
+    if (!read(4, steps, m) || m != n) return false;
+  } else {
+    for (size_t i = 0; i < n; ++i) steps[i] = 1;
+  }
+  int64_t out_shape[kMax], strides[kMax], in_strides[kMax];
+  bool seen[kMax] = {};
+  for (size_t i = rank, st = 1; i-- > 0;) {
+    in_strides[i] = static_cast<int64_t>(st);
+    st *= static_cast<size_t>(x.dim(static_cast<int64_t>(i)));
+  }
+  for (size_t i = 0; i < rank; ++i) out_shape[i] = x.dim(static_cast<int64_t>(i)), strides[i] = in_strides[i];
+  int64_t offset = 0;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t a = axes[i] < 0 ? axes[i] + static_cast<int64_t>(rank) : axes[i];
+    if (a < 0 || a >= static_cast<int64_t>(rank) || seen[a] || steps[i] == 0) return false;
+    seen[a] = true;
+    Result<SliceAxis> r = slice_axis(x.dim(a), starts[i], ends[i], steps[i]);
+    if (!r.ok()) return false;
+    const SliceAxis& s = r.value();
+    out_shape[a] = s.len;
+    if (s.len > 0) offset += s.start * in_strides[a];
+    strides[a] = s.len > 1 ? s.step * in_strides[a] : 0;  // one element: the step never applies
+  }
+  Tensor& out = ctx.outputs[0].tensor;
+  ctx.outputs[0].kind = Value::Kind::kTensor;
+  out.renew(x.dtype(), std::span<const int64_t>(out_shape, rank));
+  const int64_t total = out.numel();
+  const size_t es = dtype_size(x.dtype());
+  const auto* src = static_cast<const uint8_t*>(x.raw());
+  auto* dst = static_cast<uint8_t*>(out.raw());
+  int64_t idx[kMax] = {}, si = offset;
+  for (int64_t di = 0; di < total; ++di) {
+    std::memcpy(dst + static_cast<size_t>(di) * es, src + static_cast<size_t>(si) * es, es);
+    for (size_t k = rank; k-- > 0;) {
+      if (++idx[k] < out_shape[k]) {
+        si += strides[k];
+        break;
+      }
+      si -= strides[k] * (out_shape[k] - 1);
+      idx[k] = 0;
+    }
+  }
+  return true;
+}
+
 Status slice_kernel(KernelContext& ctx) {
+  if (slice_in_place(ctx)) return Status::Ok();
   const Tensor& x = ctx.input(0);
   SliceParams p;
   if (ctx.opset() < 10) {

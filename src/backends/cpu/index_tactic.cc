@@ -561,11 +561,16 @@ class PreparedExpand : public PreparedLayer {
   std::vector<DataType> output_dtypes() const override { return {dtype}; }
   Status run(const RunContext& /*ctx*/, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    KILN_ASSIGN_OR_RETURN(Dims target, shape_input(*in[1], "Expand's shape"));
+    // Kept scratch (capacity reused from run to run) and the output renewed in place: a steady-state
+    // run allocates nothing (tests/noalloc). Named by references: the workers below must read this
+    // thread's vectors, not their own thread_local ones.
+    thread_local Dims t_target, t_o, t_st, t_xs;
+    Dims &target = t_target, &o = t_o, &st = t_st, &xs = t_xs;
+    KILN_RETURN_IF_ERROR(shape_input_into(*in[1], "Expand's shape", target));
     const Dims& x = x_shape;
     const size_t ro = std::max(x.size(), target.size());
-    Dims o(ro), st(ro);
-    const Dims xs = strides_of(x);
+    o.assign(ro, 0), st.assign(ro, 0), xs.assign(x.size(), 1);
+    for (size_t k = x.size(); k-- > 1;) xs[k - 1] = xs[k] * x[k];
     for (size_t k = 0; k < ro; ++k) {
       int64_t xd = k + x.size() >= ro ? x[k + x.size() - ro] : 1;
       int64_t td = k + target.size() >= ro ? target[k + target.size() - ro] : 1;
@@ -575,7 +580,8 @@ class PreparedExpand : public PreparedLayer {
       st[k] = xd == 1 ? 0 : xs[k + x.size() - ro];
     }
     if (auto n = checked_numel(o, "Expand's output"); !n.ok()) return n.status();
-    Tensor y = Tensor::uninitialized(dtype, o);
+    Tensor& y = *out[0];
+    y.renew_uninitialized(dtype, o);
     const size_t es = dtype_size(dtype);
     // Rows of the output: the trailing dims that repeat one element (stride 0) are one fill, else the
     // last dim is one run (a copy when contiguous). A row's source offset from the leading dims.
@@ -612,7 +618,6 @@ class PreparedExpand : public PreparedLayer {
         }
       }
     });
-    *out[0] = std::move(y);
     return Status::Ok();
   }
 };

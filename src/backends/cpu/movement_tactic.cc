@@ -163,7 +163,12 @@ void copy_tiles(const View& v, int p, const uint8_t* src, uint8_t* dst, int64_t 
                                std::conditional_t<ES == 2, uint16_t, std::conditional_t<ES == 4, uint32_t, uint64_t>>>;
   constexpr int64_t kTp = 64 / ES < 8 ? 8 : 64 / ES, kTl = 32;
   const size_t nd = v.dims.size();
-  Dims ostride(nd, 1);
+  // The output's strides, on the stack up to rank 8: a steady-state run allocates nothing (tests/noalloc).
+  int64_t small[8];
+  Dims big;
+  int64_t* ostride = small;
+  if (nd > 8) big.resize(nd), ostride = big.data();
+  ostride[nd - 1] = 1;
   for (size_t k = nd - 1; k-- > 0;) ostride[k] = ostride[k + 1] * v.dims[k + 1].size;
   const ViewDim& last = v.dims.back();
   const ViewDim& dp = v.dims[static_cast<size_t>(p)];

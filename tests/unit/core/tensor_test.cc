@@ -51,5 +51,57 @@ TEST(Tensor, ReshapeSharesStorage) {
   EXPECT_EQ(t.clone().data<float>()[4], 7);
 }
 
+TEST(Tensor, AssignViewSharesStorageAtTheNewShape) {
+  Tensor src = Tensor::from_vector<float>(DataType::kFloat32, {2, 3}, {0, 1, 2, 3, 4, 5});
+  Tensor v(DataType::kInt64, {4, 4, 4});  // another dtype and storage: both replaced
+  const int64_t* dims = v.shape().data();
+  const int64_t shape[] = {3, 2};
+  v.assign_view(src, shape);
+  EXPECT_EQ(v.dtype(), DataType::kFloat32);
+  EXPECT_EQ(v.shape(), (Dims{3, 2}));
+  EXPECT_EQ(v.raw(), src.raw());
+  EXPECT_EQ(v.shape().data(), dims) << "the shape vector is reused, not reallocated";
+  v.data<float>()[5] = 9;
+  EXPECT_EQ(src.data<float>()[5], 9);
+  // Its own shape, shortened: the span lies inside the vector it is copied into.
+  Tensor self = Tensor::from_vector<float>(DataType::kFloat32, {6, 1}, {0, 1, 2, 3, 4, 5});
+  self.assign_view(self, std::span<const int64_t>(self.shape().data(), 1));  // [6, 1] -> its prefix [6]
+  EXPECT_EQ(self.shape(), (Dims{6}));
+  Tensor tail = Tensor::from_vector<float>(DataType::kFloat32, {1, 6}, {0, 1, 2, 3, 4, 5});
+  tail.assign_view(tail, std::span<const int64_t>(tail.shape().data() + 1, 1));  // [1, 6] -> its suffix [6]
+  EXPECT_EQ(tail.shape(), (Dims{6}));
+  EXPECT_EQ(tail.data<float>()[5], 5);
+  EXPECT_DEATH(v.assign_view(src, Dims{4}), "") << "a view must keep the element count";
+}
+
+TEST(Tensor, RenewFromASpanReusesTheShapeVector) {
+  Tensor t(DataType::kFloat32, {2, 3, 4});
+  const int64_t* dims = t.shape().data();
+  const int64_t shape[] = {5, 7};
+  t.renew(DataType::kInt64, std::span<const int64_t>(shape));
+  EXPECT_EQ(t.dtype(), DataType::kInt64);
+  EXPECT_EQ(t.shape(), (Dims{5, 7}));
+  EXPECT_EQ(t.shape().data(), dims);
+  for (int64_t i = 0; i < 35; ++i) EXPECT_EQ(t.data<int64_t>()[i], 0) << "renewed tensors are zeroed";
+  t.renew(DataType::kFloat32, std::span<const int64_t>(t.shape().data() + 1, 1));  // its own suffix: [7]
+  EXPECT_EQ(t.shape(), (Dims{7}));
+}
+
+TEST(Tensor, RenewUninitializedReusesTheShapeVectorAndTakesFreshStorage) {
+  Tensor t(DataType::kFloat32, {4, 4});
+  Tensor keep = t;  // holds the old storage: the renewed tensor must not write into it
+  keep.data<float>()[0] = 3;
+  const int64_t* dims = t.shape().data();
+  const int64_t shape[] = {2, 8};
+  t.renew_uninitialized(DataType::kInt32, std::span<const int64_t>(shape));
+  EXPECT_EQ(t.dtype(), DataType::kInt32);
+  EXPECT_EQ(t.shape(), (Dims{2, 8}));
+  EXPECT_EQ(t.shape().data(), dims);
+  EXPECT_NE(t.raw(), keep.raw());
+  for (int i = 0; i < 16; ++i) t.data<int32_t>()[i] = i;
+  EXPECT_EQ(keep.data<float>()[0], 3);
+  EXPECT_EQ(t.data<int32_t>()[15], 15);
+}
+
 }  // namespace
 }  // namespace kiln
