@@ -281,8 +281,9 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
   if (timed > 0 && wait_share > kSharedCoresWaitShare) {
     char w[320];
     std::snprintf(w, sizeof w,
-                  "timings were taken on shared cores: the tuner's threads waited for a core %.0f%% of the time "
-                  "(other runnable processes); the kernels chosen may not be the fastest. Rebuild on an idle machine",
+                  "timings were disturbed: the tuner's threads waited for a core %.0f%% of the time (shared "
+                  "cores: other runnable processes); the kernels chosen may not be the fastest. Rebuild on an idle "
+                  "machine",
                   100 * wait_share);
     warn(std::string(w) + (cfg.timing_cache.empty() ? ""
                                                     : " after deleting the timing cache '" + cfg.timing_cache +
