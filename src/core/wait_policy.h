@@ -23,6 +23,13 @@ std::string wait_policy_description();
 // (the scheduler's run_delay, /proc/self/task/*/schedstat; 0 where the kernel does not keep it).
 double runqueue_wait_s();
 
+// The share of `threads` threads' time over `seconds` that `waited_s` of run-queue wait is (0 when
+// there is no time): kiln bench's and the tuner's measure of shared cores.
+inline double runqueue_wait_share(double waited_s, double seconds, int threads) {
+  const double thread_s = seconds * (threads > 0 ? threads : 1);
+  return thread_s > 0 ? waited_s / thread_s : 0;
+}
+
 // Above this share of a measurement's thread time spent waiting for a core, kiln bench calls the
 // cores shared (measured here on 2 cores, 2 threads: idle under 0.01; one other busy process 0.3).
 inline constexpr double kSharedCoresWaitShare = 0.05;

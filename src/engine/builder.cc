@@ -265,7 +265,7 @@ Status choose_kernels(EngineImpl& e, const std::map<std::string, Dims>& tune_sha
   e.build["tuning"]["deterministic"] = cfg.deterministic_tactics;
   // The share of the tuner's thread time spent runnable but waiting for a core: other processes on
   // the cores, which slow every run of a candidate alike (the median/fastest test above misses them).
-  const double wait_share = seconds > 0 ? (runqueue_wait_s() - wait0_s) / (seconds * std::max(1, threads)) : 0;
+  const double wait_share = runqueue_wait_share(runqueue_wait_s() - wait0_s, seconds, threads);
   e.build["tuning"]["runqueue_wait_share"] = wait_share;
   char line[256];
   std::snprintf(line, sizeof line,

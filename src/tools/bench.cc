@@ -300,7 +300,7 @@ Result<nlohmann::json> bench(const BenchOptions& o) {
   // The cores were shared when the scheduler took them from kiln's threads often: the figures then
   // measure the machine's load as much as kiln (core/wait_policy.h).
   const double thread_s = wall_s * kiln::threads() * S;
-  const double wait_share = thread_s > 0 ? (end_wait_s - start_wait_s) / thread_s : 0;
+  const double wait_share = runqueue_wait_share(end_wait_s - start_wait_s, wall_s, kiln::threads() * S);
   j["runqueue_wait_share"] = wait_share;
   j["runqueue_wait_ms"] = 1e3 * (end_wait_s - start_wait_s);
   j["thread_ms"] = 1e3 * thread_s;
