@@ -25,6 +25,7 @@ class PreparedMatmul : public PreparedLayer {
   std::string name;
   Dims out_shape;
   memory::desc src_md, dst_md, wei_md;
+  memory::desc scratch_md;  // pd's scratchpad, asked once at prepare (querying it allocates)
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
   memory weights, bias;  // weights only when constant (packed)
@@ -32,7 +33,7 @@ class PreparedMatmul : public PreparedLayer {
   std::vector<float> prefill;  // beta * C broadcast to the output (Gemm's C that is not per-column)
 
   std::vector<Dims> output_shapes() const override { return {out_shape}; }
-  size_t workspace_bytes(int) const override { return workspace_piece(pd.scratchpad_desc().get_size()); }
+  size_t workspace_bytes(int) const override { return workspace_piece(scratch_md.get_size()); }
 
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
@@ -46,7 +47,6 @@ class PreparedMatmul : public PreparedLayer {
       args.emplace(DNNL_ARG_WEIGHTS, weights ? weights : memory(wei_md, eng, const_cast<void*>(in[1]->raw())));
       if (has_bias) args.emplace(DNNL_ARG_BIAS, bias);
       WorkspaceSlicer ws(ctx);
-      const memory::desc scratch_md = pd.scratchpad_desc();
       execute(prim, scratch_md, ws.take(scratch_md.get_size()), std::move(args));
       return Status::Ok();
     });
@@ -144,6 +144,7 @@ class OnednnMatmul : public Tactic {
       auto d = p->has_bias ? dnnl::matmul::desc(p->src_md, wei_any, bias_md, p->dst_md)
                            : dnnl::matmul::desc(p->src_md, wei_any, p->dst_md);
       p->pd = dnnl::matmul::primitive_desc(d, attr, eng);
+      p->scratch_md = p->pd.scratchpad_desc();
       p->prim = dnnl::matmul(p->pd);
       if (packed_) {
         const Tensor& w = *sig.inputs[1].constant;
