@@ -9,7 +9,7 @@ preprocessing: ../shared/data/fmnist/README.md. The calibration set is the first
 (one stacked .npz, `kiln build --int8 --calib-data`); evaluation is on the first --limit test images
 (default all 10,000), in batches of --batch through `kiln run ENGINE --inputs CHUNK.npz --save-outputs`.
 
-Variants: kiln-fp32; kiln-int8-{minmax,entropy,percentile,mse} (kiln's calibration, Q/DQ inserted by
+Variants: kiln-fp32; kiln-bf16 (kiln build --bf16; not in the default list); kiln-int8-{minmax,entropy,percentile,mse} (kiln's calibration, Q/DQ inserted by
 kiln); kiln-ort-qdq (kiln running ONNX Runtime's own Q/DQ file); ort-fp32 and ort-qdq (onnxruntime-node
 through bench/ort_runner.js --inputs/--save-outputs; ONNX Runtime's quantizer is Python-only and not a
 Debian package, so its entropy/percentile rows come from the README's table, marked as such).
@@ -226,6 +226,8 @@ def main():
                             extra += ["--calib-percentile", str(args.percentile)]
                     elif v == "kiln-ort-qdq":
                         model = qdq_model
+                    elif v == "kiln-bf16":
+                        extra = ["--bf16"]
                     kiln_build(args.kiln, model, engine, args.batch, extra, log, args.threads)
                     logits = kiln_logits(args.kiln, engine, chunks, work, log, args.threads)
                     base = "kiln"

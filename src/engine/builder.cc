@@ -563,9 +563,9 @@ Result<std::shared_ptr<EngineImpl>> build_impl(ir::Model model, const BuilderCon
   model.opset_imports["kiln"] = 1;
   model.graph->opset_imports["kiln"] = 1;
   log("[kiln build] optimized: " + std::to_string(count_nodes(*model.graph)) + " layers");
-  // Device engines with a reduced precision: activations stored in it between its layers, Casts where
-  // precisions meet (engine/storage_dtypes.h).
-  if (target.device.kind != DeviceKind::kCPU) {
+  // Device engines with a reduced precision (and CPU bfloat16 builds on the channels-last AMX path):
+  // activations stored in it between its layers, Casts where precisions meet (engine/storage_dtypes.h).
+  if (target.device.kind != DeviceKind::kCPU || target.channels_last) {
     KILN_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> typed, infer_at(*model.graph, opt_shapes));
     KILN_ASSIGN_OR_RETURN(engine::StorageDtypeStats st,
                           engine::assign_storage_dtypes(*model.graph, *typed, target, precision));

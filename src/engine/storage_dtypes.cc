@@ -65,7 +65,15 @@ void body_reads(const ir::Graph& g, std::set<std::string>* out) {
 Result<StorageDtypeStats> assign_storage_dtypes(ir::Graph& g, const ir::Graph& typed, const Target& target,
                                                 const PrecisionPolicy& policy) {
   StorageDtypeStats stats;
-  if (target.device.kind == DeviceKind::kCPU || policy.strongly_typed) return stats;
+  // The CPU stores reduced activations only on its channels-last bfloat16 path (AMX targets), for graphs
+  // layout_nhwc made channels-last convolutions in: elsewhere (transformers) its BF16 tactics convert
+  // their float32 inputs inside the layer, cheaper than Cast layers around the float32 ones.
+  if (target.device.kind == DeviceKind::kCPU) {
+    bool nhwc = false;
+    for (const auto& n : g.nodes) nhwc |= n.domain == "kiln" && (n.op_type == "NhwcConv" || n.op_type == "NhwcPool");
+    if (!target.channels_last || !nhwc) return stats;
+  }
+  if (policy.strongly_typed) return stats;
   auto allowed = [&](DataType t) {
     return std::find(policy.allowed.begin(), policy.allowed.end(), t) != policy.allowed.end();
   };

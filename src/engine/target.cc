@@ -58,10 +58,6 @@ Result<Target> target_for(const BuilderConfig& cfg) {
       cfg.precision == Precision::kFP16 || cfg.precision == Precision::kBF16 || cfg.precision == Precision::kMixed;
   if (cfg.channels_last < -1 || cfg.channels_last > 1)
     return InvalidArgument("channels_last ", cfg.channels_last, ": -1 (auto), 0 or 1");
-  if (cfg.channels_last == 1 && cfg.device.kind == DeviceKind::kCPU)
-    return InvalidArgument("--channels-last on applies to CUDA builds (the CPU's layout is --layout-block)");
-  t.channels_last =
-      cfg.device.kind == DeviceKind::kCUDA && (cfg.channels_last == 1 || (cfg.channels_last == -1 && t.reduced_float));
   const IsaSet host = host_isa();
   t.isa = host;
   if (!cfg.isa.empty() && cfg.isa != "native") {
@@ -74,6 +70,22 @@ Result<Target> target_for(const BuilderConfig& cfg) {
                          "): kernels are timed on the machine that builds — build on a machine "
                          "with those features, or ask for less");
     t.isa = want;
+  }
+  if (cfg.device.kind == DeviceKind::kCUDA) {
+    t.channels_last = cfg.channels_last == 1 || (cfg.channels_last == -1 && t.reduced_float);
+  } else {
+    // CPU: channels-last bfloat16 storage is the AMX path (backends/cpu/onednn_nhwc_bf16.cc): oneDNN runs
+    // its AMX kernels on nhwc only, and without AMX its blocked-layout kernels are the fast ones.
+    // (--bf16 only: --best's per-layer choice between INT8, BF16 and FP32 keeps the blocked layout.)
+    bool bf16 = cfg.precision == Precision::kBF16;
+    for (Precision p : cfg.extra_precisions) bf16 |= p == Precision::kBF16;
+    const bool amx = (t.isa & kIsaAmx) != 0 && backends::cpu::preferred_layout_block(kIsaAll) != 0;
+    if (cfg.channels_last == 1 && !(amx && bf16))
+      return InvalidArgument(
+          "--channels-last on: on the CPU it is the AMX bfloat16 path, for --bf16 (or --best) "
+          "builds on a CPU with AMX",
+          amx ? "" : " (this target has none: its layout is --layout-block)");
+    t.channels_last = amx && bf16 && cfg.channels_last != 0;
   }
   if (cfg.device.kind != DeviceKind::kCPU) {
     // The blocked layout is the CPU kernels' (and its ops have no CUDA kernels): plain NCHW on a GPU.

@@ -449,7 +449,10 @@ Result<int> layout_blocked_with_block(ir::Graph& g, int64_t block, bool decide_b
 }
 
 Result<int> layout_blocked(ir::Graph& g, const Target& target) {
-  return layout_blocked_with_block(g, target.device.kind == DeviceKind::kCPU ? target.layout_block : 0, true);
+  // A CPU target keeping activations channels-last (the AMX bfloat16 path, engine/target.cc) leaves the
+  // convolutions to layout_nhwc.
+  const bool cpu_blocked = target.device.kind == DeviceKind::kCPU && !target.channels_last;
+  return layout_blocked_with_block(g, cpu_blocked ? target.layout_block : 0, true);
 }
 
 }  // namespace kiln::passes

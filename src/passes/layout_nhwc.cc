@@ -61,7 +61,7 @@ bool is_nhwc_conv(const ir::Graph& g, const ir::Node& n) {
 }
 
 // An unpadded unit-stride 1x1 group-1 conv: a matrix product over the channels.
-bool is_pointwise(const ir::Graph& g, const ir::Node& n) {
+bool is_unpadded_pointwise(const ir::Graph& g, const ir::Node& n) {
   const Tensor* w = ir::constant_value(g, n.inputs[1]);
   if (n.attr_int("group", 1) != 1 || w->dim(2) != 1 || w->dim(3) != 1) return false;
   const std::string ap = n.attr_string("auto_pad", "NOTSET");
@@ -128,7 +128,7 @@ class Rewriter {
         for (size_t j = 0; j < b.inputs.size(); ++j)
           if (reads_nhwc(i, j)) b.inputs[j] = nhwc_form(b.inputs[j], out, opset);
         if (kind_[i] == Kind::kConcat) fusion::set_int(b, "axis", 3);
-      } else if (kind_[i] == Kind::kConv && is_pointwise(g_, n)) {
+      } else if (kind_[i] == Kind::kConv && is_unpadded_pointwise(g_, n)) {
         b = fusion::kiln_node("FusedMatMul", n.name);
         for (const auto& [k, v] : n.attrs)
           if (k.rfind("activation", 0) == 0 || k == "kiln.sources") b.attrs[k] = v;
@@ -317,8 +317,7 @@ class Rewriter {
 Result<int> layout_nhwc_always(ir::Graph& g) { return Rewriter(g).run(); }
 
 Result<int> layout_nhwc(ir::Graph& g, const Target& target) {
-  if (target.device.kind != DeviceKind::kCUDA) return 0;
-  if (!target.channels_last) return 0;
+  if (!target.channels_last) return 0;  // CUDA reduced-float builds, CPU bfloat16 builds with AMX
   return layout_nhwc_always(g);
 }
 

@@ -80,7 +80,8 @@ const std::vector<PassInfo>& pipeline() {
        "keep conv/pool activations channel-blocked (nChw16c/nChw8c) between layers; reorders at the boundaries"},
       // The CUDA analogue (float16/bfloat16 builds): after every fusion, for the same reason.
       {"layout_nhwc", layout_nhwc,
-       "CUDA fp16/bf16: keep conv/pool activations channels-last (NHWC) between layers; 1x1 convs -> MatMul"},
+       "CUDA fp16/bf16, CPU bf16 with AMX: keep conv/pool activations channels-last (NHWC) between layers; 1x1 "
+       "convs -> MatMul"},
       // On the blocked convs the layout pass made.
       {"layout_fuse_conv_dw", layout_fuse_conv_dw,
        "blocked 1x1 conv -> depthwise 3x3 conv -> kiln.BlockedConvDw (the wide intermediate stays in cache)"},

@@ -391,6 +391,28 @@ bool with_cast_type(DataType dt, F f) {
   }
 }
 
+bool is_bf16_pair(DataType from, DataType to) {
+  return (from == DataType::kFloat32 && to == DataType::kBFloat16) ||
+         (from == DataType::kBFloat16 && to == DataType::kFloat32);
+}
+// float32 -> bfloat16 rounding to nearest even (NaN stays a quiet NaN), as float_to_bfloat16 but
+// inline, so that the loop vectorizes.
+void floats_to_bf16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    y[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+  }
+}
+void bf16_to_floats(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u = static_cast<uint32_t>(x[i]) << 16;
+    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;  // a NaN comes out quiet, as the reference's
+    std::memcpy(&y[i], &u, 4);
+  }
+}
+
 class PreparedCast : public PreparedLayer {
  public:
   DataType from = DataType::kFloat32, to = DataType::kFloat32;
@@ -406,6 +428,15 @@ class PreparedCast : public PreparedLayer {
     void* y = outs[0]->raw();
     if (from == to) {
       std::memcpy(y, x, static_cast<size_t>(n) * dtype_size(to));
+      return Status::Ok();
+    }
+    if (is_bf16_pair(from, to)) {  // where bfloat16 storage meets float32 (engine/storage_dtypes.cc)
+      parallel_for(n, kGrainElements, [&](int64_t b, int64_t e) {
+        if (from == DataType::kFloat32)
+          floats_to_bf16(static_cast<const float*>(x) + b, static_cast<uint16_t*>(y) + b, e - b);
+        else
+          bf16_to_floats(static_cast<const uint16_t*>(x) + b, static_cast<float*>(y) + b, e - b);
+      });
       return Status::Ok();
     }
     with_cast_type(from, [&](auto f) {
@@ -447,6 +478,7 @@ class CastKiln : public Tactic {
     DataType to;
     if (!target(sig, &to)) return "the target dtype is not an integer attribute 'to'";
     auto any = [](auto) {};
+    if (is_bf16_pair(sig.inputs[0].dtype, to)) return "";
     if (!with_cast_type(sig.inputs[0].dtype, any)) return std::string("casts from ") + dtype_name(sig.inputs[0].dtype);
     if (!with_cast_type(to, any)) return std::string("casts to ") + dtype_name(to);
     return "";

@@ -32,26 +32,8 @@
 namespace kiln::backends::cpu::onednn {
 namespace {
 
-// "" when the layer is a float32 CPU layer computing in bf16.
-std::string check_bf16_layer(const LayerSignature& sig) {
-  if (sig.device.kind != DeviceKind::kCPU) return "not a CPU layer";
-  if (sig.compute != DataType::kBFloat16)
-    return std::string("computes in ") + dtype_name(sig.compute) + ", not bfloat16";
-  for (size_t i = 0; i < sig.inputs.size(); ++i)
-    if (sig.inputs[i].present && sig.inputs[i].dtype != DataType::kFloat32)
-      return "input #" + std::to_string(i) + " is " + std::string(dtype_name(sig.inputs[i].dtype)) + ", not float32";
-  return "";
-}
-
 TacticInfo bf16_info() {
   return {DeviceKind::kCPU, kIsaAvx512Bf16, DataType::kBFloat16, {DataType::kFloat32}, {DataType::kFloat32}};
-}
-
-// oneDNN's reference implementations of bf16 primitives are far slower than FP32: refused.
-Status check_impl(const std::string& tactic, const char* impl) {
-  if (std::string(impl).rfind("ref", 0) == 0)
-    return Unsupported(tactic, ": oneDNN has only its reference kernel (", impl, ") for these shapes in bf16");
-  return Status::Ok();
 }
 
 // The activation's conversion: float32 X (as given) -> bf16 in the primitive's layout.
@@ -127,7 +109,7 @@ class OnednnBlockedConvBf16 : public Tactic {
 
   std::string why_unsupported(const LayerSignature& sig) const override {
     if (sig.domain() != "kiln" || sig.op() != "BlockedConv") return "not a kiln.BlockedConv";
-    if (auto e = check_bf16_layer(sig); !e.empty()) return e;
+    if (auto e = check_bf16_compute(sig, DataType::kFloat32); !e.empty()) return e;
     const int64_t b = sig.node->attr_int("block", 0);
     if (b != 16) return "block " + std::to_string(b) + " (the BF16 kernels take nChw16c)";
     if (!sig.has_input(1) || !sig.inputs[1].constant || sig.inputs[1].shape.size() != 4)
@@ -205,7 +187,7 @@ class OnednnBlockedConvBf16 : public Tactic {
         p->residual_by_sum = true;
         p->pd = make_pd(true);
       }
-      KILN_RETURN_IF_ERROR(check_impl(name(), p->pd.impl_info_str()));
+      KILN_RETURN_IF_ERROR(check_not_reference(name(), p->pd.impl_info_str()));
       p->prim = dnnl::convolution_forward(p->pd);
       p->scratch_md = p->pd.scratchpad_desc();
       p->dst_bytes = p->dst_md.get_size();
@@ -219,11 +201,6 @@ class OnednnBlockedConvBf16 : public Tactic {
 };
 
 // ---- MatMul / Gemm with constant 2-D weights ----
-
-bool matmul_op(const LayerSignature& s) {
-  if (s.domain().empty()) return s.op() == "MatMul" || s.op() == "Gemm";
-  return s.domain() == "kiln" && (s.op() == "FusedMatMul" || s.op() == "FusedGemm");
-}
 
 class PreparedMatmulBf16 : public PreparedLayer {
  public:
@@ -270,8 +247,8 @@ class OnednnMatmulBf16 : public Tactic {
     return {{"", "MatMul"}, {"", "Gemm"}, {"kiln", "FusedMatMul"}, {"kiln", "FusedGemm"}};
   }
   std::string why_unsupported(const LayerSignature& sig) const override {
-    if (!matmul_op(sig)) return "not a MatMul/Gemm";
-    if (auto e = check_bf16_layer(sig); !e.empty()) return e;
+    if (!is_matmul_op(sig)) return "not a MatMul/Gemm";
+    if (auto e = check_bf16_compute(sig, DataType::kFloat32); !e.empty()) return e;
     if (!sig.has_input(0) || !sig.has_input(1)) return "missing A or B";
     const Dims& a = sig.inputs[0].shape;
     const Dims& b = sig.inputs[1].shape;
@@ -315,7 +292,7 @@ class OnednnMatmulBf16 : public Tactic {
       auto d = p->has_bias ? dnnl::matmul::desc(a16_md, w_any, bias_md, p->dst_md)
                            : dnnl::matmul::desc(a16_md, w_any, p->dst_md);
       p->pd = dnnl::matmul::primitive_desc(d, attr, eng);
-      KILN_RETURN_IF_ERROR(check_impl(name(), p->pd.impl_info_str()));
+      KILN_RETURN_IF_ERROR(check_not_reference(name(), p->pd.impl_info_str()));
       p->prim = dnnl::matmul(p->pd);
       p->scratch_md = p->pd.scratchpad_desc();
       p->src.make(a_md, a16_md);

@@ -108,6 +108,28 @@ void reorder_into(const dnnl::memory::desc& src_md, const void* src, const dnnl:
   thread_stream().wait();
 }
 
+std::string check_bf16_compute(const LayerSignature& sig, DataType inputs) {
+  if (sig.device.kind != DeviceKind::kCPU) return "not a CPU layer";
+  if (sig.compute != DataType::kBFloat16)
+    return std::string("computes in ") + dtype_name(sig.compute) + ", not bfloat16";
+  for (size_t i = 0; i < sig.inputs.size(); ++i)
+    if (sig.inputs[i].present && sig.inputs[i].dtype != inputs)
+      return "input #" + std::to_string(i) + " is " + std::string(dtype_name(sig.inputs[i].dtype)) + ", not " +
+             dtype_name(inputs);
+  return "";
+}
+
+bool is_matmul_op(const LayerSignature& s) {
+  if (s.domain().empty()) return s.op() == "MatMul" || s.op() == "Gemm";
+  return s.domain() == "kiln" && (s.op() == "FusedMatMul" || s.op() == "FusedGemm");
+}
+
+Status check_not_reference(const std::string& tactic, const char* impl) {
+  if (std::string(impl).rfind("ref", 0) == 0)
+    return Unsupported(tactic, ": oneDNN has only its reference kernel (", impl, ") for these shapes in bf16");
+  return Status::Ok();
+}
+
 ConvDescs::ConvDescs(const ConvGeometry& g)
     : user_w(g.group == 1 ? memory::desc({g.m, g.c, g.kh, g.kw}, dt::f32, tag::oihw)
                           : memory::desc({g.group, g.m / g.group, g.c / g.group, g.kh, g.kw}, dt::f32, tag::goihw)),

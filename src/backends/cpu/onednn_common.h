@@ -31,6 +31,17 @@ dnnl::memory::dims to_dnnl(const Dims& d);
 // "" if every present input is float32 and the compute precision is float32.
 std::string check_f32(const LayerSignature& sig);
 
+// "" when the layer is a CPU layer computing in bfloat16 whose present inputs are all `inputs`
+// (float32 for the tactics converting their input, bfloat16 for those on bf16 storage), else why not.
+std::string check_bf16_compute(const LayerSignature& sig, DataType inputs);
+
+// MatMul, Gemm, kiln.FusedMatMul or kiln.FusedGemm.
+bool is_matmul_op(const LayerSignature& sig);
+
+// Unsupported naming `tactic` when oneDNN picked its reference implementation `impl` ("ref..."),
+// far slower than the FP32 kernels for the reduced precisions: such a primitive is declined.
+Status check_not_reference(const std::string& tactic, const char* impl);
+
 // Blocks of b channels that hold c channels.
 inline int64_t channel_blocks(int64_t c, int64_t b) { return (c + b - 1) / b; }
 // A blocked conv's X as the conv sees it, [N, C, H, W] (C from the weights; dims may be -1): plain 4-D,

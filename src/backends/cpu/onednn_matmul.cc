@@ -15,11 +15,6 @@
 namespace kiln::backends::cpu::onednn {
 namespace {
 
-bool op_ok(const LayerSignature& s) {
-  if (s.domain().empty()) return s.op() == "MatMul" || s.op() == "Gemm";
-  return s.domain() == "kiln" && (s.op() == "FusedMatMul" || s.op() == "FusedGemm");
-}
-
 class PreparedMatmul : public PreparedLayer {
  public:
   std::string name;
@@ -65,7 +60,7 @@ class OnednnMatmul : public Tactic {
   }
 
   std::string why_unsupported(const LayerSignature& sig) const override {
-    if (!op_ok(sig) || (!packed_ && is_gemm_layer(sig))) return "not a MatMul/Gemm";
+    if (!is_matmul_op(sig) || (!packed_ && is_gemm_layer(sig))) return "not a MatMul/Gemm";
     if (auto e = check_f32(sig); !e.empty()) return e;
     if (!sig.has_input(0) || !sig.has_input(1)) return "missing A or B";
     const Dims& a = sig.inputs[0].shape;

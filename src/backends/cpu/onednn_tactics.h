@@ -31,5 +31,11 @@ const Tactic* conv2d_onednn_nchwc_dw();  // kiln.BlockedConvDw
 // BF16 (AVX-512 BF16; onednn_bf16.cc): kiln.BlockedConv, and MatMul/Gemm with constant weights.
 const Tactic* conv2d_onednn_nchwc_bf16();
 const Tactic* matmul_onednn_bf16_packed();
+// BF16 on channels-last bfloat16 storage (AMX targets: onednn_nhwc_bf16.cc)
+const Tactic* conv2d_onednn_nhwc_bf16();
+const Tactic* pool2d_onednn_nhwc_bf16();
+const Tactic* matmul_onednn_bf16_io();
+const Tactic* conv2d_onednn_nhwc();
+const Tactic* pool2d_onednn_nhwc();
 
 }  // namespace kiln::backends::cpu::onednn

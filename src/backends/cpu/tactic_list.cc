@@ -81,6 +81,12 @@ const std::vector<const Tactic*>& tactic_list() {
     // BF16 (computing in bfloat16: candidates only where the build allows it, engine/precision.h)
     v.push_back(dnn::conv2d_onednn_nchwc_bf16());
     v.push_back(dnn::matmul_onednn_bf16_packed());
+    // ... on channels-last bfloat16 activations (AMX targets: layout_nhwc and bf16 storage on the CPU)
+    v.push_back(dnn::conv2d_onednn_nhwc_bf16());
+    v.push_back(dnn::pool2d_onednn_nhwc_bf16());
+    v.push_back(dnn::matmul_onednn_bf16_io());
+    v.push_back(dnn::conv2d_onednn_nhwc());
+    v.push_back(dnn::pool2d_onednn_nhwc());
     // kiln.QConv (src/passes/fold_qdq_conv.cc): INT8 convolution / Gemm, channels-last
     v.push_back(dnn::conv2d_onednn_int8_nhwc());
     v.push_back(dnn::pool2d_onednn_int8_nhwc());

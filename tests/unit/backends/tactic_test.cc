@@ -986,7 +986,11 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
     static const std::set<std::string> kOwnCases = {"nms_kiln", "roi_align_kiln", "topk_kiln", "gather_nd_kiln",
                                                     "nonzero_kiln", "scatter_elements_kiln", "fill_kiln",
                                                     // BF16: bf16_tactic_test.cc, with bf16's tolerance
-                                                    "conv2d_onednn_nchwc_bf16", "matmul_onednn_bf16_packed"};
+                                                    "conv2d_onednn_nchwc_bf16", "matmul_onednn_bf16_packed",
+                                                    "conv2d_onednn_nhwc_bf16", "pool2d_onednn_nhwc_bf16",
+                                                    "matmul_onednn_bf16_io",
+                                                    // the float32 channels-last ones too (their cases are there)
+                                                    "conv2d_onednn_nhwc", "pool2d_onednn_nhwc"};
     // The INT8 CNN tactics likewise (int8_tactic_test.cc).
     if (t->name() == "conv2d_onednn_int8_nhwc" || t->name() == "pool2d_kiln_int8_nhwc" ||
         t->name() == "pool2d_onednn_int8_nhwc" || t->name() == "quantize_linear_kiln" ||

@@ -1,8 +1,9 @@
-// layout_nhwc: on CUDA float16/bfloat16 targets, convs and the pools after them become channels-last
-// kiln ops (1x1 convs matrix products), with one Transpose per boundary value; the rewritten graph
+// layout_nhwc: on CUDA float16/bfloat16 targets (and CPU bfloat16 ones with AMX), convs and the pools after them become
+// channels-last kiln ops (1x1 convs matrix products), with one Transpose per boundary value; the rewritten graph
 // computes what the original did (reference interpreter).
 #include <tuple>
 
+#include "backends/cpu/tactic_list.h"
 #include "engine/target.h"
 #include "ops/kiln_layout.h"
 #include "pass_test_util.h"
@@ -162,13 +163,14 @@ TEST(LayoutNhwc, ConvsThatCannotGoChannelsLastStayPlain) {
 }
 
 // Target::channels_last is what engine::target_for resolves from BuilderConfig::channels_last (by
-// default: CUDA builds allowing fp16/bf16; on: every CUDA float build; never for the CPU).
-TEST(LayoutNhwc, RunsOnlyForCudaChannelsLastTargets) {
+// default: CUDA builds allowing fp16/bf16; on: every CUDA float build; the CPU: bf16 builds on AMX).
+// The pass runs wherever the target says so, CPU or CUDA.
+TEST(LayoutNhwc, RunsOnlyForChannelsLastTargets) {
   ir::Model before = small_resnet();
   Target t;
   for (auto [kind, channels_last, want] :
-       {std::tuple{DeviceKind::kCPU, true, false}, std::tuple{DeviceKind::kCUDA, false, false},
-        std::tuple{DeviceKind::kCUDA, true, true}}) {
+       {std::tuple{DeviceKind::kCPU, false, false}, std::tuple{DeviceKind::kCPU, true, true},
+        std::tuple{DeviceKind::kCUDA, false, false}, std::tuple{DeviceKind::kCUDA, true, true}}) {
     t.device.kind = kind;
     t.channels_last = channels_last;
     ir::Model m = clone(before);
@@ -178,18 +180,31 @@ TEST(LayoutNhwc, RunsOnlyForCudaChannelsLastTargets) {
   }
 }
 
-// The CPU: --channels-last on is refused (its layout is --layout-block), auto leaves the pass off.
-TEST(LayoutNhwc, ChannelsLastOnIsACudaOption) {
+// The CPU: channels-last is the AMX bfloat16 path. FP32 builds never take it (--channels-last on is
+// refused, naming the path); --bf16 takes it by default exactly when the CPU has AMX, and
+// --channels-last off keeps the blocked layout.
+TEST(LayoutNhwc, CpuChannelsLastIsTheAmxBf16Path) {
+  // (AMX, and oneDNN to run it: a tree without oneDNN has no blocked or channels-last kernels)
+  const bool amx = (host_isa() & kIsaAmx) != 0 && backends::cpu::preferred_layout_block(kIsaAll) != 0;
   BuilderConfig cfg;
   cfg.channels_last = 1;
   auto t = engine::target_for(cfg);
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("--channels-last on applies to CUDA builds"), std::string::npos)
-      << t.status().message();
+  EXPECT_NE(t.status().message().find("the AMX bfloat16 path"), std::string::npos) << t.status().message();
   cfg.channels_last = -1;
   t = engine::target_for(cfg);
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   EXPECT_FALSE(t.value().channels_last);
+  cfg.precision = Precision::kBF16;
+  t = engine::target_for(cfg);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t.value().channels_last, amx);
+  cfg.channels_last = 0;
+  t = engine::target_for(cfg);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_FALSE(t.value().channels_last);
+  cfg.channels_last = 1;
+  EXPECT_EQ(engine::target_for(cfg).ok(), amx);
   cfg.channels_last = 2;
   EXPECT_FALSE(engine::target_for(cfg).ok());
 }
