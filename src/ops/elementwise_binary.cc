@@ -11,8 +11,6 @@
 namespace kiln::ops {
 namespace {
 
-bool legacy(const KernelContext& ctx) { return ctx.opset() < 7; }
-
 Status infer_arith(InferContext& ctx) { return infer_broadcast_same_type(ctx, ctx.opset() < 7); }
 
 // Applies fn elementwise over the broadcast of inputs 0 and 1 (same dtype). Low-precision floats
@@ -26,7 +24,7 @@ Status binary_arith(KernelContext& ctx, Fn fn) {
   // Builtin dtypes of rank <= 8 (shape work inside If/Loop bodies, every iteration): the broadcast on
   // the stack and the output renewed over the node's last one, no heap allocation (tests/noalloc).
   SmallBroadcast sb;
-  if (!legacy(ctx) && dtype_is_builtin(out_dt) && out_dt != DataType::kBool && !ctx.outputs.empty() &&
+  if (!legacy_broadcast(ctx) && dtype_is_builtin(out_dt) && out_dt != DataType::kBool && !ctx.outputs.empty() &&
       small_broadcast({&a0, &b0}, sb)) {
     Tensor& out = ctx.outputs[0].tensor;
     ctx.outputs[0].kind = Value::Kind::kTensor;
@@ -53,7 +51,7 @@ Status binary_arith(KernelContext& ctx, Fn fn) {
   Tensor a = upcast_float(a0), b = upcast_float(b0);
   if (!dtype_is_builtin(a.dtype()) || a.dtype() == DataType::kBool)
     return ctx.unsupported(str_cat("dtype ", dtype_name(out_dt), " is not supported"));
-  KILN_ASSIGN_OR_RETURN(BroadcastPlan p, plan_broadcast(ctx.node, {&a, &b}, legacy(ctx)));
+  KILN_ASSIGN_OR_RETURN(BroadcastPlan p, plan_broadcast(ctx.node, {&a, &b}, legacy_broadcast(ctx)));
   Tensor out(a.dtype(), p.out);
   Status st = dispatch_builtin(a.dtype(), [&](auto tag) -> Status {
     using T = decltype(tag);
@@ -173,7 +171,7 @@ Status pow_kernel(KernelContext& ctx) {
   Tensor a = upcast_float(a0), b = upcast_float(b0);
   if (!dtype_is_builtin(a.dtype()) || !dtype_is_builtin(b.dtype()))
     return ctx.unsupported(str_cat("Pow of ", a0.describe(), " by ", b0.describe(), " is not supported"));
-  KILN_ASSIGN_OR_RETURN(BroadcastPlan p, plan_broadcast(ctx.node, {&a, &b}, legacy(ctx)));
+  KILN_ASSIGN_OR_RETURN(BroadcastPlan p, plan_broadcast(ctx.node, {&a, &b}, legacy_broadcast(ctx)));
   Tensor out(a.dtype(), p.out);
   bool int_exp = dtype_is_integer(b.dtype());
   Status st = dispatch_builtin(a.dtype(), [&](auto tag) -> Status {

@@ -8,7 +8,6 @@ namespace kiln::ops {
 namespace {
 
 // Ops that existed before opset 7 had the legacy 'broadcast'/'axis' attributes.
-bool legacy(const KernelContext& ctx) { return ctx.opset() < 7; }
 
 Status infer_compare(InferContext& ctx) {
   if (ctx.has_input(0) && ctx.has_input(1) && ctx.input_dtype(0) != DataType::kUndefined &&
@@ -23,7 +22,7 @@ template <typename Cmp>
 Status compare_kernel(KernelContext& ctx, Cmp cmp) {
   KILN_RETURN_IF_ERROR(check_same_dtype(ctx, 0, 1));
   Tensor a = upcast_float(ctx.input(0)), b = upcast_float(ctx.input(1));
-  KILN_ASSIGN_OR_RETURN(BroadcastPlan p, plan_broadcast(ctx.node, {&a, &b}, legacy(ctx)));
+  KILN_ASSIGN_OR_RETURN(BroadcastPlan p, plan_broadcast(ctx.node, {&a, &b}, legacy_broadcast(ctx)));
   Tensor out(DataType::kBool, p.out);
   bool* po = out.data<bool>();
   if (a.dtype() == DataType::kString) {
@@ -73,7 +72,7 @@ Status logical_kernel(KernelContext& ctx, Fn fn) {
   const Tensor& b = ctx.input(1);
   if (a.dtype() != DataType::kBool || b.dtype() != DataType::kBool)
     return ctx.error(str_cat("inputs must be bool, got ", a.describe(), " and ", b.describe()));
-  KILN_ASSIGN_OR_RETURN(BroadcastPlan p, plan_broadcast(ctx.node, {&a, &b}, legacy(ctx)));
+  KILN_ASSIGN_OR_RETURN(BroadcastPlan p, plan_broadcast(ctx.node, {&a, &b}, legacy_broadcast(ctx)));
   Tensor out(DataType::kBool, p.out);
   const uint8_t* pa = a.data<uint8_t>();
   const uint8_t* pb = b.data<uint8_t>();

@@ -11,6 +11,9 @@
 
 namespace kiln::ops {
 
+// Opsets before 7 broadcast only with the `broadcast` attribute (the legacy rule of plan_broadcast).
+inline bool legacy_broadcast(const KernelContext& ctx) { return ctx.opset() < 7; }
+
 // Before opset 7, binary ops (Add, Sub, Mul, Div, Pow, And, Or, Xor, Equal, Less, Greater)
 // broadcast only when the attribute 'broadcast' is 1, and then only B onto A: B's dims match a
 // contiguous run of A's dims starting at 'axis' (default: A's trailing dims). Without it the

@@ -94,10 +94,10 @@ KILN_REGISTER_OP_ARITY("", Mean, 1, infer_variadic, mean_kernel, 1, -1);
 
 // Traits (registry.h); readers take the two-input forms as binary. Mean is in-place only: the
 // elementwise passes have never taken it.
-constexpr uint32_t kBroadcastInPlace = trait::kElementwiseBroadcast | trait::kInPlace;
-KILN_OP_TRAITS("", Max, kBroadcastInPlace);
-KILN_OP_TRAITS("", Min, kBroadcastInPlace);
-KILN_OP_TRAITS("", Sum, kBroadcastInPlace);
+constexpr uint32_t kVariadicBroadcastInPlace = trait::kElementwiseBroadcast | trait::kInPlace;
+KILN_OP_TRAITS("", Max, kVariadicBroadcastInPlace);
+KILN_OP_TRAITS("", Min, kVariadicBroadcastInPlace);
+KILN_OP_TRAITS("", Sum, kVariadicBroadcastInPlace);
 KILN_OP_TRAITS("", Mean, trait::kInPlace);
 
 }  // namespace kiln::ops

@@ -26,6 +26,13 @@ inline bool is_onnx(const ir::Node& n, const char* op) {
 }
 inline bool is_kiln(const ir::Node& n, const char* op) { return n.domain == "kiln" && n.op_type == op; }
 
+// Marks a node a layout pass made (a Transpose, a Reshape, a reorder) as standing for no ONNX node.
+inline void no_sources(ir::Node& n) {
+  ir::Attribute a;
+  a.type = ir::Attribute::Type::kStrings;
+  n.attrs["kiln.sources"] = std::move(a);
+}
+
 // The type of `v` in `g`, or of the outer value a body reads by that name (the innermost enclosing
 // graph defining it).
 inline const ir::TypeInfo* type_of(const ir::Graph& g, const std::string& v) {

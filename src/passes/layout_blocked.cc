@@ -56,6 +56,7 @@ namespace {
 
 using fusion::is_kiln;
 using fusion::is_onnx;
+using fusion::no_sources;
 
 bool is_f32_rank(const ir::Graph& g, const std::string& v, size_t rank) {
   const ir::TypeInfo* t = fusion::type_of(g, v);
@@ -142,12 +143,6 @@ bool preserves_zero(const ir::Graph& g, const ir::Node& n) {
   if (!r.ok() || r.value().size() != 1 || !r.value()[0].is_tensor()) return false;
   const Tensor& y = r.value()[0].tensor;
   return y.dtype() == DataType::kFloat32 && y.numel() == 1 && y.data<float>()[0] == 0.0f;
-}
-
-void no_sources(ir::Node& n) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kStrings;
-  n.attrs["kiln.sources"] = std::move(a);  // stands for no ONNX node
 }
 
 constexpr double kBlockedComputeGain = 0.15;  // share of a conv's time the blocked kernels save

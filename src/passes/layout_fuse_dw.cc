@@ -51,7 +51,7 @@ bool is_depthwise3x3(const ir::Graph& g, const ir::Node& n) {
          ints_are(n, "dilations", {1, 1}, {1, 1}) && plain_padding(n, 1);
 }
 
-bool try_fuse(ir::Graph& g, const ir::UseIndex& uses, int bi) {
+bool try_fuse_dw(ir::Graph& g, const ir::UseIndex& uses, int bi) {
   const ir::Node& b = g.nodes[static_cast<size_t>(bi)];
   if (!is_depthwise3x3(g, b)) return false;
   int ai = uses.producer(b.inputs[0]);
@@ -78,6 +78,6 @@ bool try_fuse(ir::Graph& g, const ir::UseIndex& uses, int bi) {
 
 }  // namespace
 
-Result<int> layout_fuse_conv_dw(ir::Graph& g) { return fusion::rewrite_until_fixpoint(g, try_fuse); }
+Result<int> layout_fuse_conv_dw(ir::Graph& g) { return fusion::rewrite_until_fixpoint(g, try_fuse_dw); }
 
 }  // namespace kiln::passes

@@ -40,6 +40,7 @@ namespace {
 
 using fusion::is_kiln;
 using fusion::is_onnx;
+using fusion::no_sources;
 
 bool is_f32_4d(const ir::Graph& g, const std::string& v) {
   const ir::TypeInfo* t = fusion::type_of(g, v);
@@ -81,12 +82,6 @@ bool is_nhwc_pool(const ir::Graph& g, const ir::Node& n) {
     if (!n.outputs[i].empty()) return false;  // MaxPool's Indices are positions in the NCHW layout
   if (n.attr("kernel_shape") && n.attr_ints("kernel_shape").size() != 2) return false;
   return is_f32_4d(g, n.inputs[0]) && is_f32_4d(g, n.outputs[0]);
-}
-
-void no_sources(ir::Node& n) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kStrings;
-  n.attrs["kiln.sources"] = std::move(a);  // stands for no ONNX node
 }
 
 class Rewriter {

@@ -30,11 +30,6 @@ struct Det {
   int64_t index;  // within its image
 };
 
-bool within(double test, double ref, double atol, double rtol, double rel_floor) {
-  double a = std::fabs(test - ref);
-  return a <= atol || a / std::max(std::fabs(ref), rel_floor) <= rtol;
-}
-
 bool boxes_close(const Det& a, const Det& b, const DetTolerances& tol) {
   for (int k = 0; k < 4; ++k)
     if (!within(b.box[k], a.box[k], tol.box_atol, tol.box_rtol, tol.rel_floor)) return false;

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <optional>
@@ -24,6 +26,13 @@
 #include "tools/build_flags.h"
 
 namespace kiln::tools::compare {
+
+// |test - ref| within atol, or within rtol of max(|ref|, rel_floor) (the detections' and the ties'
+// closeness of two scores or coordinates).
+inline bool within(double test, double ref, double atol, double rtol, double rel_floor) {
+  double a = std::fabs(test - ref);
+  return a <= atol || a / std::max(std::fabs(ref), rel_floor) <= rtol;
+}
 
 using nlohmann::json;
 

@@ -39,11 +39,6 @@
 namespace kiln::tools::compare {
 
 namespace {
-bool within(double test, double ref, double atol, double rtol, double rel_floor) {
-  double a = std::fabs(test - ref);
-  return a <= atol || a / std::max(std::fabs(ref), rel_floor) <= rtol;
-}
-
 // The TopK's axis, its rows (outer x inner) and the keys' stride along the axis.
 struct Geometry {
   int64_t axis = 0, outer = 1, inner = 1, n = 0, k = 0;

@@ -8,9 +8,8 @@
 #
 # Where clang is installed the same tree is built with clang and KILN_FUZZ=ON, and the libFuzzer
 # targets (tests/fuzz/libfuzzer) then run for KILN_LIBFUZZER_SECONDS each (default 20; 6 targets):
-# one sanitizer tree for both, to keep CI's time in check. The sanitizer trees are unity builds (8
-# sources per compiler run: the protobuf/ONNX and gtest headers are parsed once per batch, not per file),
-# which cut their cold build to about a third on 2 cores; files with flags of their own build alone.
+# one sanitizer tree for both, to keep CI's time in check (for the same reason its library is a unity
+# build: KILN_UNITY in CMakeLists.txt).
 set -euo pipefail
 src=$1 build=$2 suite=$3
 fuzz_opts=()
@@ -20,7 +19,7 @@ if command -v clang++ >/dev/null; then
 fi
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DKILN_SANITIZE=address -DKILN_SUITE_ARCHIVE=/nonexistent "${fuzz_opts[@]}" \
-  -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 >/dev/null
+  -DKILN_UNITY=ON >/dev/null
 ninja -C "$build" kiln_fuzz kiln_unit_tests >/dev/null
 # The unit tests under ASan + UBSan (issue 15). This tree has no oneDNN (and, with clang, builds the SIMD
 # kernel files unsanitized at -O0: see CMakeLists.txt, KILN_FUZZ): the tests that assert a oneDNN tactic

@@ -5,7 +5,7 @@ set -euo pipefail
 src=$1 build=$2
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DKILN_SANITIZE=thread -DKILN_SUITE_ARCHIVE=/nonexistent \
-  -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 >/dev/null
+  -DKILN_UNITY=ON >/dev/null
 ninja -C "$build" kiln_tsan_tests >/dev/null
 # One OpenMP thread per context: libgomp is not TSan-instrumented, so its barriers would read as races.
 # What is under test is contexts racing each other, not the intra-op team.

@@ -247,14 +247,7 @@ class OnednnMatmulBf16 : public Tactic {
     return {{"", "MatMul"}, {"", "Gemm"}, {"kiln", "FusedMatMul"}, {"kiln", "FusedGemm"}};
   }
   std::string why_unsupported(const LayerSignature& sig) const override {
-    if (!is_matmul_op(sig)) return "not a MatMul/Gemm";
-    if (auto e = check_bf16_compute(sig, DataType::kFloat32); !e.empty()) return e;
-    if (!sig.has_input(0) || !sig.has_input(1)) return "missing A or B";
-    const Dims& a = sig.inputs[0].shape;
-    const Dims& b = sig.inputs[1].shape;
-    if (sig.domain() == "kiln" && !activation_supported(*sig.node)) return "activation has no oneDNN eltwise";
-    if (a.size() < 2 || b.size() < 2) return "1-D operands";
-    if (!sig.inputs[1].constant || b.size() != 2) return "B is not a 2-D constant";
+    if (auto e = check_bf16_matmul(sig, DataType::kFloat32); !e.empty()) return e;
     return gemm_bias_unsupported(sig);
   }
 

@@ -124,6 +124,16 @@ bool is_matmul_op(const LayerSignature& s) {
   return s.domain() == "kiln" && (s.op() == "FusedMatMul" || s.op() == "FusedGemm");
 }
 
+std::string check_bf16_matmul(const LayerSignature& sig, DataType inputs) {
+  if (!is_matmul_op(sig)) return "not a MatMul/Gemm";
+  if (auto e = check_bf16_compute(sig, inputs); !e.empty()) return e;
+  if (!sig.has_input(0) || !sig.has_input(1)) return "missing A or B";
+  if (sig.domain() == "kiln" && !activation_supported(*sig.node)) return "activation has no oneDNN eltwise";
+  if (sig.inputs[0].shape.size() < 2 || sig.inputs[1].shape.size() < 2) return "1-D operands";
+  if (!sig.inputs[1].constant || sig.inputs[1].shape.size() != 2) return "B is not a 2-D constant";
+  return "";
+}
+
 Status check_not_reference(const std::string& tactic, const char* impl) {
   if (std::string(impl).rfind("ref", 0) == 0)
     return Unsupported(tactic, ": oneDNN has only its reference kernel (", impl, ") for these shapes in bf16");

@@ -37,6 +37,9 @@ std::string check_bf16_compute(const LayerSignature& sig, DataType inputs);
 
 // MatMul, Gemm, kiln.FusedMatMul or kiln.FusedGemm.
 bool is_matmul_op(const LayerSignature& sig);
+// "" when the layer is such a matrix product computing in bfloat16 with inputs of dtype `inputs`, A and
+// a 2-D constant B, and an activation oneDNN has; else why not (the BF16 matmul tactics' common checks).
+std::string check_bf16_matmul(const LayerSignature& sig, DataType inputs);
 
 // Unsupported naming `tactic` when oneDNN picked its reference implementation `impl` ("ref..."),
 // far slower than the FP32 kernels for the reduced precisions: such a primitive is declined.

@@ -327,14 +327,8 @@ class OnednnMatmulBf16Io : public Tactic {
     return {{"", "MatMul"}, {"", "Gemm"}, {"kiln", "FusedMatMul"}, {"kiln", "FusedGemm"}};
   }
   std::string why_unsupported(const LayerSignature& sig) const override {
-    if (!is_matmul_op(sig)) return "not a MatMul/Gemm";
-    if (auto e = check_bf16_compute(sig, DataType::kBFloat16); !e.empty()) return e;
-    if (!sig.has_input(0) || !sig.has_input(1)) return "missing A or B";
-    const Dims& a = sig.inputs[0].shape;
+    if (auto e = check_bf16_matmul(sig, DataType::kBFloat16); !e.empty()) return e;
     const Dims& b = sig.inputs[1].shape;
-    if (sig.domain() == "kiln" && !activation_supported(*sig.node)) return "activation has no oneDNN eltwise";
-    if (a.size() < 2 || b.size() < 2) return "1-D operands";
-    if (!sig.inputs[1].constant || b.size() != 2) return "B is not a 2-D constant";
     if (is_gemm_layer(sig) && sig.node->attr_int("transA", 0)) return "Gemm with transA";
     // (alpha folded into bf16 weights would round them twice: such a layer keeps float32)
     if (is_gemm_layer(sig) && sig.node->attr_float("alpha", 1.f) != 1.f) return "Gemm with alpha != 1";

@@ -35,6 +35,28 @@ using testing::pick;
 
 bool has_bf16_cpu() { return (host_isa() & kIsaAvx512Bf16) != 0; }
 
+// A kiln.FusedConv of channels c -> m in `group` groups and random geometry (kernel 1 to 5, stride,
+// dilation, pads; bias, residual and an epilogue at random): X [n, c, H, W]. `pads_below_kernel`:
+// asymmetric pads each smaller than the kernel; else one pad up to k / 2 + 1 on every side.
+LayerCase fused_conv_case(std::mt19937& rng, uint64_t seed, int64_t n, int64_t c, int64_t m, int64_t group,
+                          bool pads_below_kernel) {
+  const int64_t k = rng() % 3 == 0 ? 1 : pick(rng, 2, 5), s = pick(rng, 1, 2), d = rng() % 4 ? 1 : 2;
+  const int64_t p = pads_below_kernel ? pick(rng, 0, k - 1) : pick(rng, 0, k / 2 + 1);
+  const int64_t pb = pads_below_kernel ? pick(rng, 0, k - 1) : p;
+  const int64_t h = pick(rng, (k - 1) * d + 1, 17), w = pick(rng, (k - 1) * d + 1, 19);
+  const bool bias = rng() % 2, residual = rng() % 2;
+  LayerCase lc;
+  lc.node = make_node("kiln", "FusedConv", residual ? 4 : (bias ? 3 : 2));
+  if (residual && !bias) lc.node.inputs[2] = "";
+  testing::GraphBuilder::set_int(lc.node, "group", group);
+  testing::GraphBuilder::set_ints(lc.node, "strides", {s, s});
+  testing::GraphBuilder::set_ints(lc.node, "dilations", {d, d});
+  testing::GraphBuilder::set_ints(lc.node, "pads", {p, p, pb, p});
+  testing::add_epilogue(rng, lc.node);
+  testing::add_conv_inputs(lc, seed, {n, c, h, w}, {m, c / group, k, k}, bias, residual);
+  return lc;
+}
+
 LayerCase blocked_conv_case(std::mt19937& rng, uint64_t seed) {
   const int64_t n = pick(rng, 1, 2);
   int64_t c, m, group;
@@ -44,23 +66,11 @@ LayerCase blocked_conv_case(std::mt19937& rng, uint64_t seed) {
     case 1: group = c = m = rng() % 4 ? 16 * pick(rng, 1, 2) : pick(rng, 1, 35); break;
     default: group = 2, c = 2 * 16 * pick(rng, 1, 2), m = 2 * 16 * pick(rng, 1, 2); break;  // whole blocks
   }
-  const int64_t k = rng() % 3 == 0 ? 1 : pick(rng, 2, 5), s = pick(rng, 1, 2), d = rng() % 4 ? 1 : 2;
-  const int64_t p = pick(rng, 0, k / 2 + 1);
-  const int64_t h = pick(rng, (k - 1) * d + 1, 17), w = pick(rng, (k - 1) * d + 1, 19);
-  const bool bias = rng() % 2, residual = rng() % 2;
-  LayerCase lc;
-  lc.node = make_node("kiln", "FusedConv", residual ? 4 : (bias ? 3 : 2));
-  if (residual && !bias) lc.node.inputs[2] = "";
-  testing::GraphBuilder::set_int(lc.node, "group", group);
-  testing::GraphBuilder::set_ints(lc.node, "strides", {s, s});
-  testing::GraphBuilder::set_ints(lc.node, "dilations", {d, d});
-  testing::GraphBuilder::set_ints(lc.node, "pads", {p, p, p, p});
-  testing::add_epilogue(rng, lc.node);
-  testing::add_conv_inputs(lc, seed, {n, c, h, w}, {m, c / group, k, k}, bias, residual);
+  LayerCase lc = fused_conv_case(rng, seed, n, c, m, group, false);
   lc.node.domain = "kiln", lc.node.op_type = "BlockedConv", lc.node.opset = 1;
   testing::GraphBuilder::set_int(lc.node, "block", 16);
   if (rng() % 4) lc.inputs[0] = ops::to_channel_blocked(lc.inputs[0], 16).value();  // else plain X (first layer)
-  if (residual) lc.inputs[3] = ops::to_channel_blocked(lc.inputs[3], 16).value();
+  if (lc.node.has_input(3)) lc.inputs[3] = ops::to_channel_blocked(lc.inputs[3], 16).value();
   return lc;
 }
 
@@ -246,20 +256,9 @@ LayerCase nhwc_conv_case(std::mt19937& rng, uint64_t seed) {
     case 1: group = c = m = pick(rng, 1, 35); break;  // depthwise
     default: group = pick(rng, 2, 3), c = group * pick(rng, 1, 9), m = group * pick(rng, 1, 9); break;
   }
-  const int64_t k = rng() % 3 == 0 ? 1 : pick(rng, 2, 5), s = pick(rng, 1, 2), d = rng() % 4 ? 1 : 2;
   // (pads below the kernel: oneDNN takes no pad as large as it, resolve_conv declines those)
-  const int64_t p = pick(rng, 0, k - 1), pb = pick(rng, 0, k - 1);
-  const int64_t h = pick(rng, (k - 1) * d + 1, 17), w = pick(rng, (k - 1) * d + 1, 19);
-  const bool bias = rng() % 2, residual = rng() % 2;
-  LayerCase lc;
-  lc.node = make_node("kiln", "FusedConv", residual ? 4 : (bias ? 3 : 2));
-  if (residual && !bias) lc.node.inputs[2] = "";
-  testing::GraphBuilder::set_int(lc.node, "group", group);
-  testing::GraphBuilder::set_ints(lc.node, "strides", {s, s});
-  testing::GraphBuilder::set_ints(lc.node, "dilations", {d, d});
-  testing::GraphBuilder::set_ints(lc.node, "pads", {p, p, pb, p});
-  testing::add_epilogue(rng, lc.node);
-  testing::add_conv_inputs(lc, seed, {n, c, h, w}, {m, c / group, k, k}, bias, residual);
+  LayerCase lc = fused_conv_case(rng, seed, n, c, m, group, true);
+  const bool residual = lc.node.has_input(3);
   lc.node.domain = "kiln", lc.node.op_type = "NhwcConv", lc.node.opset = 1;
   lc.inputs[0] = ops::nchw_to_nhwc(lc.inputs[0]).value();
   if (residual) lc.inputs[3] = ops::nchw_to_nhwc(lc.inputs[3]).value();
