@@ -9,6 +9,8 @@ namespace kiln::backends::cpu {
 namespace onednn {
 // kiln.QConv through oneDNN's u8/s8 x s8 convolution, channels-last (onednn_int8_conv.cc).
 const Tactic* conv2d_onednn_int8_nhwc();
+// The same without AMX kernels (VNNI), timed against it where the CPU has AMX.
+const Tactic* conv2d_onednn_int8_nhwc_vnni();
 // kiln.QPool MaxPool on the integers (equal input and output quantization), oneDNN's pooling.
 const Tactic* pool2d_onednn_int8_nhwc();
 }  // namespace onednn

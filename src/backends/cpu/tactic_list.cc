@@ -89,6 +89,7 @@ const std::vector<const Tactic*>& tactic_list() {
     v.push_back(dnn::pool2d_onednn_nhwc());
     // kiln.QConv (src/passes/fold_qdq_conv.cc): INT8 convolution / Gemm, channels-last
     v.push_back(dnn::conv2d_onednn_int8_nhwc());
+    v.push_back(dnn::conv2d_onednn_int8_nhwc_vnni());
     v.push_back(dnn::pool2d_onednn_int8_nhwc());
 #endif
     // kiln's own transformer kernels: LayerNormalization, Softmax / LogSoftmax, kiln.Attention,

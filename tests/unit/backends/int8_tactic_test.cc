@@ -309,6 +309,47 @@ TEST(Int8Tactics, QConvRequantizesAsOnnxRuntime) {
   EXPECT_GT(odd_zp, 20);
 }
 
+// The VNNI variant (oneDNN's implementation after its AMX ones, timed against AMX on CPUs that have
+// it): within one unit of the reference on the same random layers, and ONNX Runtime's arithmetic to
+// the bit without a residual. Layers oneDNN has only AMX kernels for (or AMX and its reference kernel)
+// are declined at prepare.
+TEST(Int8Tactics, QConvWithoutAmxMatchesTheReference) {
+  const backends::Tactic* t = backends::find_tactic("conv2d_onednn_int8_nhwc_vnni");
+  if (!t) GTEST_SKIP() << "built without oneDNN";
+  if (!(host_isa() & kIsaAmx)) GTEST_SKIP() << "this CPU has no AMX: the variant is no candidate";
+  std::mt19937 rng(2024);
+  int checked = 0, exact = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    LayerCase lc = qconv_case(rng);
+    Tensor want = testing::reference_output(lc);
+    ASSERT_TRUE(want.defined()) << "case " << iter;
+    backends::LayerSignature sig = testing::layer_signature(lc);
+    sig.compute = DataType::kInt8;
+    sig.outputs[0].dtype = want.dtype();
+    ASSERT_EQ(backends::why_declined(*t, sig), "") << "case " << iter;
+    auto prepared = t->prepare(sig);
+    if (!prepared.ok()) {
+      const std::string& m = prepared.status().message();
+      EXPECT_TRUE(m.find("AMX") != std::string::npos || m.find("reference") != std::string::npos) << m;
+      continue;
+    }
+    Tensor got = run_tactic(*t, lc, want.dtype());
+    ASSERT_TRUE(got.defined()) << "case " << iter;
+    ASSERT_EQ(got.shape(), want.shape()) << "case " << iter;
+    int64_t max_diff = 0, differing = 0;
+    compare_units(want, got, &max_diff, &differing);
+    EXPECT_LE(max_diff, 1) << "case " << iter << " x" << dims_str(lc.inputs[0].shape()) << " w"
+                           << dims_str(lc.inputs[1].shape());
+    ++checked;
+    if (lc.inputs.size() > 3 || lc.node.inputs.size() > 3) continue;  // a residual: rounded twice
+    compare_units(requantized_conv(lc), got, &max_diff, &differing);
+    EXPECT_EQ(differing, 0) << "case " << iter << ": not ONNX Runtime's requantization";
+    ++exact;
+  }
+  EXPECT_GT(checked, 40);
+  EXPECT_GT(exact, 15);
+}
+
 TEST(Int8Tactics, QPoolIsBitExact) {
   std::mt19937 rng(77);
   std::map<std::string, int> checked;

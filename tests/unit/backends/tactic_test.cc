@@ -992,9 +992,9 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
                                                     // the float32 channels-last ones too (their cases are there)
                                                     "conv2d_onednn_nhwc", "pool2d_onednn_nhwc"};
     // The INT8 CNN tactics likewise (int8_tactic_test.cc).
-    if (t->name() == "conv2d_onednn_int8_nhwc" || t->name() == "pool2d_kiln_int8_nhwc" ||
-        t->name() == "pool2d_onednn_int8_nhwc" || t->name() == "quantize_linear_kiln" ||
-        t->name() == "quantize_channels_last_kiln")
+    if (t->name() == "conv2d_onednn_int8_nhwc" || t->name() == "conv2d_onednn_int8_nhwc_vnni" ||
+        t->name() == "pool2d_kiln_int8_nhwc" || t->name() == "pool2d_onednn_int8_nhwc" ||
+        t->name() == "quantize_linear_kiln" || t->name() == "quantize_channels_last_kiln")
       continue;
     if (kOwnCases.count(t->name())) continue;
     // The INT8 linear layers likewise (int8_matmul_test.cc: integer inputs, bit for bit).
