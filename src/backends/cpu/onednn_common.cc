@@ -119,6 +119,19 @@ std::string check_bf16_compute(const LayerSignature& sig, DataType inputs) {
   return "";
 }
 
+Status execute_src_dst(const std::string& tactic, const RunContext& ctx, const dnnl::primitive& p,
+                       const memory::desc& scratchpad_md, const memory::desc& src_md, const void* src,
+                       const memory::desc& dst_md, void* dst) {
+  return guarded(tactic, [&]() -> Status {
+    auto& eng = cpu_engine();
+    WorkspaceSlicer ws(ctx);
+    void* scratch = ws.take(scratchpad_md.get_size());
+    execute(p, scratchpad_md, scratch,
+            {{DNNL_ARG_SRC, memory(src_md, eng, const_cast<void*>(src))}, {DNNL_ARG_DST, memory(dst_md, eng, dst)}});
+    return Status::Ok();
+  });
+}
+
 bool is_matmul_op(const LayerSignature& s) {
   if (s.domain().empty()) return s.op() == "MatMul" || s.op() == "Gemm";
   return s.domain() == "kiln" && (s.op() == "FusedMatMul" || s.op() == "FusedGemm");

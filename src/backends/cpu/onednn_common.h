@@ -76,6 +76,12 @@ namespace kiln::backends::cpu::onednn {
 void execute(const dnnl::primitive& p, const dnnl::memory::desc& scratchpad_md, void* scratchpad,
              std::unordered_map<int, dnnl::memory> args);
 
+// A one-input, one-output primitive (pooling, reorder) run on `src` into `dst` with its scratchpad
+// from the layer's workspace (the first piece), exceptions as a Status naming `tactic`.
+Status execute_src_dst(const std::string& tactic, const RunContext& ctx, const dnnl::primitive& p,
+                       const dnnl::memory::desc& scratchpad_md, const dnnl::memory::desc& src_md, const void* src,
+                       const dnnl::memory::desc& dst_md, void* dst);
+
 // Copies `src` (plain, user layout) into memory of layout `dst_md` at `dst` (reorder when they differ).
 void reorder_into(const dnnl::memory::desc& src_md, const void* src, const dnnl::memory::desc& dst_md, void* dst);
 

@@ -239,15 +239,8 @@ class PreparedQMaxPool : public PreparedLayer {
   size_t workspace_bytes(int) const override { return workspace_piece(scratch_md.get_size()); }
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
-    return guarded("pool2d_onednn_int8_nhwc", [&]() -> Status {
-      auto& eng = cpu_engine();
-      WorkspaceSlicer ws(ctx);
-      void* scratch = ws.take(scratch_md.get_size());
-      execute(prim, scratch_md, scratch,
-              {{DNNL_ARG_SRC, memory(src_md, eng, const_cast<void*>(in[0]->raw()))},
-               {DNNL_ARG_DST, memory(dst_md, eng, out[0]->raw())}});
-      return Status::Ok();
-    });
+    return execute_src_dst("pool2d_onednn_int8_nhwc", ctx, prim, scratch_md, src_md, in[0]->raw(), dst_md,
+                           out[0]->raw());
   }
 };
 
