@@ -139,9 +139,11 @@ struct BuilderConfig {
   /// width of the instruction set (16 with AVX-512, 8 with AVX2; 0 without either or without oneDNN),
   /// or 0 (plain NCHW), 8, 16. Recorded in the engine.
   int layout_block = -1;
-  /// CUDA: keep convolution and pooling activations channels-last (NHWC) between layers (the layout_nhwc
-  /// pass): -1 (default) for builds that allow float16 / bfloat16 (tensor cores are NHWC-native), 0
-  /// never, 1 for every float build. Recorded in the engine.
+  /// Keep convolution and pooling activations channels-last (NHWC) between layers (the layout_nhwc
+  /// pass): -1 (default) for CUDA builds that allow float16 / bfloat16 (tensor cores are NHWC-native)
+  /// and for CPU bfloat16 builds on a CPU with AMX (stored in bfloat16: oneDNN's AMX kernels take NHWC
+  /// only), 0 never, 1 for every CUDA float build (on the CPU: the AMX bfloat16 path, an error without
+  /// it). Recorded in the engine.
   int channels_last = -1;
   std::vector<Profile> profiles;  ///< one per optimization profile (dynamic inputs)
   /// Cap on one layer's workspace (its tactic's scratch, PreparedLayer::workspace_bytes) at every

@@ -75,8 +75,10 @@ std::vector<CLI::Option*> add_build_flags(CLI::App* cmd, BuildFlags& f, const ch
       "channels per block of the blocked conv layout: auto (default: 16 with AVX-512, 8 with AVX2, 0 without either "
       "or without oneDNN), 0 (plain NCHW), 8 or 16. Recorded in the engine");
   opt("--channels-last", f.channels_last,
-      "CUDA: keep conv/pool activations channels-last (NHWC) between layers: auto (default: builds allowing fp16 or "
-      "bf16, whose tensor cores are NHWC-native), on (every float build), off. Recorded in the engine");
+      "keep conv/pool activations channels-last (NHWC) between layers: auto (default: CUDA builds allowing fp16 or "
+      "bf16, whose tensor cores are NHWC-native; CPU --bf16 builds on a CPU with AMX, whose tile kernels oneDNN runs "
+      "on NHWC bf16 only), on (CUDA: every float build; CPU: the AMX bf16 path, refused without it), off. Recorded "
+      "in the engine");
   opt("--workspace", f.workspace,
       "the most workspace (tactic scratch) one layer may use at any profile's max shapes, like trtexec's "
       "--memPoolSize=workspace: SIZE as 64M, 512K, 2G or MiB (default 1G). A layer whose kernel needs more fails the "
