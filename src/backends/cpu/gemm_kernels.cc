@@ -289,8 +289,41 @@ void activate_inplace(Isa isa, float* p, int64_t n, const Activation& act) {
   isa_gemm(isa).activate(p, n, act);
 }
 
+namespace {
+
+using Gemv = void (*)(int64_t k, const float* a, int64_t csa, const float* b, float* c, int nv, const TileEpi& e);
+
+// M = 1 against a packed B: panel by panel over the whole K (no K blocks: C is one row, and the
+// product is bound by reading B once), the panels split evenly over the threads.
+void gemv_packed(Isa isa, const GemmArgs& g, const IsaGemm& ig) {
+  const Gemv kernels[2] = {isa == Isa::kAvx512 ? isa_avx512::gemv_panel<false> : isa_avx2::gemv_panel<false>,
+                           isa == Isa::kAvx512 ? isa_avx512::gemv_panel<true> : isa_avx2::gemv_panel<true>};
+  const int64_t NR = ig.tile.nr, np = (g.n + NR - 1) / NR;
+  const bool act = g.epi.act.kind != ActKind::kNone, cheap_act = in_kernel(g.epi.act.kind);
+  const int64_t grain = g.n * g.k < (int64_t{1} << 16) ? np : 1;
+  parallel_for(np, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t q = begin; q < end; ++q) {
+      const int64_t j = q * NR;
+      const int nv = static_cast<int>(std::min<int64_t>(NR, g.n - j));
+      TileEpi e{g.epi.accumulate,
+                g.epi.col_bias ? g.epi.col_bias + j : nullptr,
+                g.epi.row_bias,
+                g.epi.residual ? g.epi.residual + j : nullptr,
+                g.epi.ld_residual,
+                cheap_act ? &g.epi.act : nullptr,
+                g.epi.stream && (!act || cheap_act)};
+      kernels[nv < NR](g.k, g.a, g.csa, g.packed_b->data.data() + q * g.k * NR, g.c + j, nv, e);
+      if (act && !cheap_act) ig.activate(g.c + j, nv, g.epi.act);
+    }
+    if (g.epi.stream) _mm_sfence();
+  });
+}
+
+}  // namespace
+
 void gemm(Isa isa, const GemmArgs& g) {
   const IsaGemm ig = isa_gemm(isa);
+  if (g.m == 1 && g.packed_b && !g.packed_a && isa != Isa::kScalar) return gemv_packed(isa, g, ig);
   const int64_t MR = ig.tile.mr, NR = ig.tile.nr;
   const int64_t nm = (g.m + MR - 1) / MR, np = (g.n + NR - 1) / NR;
   int64_t threads = max_threads();

@@ -41,9 +41,10 @@ int64_t tile_size(std::mt19937& rng, int64_t big) {
   }
 }
 
-LayerCase gemm_case(std::mt19937& rng, uint64_t seed) {
+// `rows` > 0: A has that many rows (M), 2-D.
+LayerCase gemm_case_rows(std::mt19937& rng, uint64_t seed, int64_t rows) {
   bool fused = rng() % 2, matmul = rng() % 2;
-  int64_t m = tile_size(rng, 70), n = tile_size(rng, 110),
+  int64_t m = rows > 0 ? rows : tile_size(rng, 70), n = tile_size(rng, 110),
           k = rng() % 5 == 0 ? pick(rng, 250, 600) : tile_size(rng, 90);
   bool residual = fused && rng() % 2;
   LayerCase lc;
@@ -51,7 +52,7 @@ LayerCase gemm_case(std::mt19937& rng, uint64_t seed) {
     bool bias = fused && rng() % 2;
     lc.node = make_node(fused ? "kiln" : "", fused ? "FusedMatMul" : "MatMul", residual ? 4 : (bias ? 3 : 2));
     if (residual && !bias) lc.node.inputs[2] = "";
-    Dims a = rng() % 2 ? Dims{m, k} : Dims{2, (m + 1) / 2, k};
+    Dims a = rows > 0 || rng() % 2 ? Dims{m, k} : Dims{2, (m + 1) / 2, k};
     lc.inputs = {testing::random_tensor(a, seed), testing::random_tensor({k, n}, seed + 1),
                  bias ? testing::random_tensor({n}, seed + 2) : Tensor()};
     if (residual) {
@@ -77,6 +78,7 @@ LayerCase gemm_case(std::mt19937& rng, uint64_t seed) {
   lc.constant = {false, true, true, false};
   return lc;
 }
+LayerCase gemm_case(std::mt19937& rng, uint64_t seed) { return gemm_case_rows(rng, seed, 0); }
 
 // Conv / FusedConv: pointwise (1x1, unpadded, sometimes strided) or depthwise, with bias / residual / epilogue.
 LayerCase conv_case(std::mt19937& rng, uint64_t seed, bool depthwise) {
@@ -216,6 +218,15 @@ TEST_P(KilnKernels, GemmMatchesTheReferenceKernel) {
   IsaScope isa(GetParam());
   int n = check(backends::cpu::gemm_kiln_packed(), 120, 11, gemm_case);
   EXPECT_GT(n, 60);
+}
+
+// M = 1 (batch-1 fully connected layers) takes the GEMV path of kiln's GEMM: every epilogue, K
+// below and past its four segments, N across panel tails.
+TEST_P(KilnKernels, GemvMatchesTheReferenceKernel) {
+  IsaScope isa(GetParam());
+  int n = check(backends::cpu::gemm_kiln_packed(), 80, 13,
+                [](std::mt19937& rng, uint64_t seed) { return gemm_case_rows(rng, seed, 1); });
+  EXPECT_GT(n, 40);
 }
 
 // Small cache blocks: every K, M and N block boundary of kiln's GEMM is crossed on these sizes.
