@@ -170,15 +170,6 @@ float bfloat16_to_float(uint16_t b) {
   return f;
 }
 
-uint16_t float_to_bfloat16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN
-  uint32_t lsb = (x >> 16) & 1u;
-  x += 0x7fffu + lsb;
-  return static_cast<uint16_t>(x >> 16);
-}
-
 namespace {
 // Description of a small float format; decoding by formula, encoding by nearest table entry.
 struct SmallFloat {

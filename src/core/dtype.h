@@ -60,7 +60,13 @@ struct BFloat16 {
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
 float bfloat16_to_float(uint16_t b);
-uint16_t float_to_bfloat16(float f);
+// Rounds to nearest even; a NaN stays a quiet NaN. Inline and branch-free, so loops over it vectorize.
+inline uint16_t float_to_bfloat16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+}
 // Float8 and float4: `saturate` clamps out-of-range finite values to the largest finite value
 // (ONNX Cast's default), otherwise they become Inf or NaN as the format allows.
 float float8_to_float(uint8_t v, DataType t);

@@ -395,15 +395,8 @@ bool is_bf16_pair(DataType from, DataType to) {
   return (from == DataType::kFloat32 && to == DataType::kBFloat16) ||
          (from == DataType::kBFloat16 && to == DataType::kFloat32);
 }
-// float32 -> bfloat16 rounding to nearest even (NaN stays a quiet NaN), as float_to_bfloat16 but
-// inline, so that the loop vectorizes.
 void floats_to_bf16(const float* x, uint16_t* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, &x[i], 4);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    y[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = float_to_bfloat16(x[i]);
 }
 void bf16_to_floats(const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
