@@ -39,6 +39,20 @@ bool in_kernel(ActKind k) {
   return k == ActKind::kRelu || k == ActKind::kLeakyRelu || k == ActKind::kClip || k == ActKind::kHardSwish;
 }
 
+// The activation runs as a pass over the stored tile (see in_kernel).
+bool act_after_store(const GemmEpilogue& epi) { return epi.act.kind != ActKind::kNone && !in_kernel(epi.act.kind); }
+
+// The epilogue of the tile at row ir, column jr, computed over the K block [first .. last].
+TileEpi tile_epi(const GemmEpilogue& epi, bool first, bool last, int64_t ir, int64_t jr) {
+  return TileEpi{!first || epi.accumulate,
+                 first && epi.col_bias ? epi.col_bias + jr : nullptr,
+                 first && epi.row_bias ? epi.row_bias + ir : nullptr,
+                 first && epi.residual ? epi.residual + ir * epi.ld_residual + jr : nullptr,
+                 epi.ld_residual,
+                 last && in_kernel(epi.act.kind) ? &epi.act : nullptr,
+                 last && epi.stream && !act_after_store(epi)};
+}
+
 // C tile [mr x nv] = A micro-panel [mr x k] · B micro-panel [k x nv] (+ TileEpi). nv <= NR; kTail:
 // nv < NR, so B is loaded and C stored under a mask (an unpacked B has nothing past nv).
 using Ukernel = void (*)(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b, int64_t ldb, float* c,
@@ -176,7 +190,7 @@ IsaGemm isa_gemm(Isa isa) {
 // C rows [m0, m1) x columns [n0, n1); m0 a multiple of MR, n0 of NR.
 void run_block(const GemmArgs& g, const IsaGemm& ig, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const int MR = ig.tile.mr, NR = ig.tile.nr;
-  const bool act = g.epi.act.kind != ActKind::kNone, cheap_act = in_kernel(g.epi.act.kind);
+  const bool act_after = act_after_store(g.epi);
   for (int64_t jc = n0; jc < n1; jc += ig.nc) {
     const int64_t jn = std::min(n1, jc + ig.nc);
     for (int64_t pc = 0; pc < g.k; pc += ig.kc) {
@@ -210,16 +224,9 @@ void run_block(const GemmArgs& g, const IsaGemm& ig, int64_t m0, int64_t m1, int
               ap = g.a + ir * g.rsa + pc * g.csa;
               rsa = g.rsa, csa = g.csa;
             }
-            TileEpi e{!first || g.epi.accumulate,
-                      first && g.epi.col_bias ? g.epi.col_bias + jr : nullptr,
-                      first && g.epi.row_bias ? g.epi.row_bias + ir : nullptr,
-                      first && g.epi.residual ? g.epi.residual + ir * g.epi.ld_residual + jr : nullptr,
-                      g.epi.ld_residual,
-                      last && cheap_act ? &g.epi.act : nullptr,
-                      last && g.epi.stream && (!act || cheap_act)};
             float* ct = g.c + ir * g.ldc + jr;
-            ig.kernels[mr - 1][nv < NR](kc, ap, rsa, csa, bp, ldb, ct, g.ldc, nv, e);
-            if (last && act && !cheap_act)
+            ig.kernels[mr - 1][nv < NR](kc, ap, rsa, csa, bp, ldb, ct, g.ldc, nv, tile_epi(g.epi, first, last, ir, jr));
+            if (last && act_after)
               for (int i = 0; i < mr; ++i) ig.activate(ct + i * g.ldc, nv, g.epi.act);
             ir += mr;
           }
@@ -299,21 +306,15 @@ void gemv_packed(Isa isa, const GemmArgs& g, const IsaGemm& ig) {
   const Gemv kernels[2] = {isa == Isa::kAvx512 ? isa_avx512::gemv_panel<false> : isa_avx2::gemv_panel<false>,
                            isa == Isa::kAvx512 ? isa_avx512::gemv_panel<true> : isa_avx2::gemv_panel<true>};
   const int64_t NR = ig.tile.nr, np = (g.n + NR - 1) / NR;
-  const bool act = g.epi.act.kind != ActKind::kNone, cheap_act = in_kernel(g.epi.act.kind);
+  const bool act_after = act_after_store(g.epi);
   const int64_t grain = g.n * g.k < (int64_t{1} << 16) ? np : 1;
   parallel_for(np, grain, [&](int64_t begin, int64_t end) {
     for (int64_t q = begin; q < end; ++q) {
       const int64_t j = q * NR;
       const int nv = static_cast<int>(std::min<int64_t>(NR, g.n - j));
-      TileEpi e{g.epi.accumulate,
-                g.epi.col_bias ? g.epi.col_bias + j : nullptr,
-                g.epi.row_bias,
-                g.epi.residual ? g.epi.residual + j : nullptr,
-                g.epi.ld_residual,
-                cheap_act ? &g.epi.act : nullptr,
-                g.epi.stream && (!act || cheap_act)};
-      kernels[nv < NR](g.k, g.a, g.csa, g.packed_b->data.data() + q * g.k * NR, g.c + j, nv, e);
-      if (act && !cheap_act) ig.activate(g.c + j, nv, g.epi.act);
+      kernels[nv < NR](g.k, g.a, g.csa, g.packed_b->data.data() + q * g.k * NR, g.c + j, nv,
+                       tile_epi(g.epi, true, true, 0, j));
+      if (act_after) ig.activate(g.c + j, nv, g.epi.act);
     }
     if (g.epi.stream) _mm_sfence();
   });
