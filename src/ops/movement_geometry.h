@@ -24,6 +24,15 @@ Result<int64_t> pad_axis_size(int64_t d, int64_t b, int64_t e, const std::string
 // Source coordinate of each output coordinate along one padded axis (-1: the fill value).
 Result<std::vector<int64_t>> pad_axis_map(int64_t d, int64_t b, int64_t e, const std::string& mode);
 
+// kiln.ChannelShuffle (ops/kiln_channel_shuffle.cc): the input and its channel that each channel of
+// the shuffled tensor reads. The inputs' channels (counts `channels`) are concatenated into C;
+// shuffled channel c' = j * groups + g reads concatenated channel g * (C / groups) + j.
+struct ShuffleSource {
+  int input = 0;
+  int64_t channel = 0;
+};
+Result<std::vector<ShuffleSource>> channel_shuffle_sources(const std::vector<int64_t>& channels, int64_t groups);
+
 // Sizes of Split's n outputs along an axis of size dim (dim < 0: unknown, then only an explicit
 // split gives sizes; others come back empty).
 Result<std::vector<int64_t>> split_sizes(bool has_split, const std::vector<int64_t>& split, int64_t num_outputs,

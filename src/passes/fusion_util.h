@@ -142,9 +142,10 @@ inline int onnx_opset(const ir::Graph& g) {
 
 // Replaces the nodes at `group` by `fused`, which takes the place of the last of them in the
 // node order (every value the group reads from outside exists by then, and its readers come
-// later). The sources of all of them, in graph order, become the fused node's provenance.
-inline void replace_group(ir::Graph& g, const std::set<int>& group, ir::Node fused) {
-  int last = *group.rbegin();
+// later), or of the member `at` where the caller knows that place is valid. The sources of all of
+// them, in graph order, become the fused node's provenance.
+inline void replace_group(ir::Graph& g, const std::set<int>& group, ir::Node fused, int at = -1) {
+  int last = at >= 0 ? at : *group.rbegin();
   std::vector<std::string> src;
   for (int i : group)
     for (const auto& s : ir::sources_of(g.nodes[static_cast<size_t>(i)])) src.push_back(s);

@@ -1,5 +1,6 @@
 // Data movement as copies of contiguous runs: Transpose, Slice, Split, Expand, Tile, Pad (every
-// mode), Concat, Gather, and Dropout (inference) / Identity as copies, any dtype of 1, 2, 4 or 8 bytes. Each output is
+// mode), Concat, Gather, kiln.ChannelShuffle, and Dropout (inference) / Identity as copies, any dtype
+// of 1, 2, 4 or 8 bytes. Each output is
 // described once, at prepare time, as a view of the input: per output dim a size and either a stride (elements, 0 to
 // repeat, negative to reverse) or a table of source offsets (Pad's maps, with kFill where the pad value goes). Adjacent
 // dims that address memory contiguously are merged, so most views end in one long innermost run that is copied with
@@ -280,6 +281,33 @@ class PreparedMovement : public PreparedLayer {
 
   bool mask = false;  // Dropout's mask output: all true
 
+  // kiln.ChannelShuffle: output channel rows of `shuffle_inner` elements, each from its source.
+  bool shuffle = false;
+  int64_t shuffle_batch = 1, shuffle_inner = 1;
+  std::vector<int64_t> shuffle_channels;        // of each input
+  std::vector<ops::ShuffleSource> shuffle_src;  // per channel of the outputs, in order
+  std::vector<size_t> shuffle_output;           // the output of each such channel
+  std::vector<int64_t> shuffle_first;           // its first channel in that output
+
+  void run_shuffle(const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs) const {
+    const int64_t c = static_cast<int64_t>(shuffle_src.size());
+    const size_t row = static_cast<size_t>(shuffle_inner) * dtype_size(dtype);
+    parallel_for(shuffle_batch * c, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(shuffle_inner, 1)),
+                 [&](int64_t u0, int64_t u1) {
+                   for (int64_t u = u0; u < u1; ++u) {
+                     const int64_t b = u / c, k = u % c;
+                     const ops::ShuffleSource& s = shuffle_src[static_cast<size_t>(k)];
+                     const size_t o = shuffle_output[static_cast<size_t>(k)];
+                     const int64_t oc = shapes[o][1], ic = shuffle_channels[static_cast<size_t>(s.input)];
+                     std::memcpy(static_cast<uint8_t*>(outs[o]->raw()) +
+                                     static_cast<size_t>(b * oc + k - shuffle_first[static_cast<size_t>(k)]) * row,
+                                 static_cast<const uint8_t*>(in[static_cast<size_t>(s.input)]->raw()) +
+                                     static_cast<size_t>(b * ic + s.channel) * row,
+                                 row);
+                   }
+                 });
+  }
+
   std::vector<Dims> output_shapes() const override {
     if (mask) return {shapes[0], shapes[0]};
     return shapes;
@@ -293,6 +321,10 @@ class PreparedMovement : public PreparedLayer {
              const std::vector<Tensor*>& outs) const override {
     const size_t es = dtype_size(dtype);
     if (gather) return run_gather(*in[0], *in[1], *outs[0]);
+    if (shuffle) {
+      run_shuffle(in, outs);
+      return Status::Ok();
+    }
     if (concat) {
       int64_t total = 0;
       for (int64_t l : concat_len) total += l;
@@ -330,8 +362,17 @@ class MovementKiln : public Tactic {
   TacticInfo info() const override { return TacticInfo::cpu_any_dtype(); }
   std::string name() const override { return "movement_kiln"; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
-    return {{"", "Transpose"}, {"", "Slice"},  {"", "Split"},  {"", "Expand"},  {"", "Tile"},
-            {"", "Pad"},       {"", "Concat"}, {"", "Gather"}, {"", "Dropout"}, {"", "Identity"}};
+    return {{"", "Transpose"},
+            {"", "Slice"},
+            {"", "Split"},
+            {"", "Expand"},
+            {"", "Tile"},
+            {"", "Pad"},
+            {"", "Concat"},
+            {"", "Gather"},
+            {"", "Dropout"},
+            {"", "Identity"},
+            {"kiln", "ChannelShuffle"}};
   }
 
   std::string why_unsupported(const LayerSignature& sig) const override {
@@ -342,8 +383,8 @@ class MovementKiln : public Tactic {
     size_t es = dtype_size(dt);
     if (es != 1 && es != 2 && es != 4 && es != 8) return std::string("dtype ") + dtype_name(dt) + " (sub-byte)";
     for (size_t i = 0; i < sig.inputs.size(); ++i)
-      if (sig.has_input(i) && sig.inputs[i].dtype != DataType::kUndefined && sig.op() == "Concat" &&
-          sig.inputs[i].dtype != dt)
+      if (sig.has_input(i) && sig.inputs[i].dtype != DataType::kUndefined &&
+          (sig.op() == "Concat" || sig.op() == "ChannelShuffle") && sig.inputs[i].dtype != dt)
         return "inputs differ in dtype";
     if (sig.inputs[0].shape.size() > 15) return "rank above 15";
     if (!sig.fully_known()) return shape_free_check(sig);
@@ -369,7 +410,7 @@ class MovementKiln : public Tactic {
           return "input " + std::to_string(i) + " is computed at run time";
       return "";
     };
-    if (op == "Transpose" || op == "Concat" || op == "Identity") return "";
+    if (op == "Transpose" || op == "Concat" || op == "Identity" || op == "ChannelShuffle") return "";
     if (op == "Dropout") {  // the identity (inference, or training with ratio 0) and an all-true mask
       if (sig.node->outputs.size() > 1 && !sig.node->outputs[1].empty() && opset < 10)
         return "the mask output has X's dtype (opset < 10)";
@@ -390,6 +431,41 @@ class MovementKiln : public Tactic {
     }
     if (op == "Tile" && opset < 6) return "Tile-1";
     return need_const(1);
+  }
+
+  // kiln.ChannelShuffle: the source of every output channel (ops/movement_geometry.h), checked as the
+  // reference kernel checks it.
+  static std::string plan_shuffle(const LayerSignature& sig, PreparedMovement* p) {
+    const Dims& x = sig.inputs[0].shape;
+    if (x.size() < 2) return "inputs of rank below 2";
+    for (size_t i = 0; i < sig.inputs.size(); ++i) {
+      if (!sig.has_input(i)) return "a missing input";
+      const Dims& s = sig.inputs[i].shape;
+      if (s.size() != x.size()) return "inputs differ in rank";
+      for (size_t k = 0; k < x.size(); ++k)
+        if (k != 1 && s[k] != x[k]) return "inputs differ off the channel axis";
+      p->shuffle_channels.push_back(s[1]);
+    }
+    auto src = ops::channel_shuffle_sources(p->shuffle_channels, sig.node->attr_int("groups", 0));
+    if (!src.ok()) return src.status().message();
+    const int64_t c = static_cast<int64_t>(src->size());
+    std::vector<int64_t> split = sig.node->attr("split") ? sig.node->attr_ints("split") : std::vector<int64_t>{c};
+    if (split.size() != sig.node->outputs.size()) return "split does not match the outputs";
+    p->shuffle_src = std::move(*src);
+    int64_t first = 0;
+    for (size_t o = 0; o < split.size(); first += split[o], ++o) {
+      if (split[o] < 0) return "a negative split";
+      for (int64_t j = 0; j < split[o]; ++j) p->shuffle_output.push_back(o), p->shuffle_first.push_back(first);
+      Dims shape = x;
+      shape[1] = split[o];
+      p->shapes.push_back(shape);
+    }
+    if (first != c) return "split does not sum to the channels";
+    p->shuffle_batch = x[0];
+    for (size_t k = 2; k < x.size(); ++k) p->shuffle_inner *= x[k];
+    p->dtype = sig.inputs[0].dtype;
+    p->shuffle = true;
+    return "";
   }
 
   static std::string plan(const LayerSignature& sig, PreparedMovement* p) {
@@ -554,6 +630,8 @@ class MovementKiln : public Tactic {
         if (k != axis) (k < axis ? p->gather_outer : p->gather_inner) *= x[static_cast<size_t>(k)];
       p->shapes = {o};
       return "";
+    } else if (op == "ChannelShuffle") {
+      return plan_shuffle(sig, p);
     } else if (op == "Concat") {
       if (r == 0) return "a scalar";
       int64_t axis = n.attr_int("axis", n.opset < 4 ? 1 : 0);

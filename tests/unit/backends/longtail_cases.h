@@ -319,7 +319,6 @@ inline LayerCase movement_case(std::mt19937& rng, uint64_t seed) {
     GraphBuilder::set_int(lc.node, "axis", axis);
   }
   lc.node.opset = opset;
-  (void)seed;
   return lc;
 }
 
@@ -351,7 +350,6 @@ inline LayerCase cast_case(std::mt19937& rng, uint64_t seed) {
     lc.node = make_node("", "Cast", 1);
     GraphBuilder::set_int(lc.node, "to", static_cast<int64_t>(to));
   }
-  (void)seed;
   return lc;
 }
 
@@ -411,6 +409,39 @@ inline LayerCase group_norm_case(std::mt19937& rng, uint64_t seed) {
   lc.inputs = {random_tensor(x, seed, DataType::kFloat32, -3, 5), random_tensor({nparam}, seed + 1),
                random_tensor({nparam}, seed + 2)};
   lc.constant = {false, rng() % 6 != 0, true};
+  return lc;
+}
+
+// kiln.ChannelShuffle: 1-3 inputs of rank 2-5 (odd channel counts, one input may have none), 1-4
+// groups dividing their channels, 1-3 outputs splitting them; any element size.
+inline LayerCase channel_shuffle_case(std::mt19937& rng) {
+  static const DataType kTypes[] = {DataType::kFloat32, DataType::kInt64, DataType::kUInt8, DataType::kInt16};
+  const DataType dt = kTypes[rng() % 4];
+  const int64_t rank = pick(rng, 2, 5), groups = pick(rng, 1, 4);
+  Dims x(static_cast<size_t>(rank));
+  for (auto& d : x) d = pick(rng, 1, 7);
+  const int64_t inputs = pick(rng, 1, 3);
+  std::vector<int64_t> channels(static_cast<size_t>(inputs));
+  int64_t c = 0;
+  for (auto& k : channels) c += k = pick(rng, 0, 9);
+  const int64_t more = c == 0 ? groups : (groups - c % groups) % groups;  // groups divide the total
+  channels.back() += more;
+  c += more;
+  LayerCase lc;
+  for (int64_t k : channels) {
+    Dims d = x;
+    d[1] = k;
+    lc.inputs.push_back(small_ints(d, dt, rng, 0, 100));
+    lc.constant.push_back(false);
+  }
+  lc.node = make_node("kiln", "ChannelShuffle", lc.inputs.size());
+  GraphBuilder::set_int(lc.node, "groups", groups);
+  const int64_t outputs = pick(rng, 1, 3);
+  std::vector<int64_t> split(static_cast<size_t>(outputs), 0);
+  for (int64_t i = 0; i < c; ++i) split[rng() % split.size()]++;
+  GraphBuilder::set_ints(lc.node, "split", split);
+  lc.node.outputs.clear();
+  for (int64_t i = 0; i < outputs; ++i) lc.node.outputs.push_back("y" + std::to_string(i));
   return lc;
 }
 

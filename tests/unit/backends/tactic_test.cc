@@ -976,6 +976,17 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
     if (::testing::Test::HasFatalFailure()) return;
     EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
   }
+  // kiln.ChannelShuffle (its own stream too); each must be taken by a tactic.
+  std::mt19937 rng_cs(2468);
+  for (int iter = 0; iter < cases / 5; ++iter) {
+    LayerCase lc = testing::channel_shuffle_case(rng_cs);
+    std::vector<Tensor> want = testing::reference_outputs(lc);
+    ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
+    int took = 0;
+    check_tactics(lc, want, iter, isas, checked, &took);
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
+  }
   // oneDNN's Winograd exists for AVX-512 only (ONEDNN_MAX_CPU_ISA=AVX2 runs this test as an AVX2 machine).
   const char* dnnl_isa = std::getenv("ONEDNN_MAX_CPU_ISA");
   bool avx512 = __builtin_cpu_supports("avx512f") && !(dnnl_isa && std::string(dnnl_isa).rfind("AVX512", 0) != 0);
