@@ -16,7 +16,8 @@
 // intermediate values have no other reader. A Concat is taken in when it is along axis 1 and its
 // output has no other reader; Slices are taken in when they are all of the result's readers, slice
 // axis 1 only, with step 1, and partition the channels (else the result stays one output).
-// Exact: the same elements move to the same places.
+// Exact: the same elements move to the same places. CPU targets only (fuse_channel_shuffle_for): the
+// op's kernel is the CPU's movement tactic; a CUDA build keeps the ONNX ops its kernels run.
 #include <algorithm>
 
 #include "ir/attribute_builders.h"
@@ -175,5 +176,9 @@ bool try_shuffle(ir::Graph& g, const ir::UseIndex& uses, int ti) {
 }  // namespace
 
 Result<int> fuse_channel_shuffle(ir::Graph& g) { return fusion::rewrite_until_fixpoint(g, try_shuffle); }
+
+Result<int> fuse_channel_shuffle_for(ir::Graph& g, const Target& target) {
+  return target.device.kind == DeviceKind::kCPU ? fuse_channel_shuffle(g) : 0;
+}
 
 }  // namespace kiln::passes

@@ -65,6 +65,8 @@ Result<int> fuse_attention_for(ir::Graph& g, const Target& target);
 Result<int> fuse_attention_heads(ir::Graph& g);  // in fuse_attention.cc
 Result<int> fuse_matmul_bias(ir::Graph& g);
 Result<int> fuse_channel_shuffle(ir::Graph& g);
+// fuse_channel_shuffle on CPU targets; others keep the ONNX ops (fuse_channel_shuffle.cc).
+Result<int> fuse_channel_shuffle_for(ir::Graph& g, const Target& target);
 Result<int> fuse_activation(ir::Graph& g);
 Result<int> fuse_horizontal_matmul(ir::Graph& g);
 Result<int> fuse_elementwise(ir::Graph& g);

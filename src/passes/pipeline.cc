@@ -26,7 +26,7 @@ const std::vector<PassInfo>& pipeline() {
       {"remove_noop_ops", remove_noop_ops,
        "drop Identity/Dropout/zero Pad/no-op Cast/Reshape/Transpose, merge Reshape and Transpose pairs"},
       // After remove_noop_ops, which would merge a Transpose it is given with the model's own.
-      {"fuse_channel_shuffle", fuse_channel_shuffle,
+      {"fuse_channel_shuffle", fuse_channel_shuffle_for,
        "[Concat ->] Reshape -> Transpose -> Reshape [-> Split / Slices] channel shuffle -> kiln.ChannelShuffle"},
       // After remove_noop_ops (all-zero Pads are gone) and before fold_batch_norm / fuse_activation,
       // which turn Conv into kiln.FusedConv: both match the plain ONNX Conv / AveragePool.
