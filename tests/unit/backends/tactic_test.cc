@@ -867,6 +867,18 @@ void check_tactics(const LayerCase& lc, const std::vector<Tensor>& want, int ite
   }
 }
 
+// check_tactics on a case that must be a valid layer and that some tactic must take (none left to
+// the reference kernel).
+void check_taken(const LayerCase& lc, int iter, const std::vector<std::string>& isas,
+                 std::map<std::string, int>& checked) {
+  std::vector<Tensor> want = testing::reference_outputs(lc);
+  ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
+  int took = 0;
+  check_tactics(lc, want, iter, isas, checked, &took);
+  if (::testing::Test::HasFatalFailure()) return;
+  EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
+}
+
 // kiln.BlockedConcatElementwise: 1-4 blocked pieces of 1-3 channel blocks each (N 1-3, odd H and W,
 // blocks 2, 8, 16), then a body of Mul / Add by per-channel or one-value operands and an activation.
 LayerCase blocked_concat_elementwise_case(std::mt19937& rng, uint64_t seed) {
@@ -957,35 +969,23 @@ TEST(Tactics, EveryTacticMatchesTheReferenceKernel) {
                    : iter % 5 == 4  ? grouped_blocks_conv_case(rng_nd, seed)
                    : iter % 5 % 2   ? conv_nd_case(rng_nd, seed)
                                     : pool_nd_case(rng_nd, seed);
-    std::vector<Tensor> want = testing::reference_outputs(lc);
-    ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
-    int took = 0;
-    check_tactics(lc, want, iter, isas, checked, &took);
+    check_taken(lc, iter, isas, checked);
     if (::testing::Test::HasFatalFailure()) return;
-    EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
   }
   // Squeeze-excite pieces (their own stream as well); each must be taken by a tactic.
   std::mt19937 rng_se(9876);
   for (int iter = 0; iter < cases / 5; ++iter) {
     uint64_t seed = 900000 + 10 * iter;
     LayerCase lc = squeeze_excite_case(rng_se, seed);
-    std::vector<Tensor> want = testing::reference_outputs(lc);
-    ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
-    int took = 0;
-    check_tactics(lc, want, iter, isas, checked, &took);
+    check_taken(lc, iter, isas, checked);
     if (::testing::Test::HasFatalFailure()) return;
-    EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
   }
   // kiln.ChannelShuffle (its own stream too); each must be taken by a tactic.
   std::mt19937 rng_cs(2468);
   for (int iter = 0; iter < cases / 5; ++iter) {
     LayerCase lc = testing::channel_shuffle_case(rng_cs);
-    std::vector<Tensor> want = testing::reference_outputs(lc);
-    ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
-    int took = 0;
-    check_tactics(lc, want, iter, isas, checked, &took);
+    check_taken(lc, iter, isas, checked);
     if (::testing::Test::HasFatalFailure()) return;
-    EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
   }
   // oneDNN's Winograd exists for AVX-512 only (ONEDNN_MAX_CPU_ISA=AVX2 runs this test as an AVX2 machine).
   const char* dnnl_isa = std::getenv("ONEDNN_MAX_CPU_ISA");
@@ -1027,21 +1027,13 @@ TEST(Tactics, FusedElementwiseOnBlockedPerChannelOperandsMatchesReference) {
   std::string saved_isa = isa_env ? isa_env : "";
   for (int iter = 0; iter < 60; ++iter) {
     LayerCase lc = fused_elementwise_case(rng, 900000 + 10 * iter, true);
-    std::vector<Tensor> want = testing::reference_outputs(lc);
-    ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
-    int took = 0;
-    check_tactics(lc, want, iter, isas, checked, &took);
+    check_taken(lc, iter, isas, checked);
     if (::testing::Test::HasFatalFailure()) return;
-    EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
   }
   for (int iter = 0; iter < 60; ++iter) {
     LayerCase lc = blocked_concat_elementwise_case(rng, 950000 + 10 * iter);
-    std::vector<Tensor> want = testing::reference_outputs(lc);
-    ASSERT_FALSE(want.empty()) << "case " << iter << " is not a valid layer: " << describe_case(lc);
-    int took = 0;
-    check_tactics(lc, want, iter, isas, checked, &took);
+    check_taken(lc, iter, isas, checked);
     if (::testing::Test::HasFatalFailure()) return;
-    EXPECT_GT(took, 0) << "no tactic takes case " << iter << ": " << describe_case(lc);
   }
   if (isa_env)
     setenv("KILN_ISA", saved_isa.c_str(), 1);
