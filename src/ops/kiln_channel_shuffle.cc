@@ -37,19 +37,26 @@ Result<std::vector<ShuffleSource>> channel_shuffle_sources(const std::vector<int
   return out;
 }
 
-namespace {
-
-// The output channel counts: `split`, or all channels in one output.
-Result<std::vector<int64_t>> shuffle_split(const ir::Node& n, size_t outputs, int64_t c) {
-  std::vector<int64_t> split = n.attrs.count("split") ? n.attr_ints("split") : std::vector<int64_t>{c};
-  if (split.size() != outputs)
-    return InvalidModel(n.where(), "split has ", split.size(), " entries for ", outputs, " outputs");
+Result<std::vector<int64_t>> channel_shuffle_split(bool has_split, const std::vector<int64_t>& split, size_t outputs,
+                                                   int64_t c) {
+  std::vector<int64_t> out = has_split ? split : std::vector<int64_t>{c};
+  if (out.size() != outputs) return InvalidArgument("split has ", out.size(), " entries for ", outputs, " outputs");
   int64_t sum = 0;
-  for (int64_t s : split) {
-    if (s < 0) return InvalidModel(n.where(), "split has a negative entry ", s);
+  for (int64_t s : out) {
+    if (s < 0) return InvalidArgument("split has a negative entry ", s);
     sum += s;
   }
-  if (c >= 0 && sum != c) return InvalidModel(n.where(), "split sums to ", sum, ", not the ", c, " channels");
+  if (c >= 0 && sum != c) return InvalidArgument("split sums to ", sum, ", not the ", c, " channels");
+  return out;
+}
+
+namespace {
+
+// The output channel counts of node n, its error naming the node.
+Result<std::vector<int64_t>> shuffle_split(const ir::Node& n, size_t outputs, int64_t c) {
+  const bool has = n.attrs.count("split") != 0;
+  auto split = channel_shuffle_split(has, has ? n.attr_ints("split") : std::vector<int64_t>{}, outputs, c);
+  if (!split.ok()) return InvalidModel(n.where(), split.status().message());
   return split;
 }
 

@@ -32,6 +32,10 @@ struct ShuffleSource {
   int64_t channel = 0;
 };
 Result<std::vector<ShuffleSource>> channel_shuffle_sources(const std::vector<int64_t>& channels, int64_t groups);
+// kiln.ChannelShuffle's output channel counts: its `split` attribute (`has_split`), or all c channels in
+// one output; checked against the output count and (c >= 0) the channel count.
+Result<std::vector<int64_t>> channel_shuffle_split(bool has_split, const std::vector<int64_t>& split, size_t outputs,
+                                                   int64_t c);
 
 // Sizes of Split's n outputs along an axis of size dim (dim < 0: unknown, then only an explicit
 // split gives sizes; others come back empty).

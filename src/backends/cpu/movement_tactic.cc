@@ -449,18 +449,18 @@ class MovementKiln : public Tactic {
     auto src = ops::channel_shuffle_sources(p->shuffle_channels, sig.node->attr_int("groups", 0));
     if (!src.ok()) return src.status().message();
     const int64_t c = static_cast<int64_t>(src->size());
-    std::vector<int64_t> split = sig.node->attr("split") ? sig.node->attr_ints("split") : std::vector<int64_t>{c};
-    if (split.size() != sig.node->outputs.size()) return "split does not match the outputs";
+    const bool has_split = sig.node->attr("split") != nullptr;
+    auto split = ops::channel_shuffle_split(
+        has_split, has_split ? sig.node->attr_ints("split") : std::vector<int64_t>{}, sig.node->outputs.size(), c);
+    if (!split.ok()) return split.status().message();
     p->shuffle_src = std::move(*src);
     int64_t first = 0;
-    for (size_t o = 0; o < split.size(); first += split[o], ++o) {
-      if (split[o] < 0) return "a negative split";
-      for (int64_t j = 0; j < split[o]; ++j) p->shuffle_output.push_back(o), p->shuffle_first.push_back(first);
+    for (size_t o = 0; o < split->size(); first += (*split)[o], ++o) {
+      for (int64_t j = 0; j < (*split)[o]; ++j) p->shuffle_output.push_back(o), p->shuffle_first.push_back(first);
       Dims shape = x;
-      shape[1] = split[o];
+      shape[1] = (*split)[o];
       p->shapes.push_back(shape);
     }
-    if (first != c) return "split does not sum to the channels";
     p->shuffle_batch = x[0];
     for (size_t k = 2; k < x.size(); ++k) p->shuffle_inner *= x[k];
     p->dtype = sig.inputs[0].dtype;
