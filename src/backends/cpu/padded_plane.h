@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 namespace kiln::backends::cpu {
 
@@ -20,10 +19,15 @@ struct PlaneGeometry {
 };
 
 struct PlaneLayout {
-  int64_t rows = 0;          // padded input rows the outputs read
-  int64_t phase_len = 0;     // floats per column phase (a multiple of 16)
-  int64_t row_stride = 0;    // sw * phase_len
-  std::vector<int64_t> tap;  // kw offsets of the taps of a row
+  int64_t rows = 0;        // padded input rows the outputs read
+  int64_t phase_len = 0;   // floats per column phase (a multiple of 16)
+  int64_t row_stride = 0;  // sw * phase_len
+  int64_t dw = 1, sw = 1;
+  // Offset of tap k of a row. Kept in place for the first kTaps taps: the layout is made in every
+  // run, which allocates nothing (tests/noalloc).
+  static constexpr int64_t kTaps = 32;
+  int64_t taps[kTaps] = {};
+  int64_t tap(int64_t k) const { return k < kTaps ? taps[k] : (k * dw) % sw * phase_len + k * dw / sw; }
 };
 
 // Outputs are produced in blocks of `block_rows` x `block_cols` (reads may run past oh and ow up to
@@ -35,7 +39,9 @@ inline PlaneLayout plane_layout(const PlaneGeometry& g, int64_t block_cols, int6
   int64_t len = (g.ow + block_cols - 1) / block_cols * block_cols + (g.kw - 1) * g.dw / g.sw + 1;
   pl.phase_len = (len + 15) / 16 * 16;
   pl.row_stride = g.sw * pl.phase_len;
-  for (int64_t k = 0; k < g.kw; ++k) pl.tap.push_back((k * g.dw) % g.sw * pl.phase_len + k * g.dw / g.sw);
+  pl.dw = g.dw, pl.sw = g.sw;
+  for (int64_t k = 0; k < std::min(g.kw, PlaneLayout::kTaps); ++k)
+    pl.taps[k] = (k * g.dw) % g.sw * pl.phase_len + k * g.dw / g.sw;
   return pl;
 }
 
