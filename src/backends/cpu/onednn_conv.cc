@@ -167,7 +167,7 @@ class OnednnConv : public Tactic {
   TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override {
     if (transpose_) return blocked_ ? "convtranspose_onednn_blocked" : "convtranspose_onednn_plain";
-    static const char* kPlain[] = {"", "conv1d_onednn_ncw", "conv2d_onednn_nchw", "conv3d_onednn_ncdhw"};
+    static const char* kPlain[] = {"", "conv1d_onednn_ncw", "", "conv3d_onednn_ncdhw"};  // no 2-D: tactic_list.cc
     return blocked_ ? "conv" + std::to_string(rank_) + "d_onednn_blocked" : kPlain[rank_];
   }
   std::vector<std::pair<std::string, std::string>> ops() const override {
@@ -191,7 +191,6 @@ class OnednnConv : public Tactic {
       Dims y{g.n, g.m};
       y.insert(y.end(), g.w.out.begin(), g.w.out.end());
       if (auto e = residual_unsupported(sig, y); !e.empty()) return e;
-      if (auto e = plain_im2col(g); !e.empty()) return e;
     }
     return "";
   }
@@ -267,40 +266,6 @@ class OnednnConv : public Tactic {
   }
 
  private:
-  // The plain 2-D variant declines a convolution for which oneDNN has no direct kernel in plain NCHW
-  // and would run im2col + SGEMM ("x64:gemm:jit"), unless the window is 1x1, stride 1, unpadded (then
-  // that is a plain GEMM, no im2col). Measured on AMD EPYC (Zen 5), regnet_y_400mf, 2 threads: the
-  // stem (3 -> 32, 3x3, stride 2, 224x224) took 1.15 ms this way against 0.18 ms as
-  // conv2d_onednn_blocked, the 48-channel group-6 stride-2 conv 0.90 against 0.22 ms (per-layer
-  // minima in the engine; 2.14 against 0.24 ms for the stem at 1 thread). The tuner should then
-  // have picked the blocked variant, but on a loaded machine its 2-thread timings of both are
-  // scheduler waits (20-76 ms per run for either), and it kept the im2col kernel. The blocked variant
-  // takes every convolution this one does (the same checks), so declining loses no layer.
-  std::string plain_im2col(const ConvNdGeometry& g) const {
-    if (blocked_ || transpose_ || rank_ != 2) return "";
-    bool pointwise = true;
-    for (size_t d = 0; d < g.w.rank(); ++d)
-      pointwise = pointwise && g.w.kernel[d] == 1 && g.w.strides[d] == 1 && g.w.pad_l[d] == 0 && g.w.pad_r[d] == 0;
-    if (pointwise) return "";
-    std::string impl;
-    try {
-      memory::dims src{g.n, g.c}, dst{g.n, g.m}, dil;
-      src.insert(src.end(), g.w.in.begin(), g.w.in.end());
-      dst.insert(dst.end(), g.w.out.begin(), g.w.out.end());
-      for (int64_t d : g.w.dilations) dil.push_back(d - 1);
-      const memory::desc w = user_weights(g), any_w(w.dims(), dt::f32, tag::any);
-      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                        memory::desc(src, dt::f32, tag::nchw), any_w,
-                                        memory::desc(dst, dt::f32, tag::nchw), to_dnnl(g.w.strides), dil,
-                                        to_dnnl(g.w.pad_l), to_dnnl(g.w.pad_r));
-      impl = dnnl::convolution_forward::primitive_desc(d, cpu_engine()).impl_info_str();
-    } catch (const dnnl::error&) {
-      return "";  // prepare reports oneDNN's own error
-    }
-    if (impl.find("gemm") == std::string::npos) return "";
-    return "oneDNN has no direct plain-NCHW kernel for this convolution (it would run im2col + GEMM, '" + impl +
-           "'); conv2d_onednn_blocked takes it";
-  }
   // ConvTranspose's checks before the shapes are known: float32, X of 1 to 3 spatial dims, W a
   // constant of X's rank, B a constant.
   static std::string transpose_layer_unsupported(const LayerSignature& sig) {
@@ -322,10 +287,6 @@ class OnednnConv : public Tactic {
 
 const Tactic* conv2d_onednn_blocked() {
   static const OnednnConv t(true, 2, false);
-  return &t;
-}
-const Tactic* conv2d_onednn_nchw() {
-  static const OnednnConv t(false, 2, false);
   return &t;
 }
 const Tactic* conv1d_onednn_blocked() {

@@ -6,7 +6,6 @@
 namespace kiln::backends::cpu::onednn {
 
 const Tactic* conv2d_onednn_blocked();
-const Tactic* conv2d_onednn_nchw();
 // Conv / kiln.FusedConv over 1 and 3 spatial dims, ConvTranspose over 1 to 3 (onednn_conv.cc).
 const Tactic* conv1d_onednn_blocked();
 const Tactic* conv1d_onednn_ncw();

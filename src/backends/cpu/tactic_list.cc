@@ -43,7 +43,12 @@ const std::vector<const Tactic*>& tactic_list() {
     namespace dnn = onednn;
     // Conv / kiln.FusedConv
     v.push_back(dnn::conv2d_onednn_blocked());
-    v.push_back(dnn::conv2d_onednn_nchw());
+    // No oneDNN 2-D conv in plain NCHW: oneDNN has no direct kernel there and runs [im2col +] SGEMM
+    // ("x64:gemm:jit"). That was 5-9x slower than conv2d_onednn_blocked on regnet_y_400mf's stem and
+    // grouped convs (AMD EPYC, 2 threads: 1.15 against 0.18 ms), and where it won (a few 1x1 convs,
+    // by up to 0.1 ms of regnet_y_400mf's 33 ms at batch 8) its SGEMM allocated its packing buffers
+    // inside every run (72 KiB for the 208 -> 208 1x1 conv at 14x14; tests/noalloc).
+    // conv2d_onednn_blocked and conv2d_kiln_1x1 take those layers.
     v.push_back(dnn::conv1d_onednn_blocked());
     v.push_back(dnn::conv1d_onednn_ncw());
     v.push_back(dnn::conv3d_onednn_blocked());
