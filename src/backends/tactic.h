@@ -105,6 +105,10 @@ class PreparedLayer {
   // workspace_bytes(kiln::max_threads()) filled with a NaN pattern (a tactic that reads scratch it did
   // not write shows up in the results), then runs on the host.
   Status run_standalone(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs) const;
+  // The constant memory run() reads (its packed weights), so that the auto-tuner can time the layer
+  // with it out of the caches, as a network run finds weights that do not stay cached (tune/tuner.h);
+  // empty: not reported.
+  virtual std::vector<std::pair<const void*, size_t>> constant_memory() const { return {}; }
 };
 
 // What a tactic needs, as data: the registry checks it against the signature (device, precision,

@@ -6,6 +6,8 @@
 // when the layer has more than one viable candidate, run on random inputs of the right dtypes (the
 // weights are the real constants): warm-up, then runs until `max_runs` or `max_ms_per_candidate`,
 // the median kept. A layer with one viable candidate is only prepared (that proves it can run).
+// Candidates whose weights exceed L2 are timed with the weights flushed from the caches before each
+// run (LayerTuning::cold), as a network run reads them.
 // Failures to prepare or run are recorded with their reason, in the result and in the cache.
 // The fastest viable candidate wins; the reference kernel only when none is viable.
 //
@@ -59,7 +61,13 @@ struct LayerTuning {
   int timed = 0;       // candidates timed now
   int prepared = 0;    // tactics prepared now (timed ones included)
   int cache_hits = 0;  // candidates answered by the cache
+  bool cold = false;   // the candidates were timed with their weights flushed from the caches (below)
 };
+
+// Constant bytes (PreparedLayer::constant_memory) past which a layer's candidates are timed with
+// their weights out of the caches, when every one reports them: the L2 size of this CPU (1 MiB when
+// unknown).
+size_t cold_weight_bytes();
 
 const char* state_name(CandidateResult::State s);  // "timed", "prepared", "failed", "unproven"
 

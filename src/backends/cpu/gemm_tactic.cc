@@ -110,6 +110,9 @@ class PreparedGemm : public PreparedLayer {
   Activation act;
 
   std::vector<Dims> output_shapes() const override { return {out_shape}; }
+  std::vector<std::pair<const void*, size_t>> constant_memory() const override {
+    return {{b.data.data(), b.data.size() * sizeof(float)}};
+  }
 
   Status run(const RunContext& ctx, const std::vector<const Tensor*>& in,
              const std::vector<Tensor*>& out) const override {
@@ -139,6 +142,9 @@ class KilnGemm : public Tactic {
  public:
   TacticInfo info() const override { return TacticInfo::cpu_f32(); }
   std::string name() const override { return "gemm_kiln_packed"; }
+  // 2: the row tiles of a packed B panel prefetch the next panel; timed with its weights out of cache
+  // when they exceed L2 (tune/tuner.h)
+  int revision() const override { return 2; }
   std::vector<std::pair<std::string, std::string>> ops() const override {
     return {{"", "MatMul"}, {"", "Gemm"}, {"kiln", "FusedMatMul"}, {"kiln", "FusedGemm"}};
   }

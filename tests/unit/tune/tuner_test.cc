@@ -2,6 +2,7 @@
 // and the layer key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -36,11 +37,16 @@ class FakeTactic : public Tactic {
     return std::unique_ptr<PreparedLayer>(new Prepared(this, sig.inputs[0].shape));
   }
   mutable std::atomic<int> prepared{0}, ran{0};
+  std::vector<float> weights;  // reported as the prepared layer's constant memory when not empty
 
  private:
   struct Prepared : PreparedLayer {
     Prepared(const FakeTactic* t, Dims s) : t(t), shape(std::move(s)) {}
     std::vector<Dims> output_shapes() const override { return {shape}; }
+    std::vector<std::pair<const void*, size_t>> constant_memory() const override {
+      if (t->weights.empty()) return {};
+      return {{t->weights.data(), t->weights.size() * sizeof(float)}};
+    }
     Status run(const backends::RunContext&, const std::vector<const Tensor*>& in,
                const std::vector<Tensor*>& out) const override {
       ++t->ran;
@@ -104,6 +110,30 @@ TEST(Tuner, PicksTheFasterOfTwo) {
     EXPECT_LE(s->runs, 20);  // bounded: ~50 ms of 3 ms runs
     EXPECT_LE(f->runs, 20);
   }
+}
+
+// Candidates whose weights all exceed L2 are timed with them flushed from the caches (as a network
+// run reads them); one that does not report its weights, or small weights, keeps the timing warm.
+// Flushing keeps the values.
+TEST(Tuner, BigWeightsAreTimedCold) {
+  const size_t big = cold_weight_bytes() / sizeof(float) + 1024, small = 1024;
+  auto tune = [](FakeTactic& a, FakeTactic& b) {
+    Layer l;
+    TimingCache fresh(kHere);
+    Tuner t(fresh);
+    return t.tune(l.sig, {&a, &b});
+  };
+  FakeTactic a("a", 0), b("b", 0);
+  a.weights.assign(big, 1.5f), b.weights.assign(big, -2.f);
+  LayerTuning r = tune(a, b);
+  EXPECT_TRUE(r.cold);
+  EXPECT_EQ(r.timed, 2);
+  EXPECT_TRUE(std::all_of(a.weights.begin(), a.weights.end(), [](float v) { return v == 1.5f; }));
+  EXPECT_TRUE(std::all_of(b.weights.begin(), b.weights.end(), [](float v) { return v == -2.f; }));
+  b.weights.assign(small, 0.f);
+  EXPECT_FALSE(tune(a, b).cold) << "one candidate's weights fit in L2";
+  b.weights.clear();
+  EXPECT_FALSE(tune(a, b).cold) << "one candidate does not report its weights";
 }
 
 TEST(Tuner, SingleCandidateIsPreparedNotTimed) {
