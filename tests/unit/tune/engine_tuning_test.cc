@@ -170,11 +170,11 @@ TEST_F(EngineTuning, PreviousEngineFormatIsRefusedWithRebuildAdvice) {
 
 TEST_F(EngineTuning, RestrictedTacticsAreTheOnlyCandidates) {
   BuilderConfig cfg;
-  cfg.tactics = {"conv2d_onednn_nchw"};
+  cfg.tactics = {"conv2d_onednn_blocked"};
   auto e = Builder(cfg).build_from_memory(model_onnx());
   for (const auto& l : e->impl().layers) {
-    EXPECT_TRUE(l.kernel == "reference" || l.kernel == "conv2d_onednn_nchw") << l.kernel;
-    for (const auto& c : l.candidates) EXPECT_EQ(c.tactic, "conv2d_onednn_nchw");
+    EXPECT_TRUE(l.kernel == "reference" || l.kernel == "conv2d_onednn_blocked") << l.kernel;
+    for (const auto& c : l.candidates) EXPECT_EQ(c.tactic, "conv2d_onednn_blocked");
   }
   cfg.tactics = {"reference"};
   auto r = Builder(cfg).build_from_memory(model_onnx());
