@@ -79,7 +79,7 @@ std::string split_point_reason(const ir::Node& n, bool prepared, const MemoryPla
   // A body needs the interpreter's frames; kiln's fused ops keep theirs private, run by their tactic.
   if (has_bodies(n) && !prepared) return layer + " has a subgraph body";
   for (const auto& o : n.outputs)
-    if (plan.dynamic.count(o)) return layer + ": output '" + o + "' has a data-dependent size";
+    if (plan.dynamic.count(o)) return layer + ": output '" + o + "' has a size not known at build time";
   return "";
 }
 

@@ -156,6 +156,17 @@ Status report_reference_layers(const std::shared_ptr<EngineImpl>& e, const Build
                                         device_name(e->built_for.device) + " once per run)"
                                   : "") +
                        " after the " + std::to_string(i) + " bound layers: " + why;
+    // A dim of an input the build had no shape for is unknown to every layer after it: say so, and how
+    // to bind them (a dynamic batch without --shapes left all of mobilenet_v2 on the host on cuda).
+    std::string unshaped;
+    if (on_device && cfg.profiles.empty())
+      for (const auto& in : g.inputs)
+        if (!g.initializers.count(in.name) && in.type.is_tensor() && !in.type.shape.fully_known())
+          unshaped += (unshaped.empty() ? "" : ", ") + ("'" + in.name + "' " + in.type.shape.str());
+    if (!unshaped.empty())
+      what += "; the build was given no shapes for input " + unshaped +
+              ": give them (--shapes NAME:1x3x224x224,... or --min/--opt/--max) to bind every layer to " +
+              device_name(e->built_for.device);
     if (on_device)
       warn(what);
     else

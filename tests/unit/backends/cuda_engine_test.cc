@@ -130,6 +130,44 @@ TEST(CudaEngine, MlpWithAHostFallbackMatchesTheCpu) {
   EXPECT_NE(gpu_engine->inspect_json().find("compute_capability"), std::string::npos);
 }
 
+// A model with a dynamic batch built for cuda:0 without shapes: its layers cannot be bound (their
+// sizes are not known at build time), so the build says they run on the host and which input to give
+// shapes for; with a profile every layer binds to the device.
+TEST(CudaEngine, DynamicBatchWithoutShapesSaysWhichInputToShape) {
+  KILN_SKIP_WITHOUT_GPU();
+  GraphBuilder b(17);
+  b.input("x", {1, 3, 17, 19}).output("y");
+  b.init("w", random_tensor({8, 3, 3, 3}, 1)).init("bias", random_tensor({8}, 2));
+  b.init("w2", random_tensor({4, 8, 3, 3}, 3));
+  b.conv({"x", "w", "bias"}, "c", 1);
+  b.node("Relu", {"c"}, {"r"});
+  b.conv({"r", "w2"}, "c2", 1);
+  b.node("Relu", {"c2"}, {"y"});
+  ir::Model m = b.finish();
+  m.graph->inputs[0].type.shape.dims[0] = Dim::symbol("batch");
+  const std::string onnx = onnx_import::serialize_model(m).value();
+  std::vector<std::string> warnings;
+  auto unshaped = Builder(cuda_config(&warnings)).build_from_memory(onnx);
+  bool said = false;
+  for (const auto& w : warnings)
+    said |= w.find("on the host") != std::string::npos &&
+            w.find("no shapes for input 'x' [batch,3,17,19]") != std::string::npos &&
+            w.find("--shapes") != std::string::npos;
+  std::string all;
+  for (const auto& w : warnings) all += "\n  " + w;
+  EXPECT_TRUE(said) << "no warning names the unshaped input:" << all;
+  BuilderConfig cfg = cuda_config(&warnings);
+  Profile p;
+  p.inputs["x"] = {{2, 3, 17, 19}, {2, 3, 17, 19}, {2, 3, 17, 19}};
+  cfg.profiles = {p};
+  warnings.clear();
+  auto shaped = Builder(cfg).build_from_memory(onnx);
+  for (const auto& w : warnings) EXPECT_EQ(w.find("on the host"), std::string::npos) << w;
+  int device_layers = 0;
+  for (const auto& l : shaped->impl().layers) device_layers += l.kernel.find("cud") != std::string::npos;
+  EXPECT_GE(device_layers, 1);
+}
+
 TEST(CudaEngine, TransformerBlockMatchesTheCpuOnTwoStreams) {
   KILN_SKIP_WITHOUT_GPU();
   std::string onnx = block_onnx();
