@@ -31,9 +31,9 @@ void flush_from_caches(const void* p, size_t n) {
 #endif
 }
 
-size_t constant_bytes(const backends::PreparedLayer& p) {
+size_t total_bytes(const std::vector<std::pair<const void*, size_t>>& spans) {
   size_t n = 0;
-  for (const auto& [ptr, bytes] : p.constant_memory()) n += ptr ? bytes : 0;
+  for (const auto& [ptr, bytes] : spans) n += ptr ? bytes : 0;
   return n;
 }
 
@@ -175,6 +175,7 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
   struct Timing {
     size_t result;  // index into r.candidates
     std::shared_ptr<const backends::PreparedLayer> prepared;
+    std::vector<std::pair<const void*, size_t>> constants;  // prepared->constant_memory(), asked once
     std::vector<Tensor> outs;
     std::vector<Tensor*> out_ptrs;
     Tensor workspace;  // workspace_bytes() of the candidate, made once: timed runs allocate nothing
@@ -236,8 +237,9 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
   // candidate reports its constant memory and each has more than L2 holds, each run starts with it
   // flushed out of the caches, so that a kernel that streams its weights is told apart from one that
   // waits on them (vit_b_32 at batch 1: its GEMMs' weights are 7-9 MB a layer).
+  for (Timing& tm : timings) tm.constants = tm.prepared->constant_memory();
   r.cold = !timings.empty() && std::all_of(timings.begin(), timings.end(), [](const Timing& tm) {
-    return constant_bytes(*tm.prepared) > cold_weight_bytes();
+    return total_bytes(tm.constants) > cold_weight_bytes();
   });
   // One run of a candidate; false (with its error set) when it failed.
   auto run_once = [&](Timing& tm, bool measured) {
@@ -248,7 +250,7 @@ LayerTuning Tuner::tune(const backends::LayerSignature& sig, const std::vector<c
         tm.error = "no timer for device " + backends::device_name(sig.device);
       } else {
         if (r.cold)
-          for (const auto& [ptr, bytes] : tm.prepared->constant_memory())
+          for (const auto& [ptr, bytes] : tm.constants)
             if (ptr) flush_from_caches(ptr, bytes);
         Result<double> ms = timer->time_ms([&] { return tm.prepared->run(tm.ctx, in_ptrs, tm.out_ptrs); });
         if (!ms.ok())

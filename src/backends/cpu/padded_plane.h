@@ -27,7 +27,8 @@ struct PlaneLayout {
   // run, which allocates nothing (tests/noalloc).
   static constexpr int64_t kTaps = 32;
   int64_t taps[kTaps] = {};
-  int64_t tap(int64_t k) const { return k < kTaps ? taps[k] : (k * dw) % sw * phase_len + k * dw / sw; }
+  int64_t tap(int64_t k) const { return k < kTaps ? taps[k] : tap_offset(k); }
+  int64_t tap_offset(int64_t k) const { return (k * dw) % sw * phase_len + k * dw / sw; }
 };
 
 // Outputs are produced in blocks of `block_rows` x `block_cols` (reads may run past oh and ow up to
@@ -40,8 +41,7 @@ inline PlaneLayout plane_layout(const PlaneGeometry& g, int64_t block_cols, int6
   pl.phase_len = (len + 15) / 16 * 16;
   pl.row_stride = g.sw * pl.phase_len;
   pl.dw = g.dw, pl.sw = g.sw;
-  for (int64_t k = 0; k < std::min(g.kw, PlaneLayout::kTaps); ++k)
-    pl.taps[k] = (k * g.dw) % g.sw * pl.phase_len + k * g.dw / g.sw;
+  for (int64_t k = 0; k < std::min(g.kw, PlaneLayout::kTaps); ++k) pl.taps[k] = pl.tap_offset(k);
   return pl;
 }
 
